@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ def read_jsonl(path: str | Path, *, strict: bool = False) -> list[dict]:
     return rows
 
 
-def truncate_jsonl(path: str | Path, keep: callable) -> int:
+def truncate_jsonl(path: str | Path, keep: Callable[[dict], bool]) -> int:
     """Rewrite a JSONL file atomically keeping only rows where `keep(row)`; returns how many were dropped."""
     path = Path(path)
     if not path.exists():

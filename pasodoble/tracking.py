@@ -21,8 +21,15 @@ def _finite(v):
 
 
 class Tracker:
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb_project: str | None = None,
-                 wandb_run_name: str | None = None, config: dict | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        tensorboard: bool = False,
+        wandb_project: str | None = None,
+        wandb_run_name: str | None = None,
+        config: dict | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
@@ -37,15 +44,20 @@ class Tracker:
             except ImportError as e:
                 from pasodoble.errors import UserError
 
-                raise UserError("logging.wandb_project is set but wandb is not installed: "
-                                "pip install 'pasodoble[wandb]' or unset it") from e
-            self._wandb = wandb.init(project=wandb_project, name=wandb_run_name, dir=str(self.run_dir),
-                                     config=config or {})
+                raise UserError(
+                    "logging.wandb_project is set but wandb is not installed: "
+                    "pip install 'pasodoble[wandb]' or unset it"
+                ) from e
+            self._wandb = wandb.init(
+                project=wandb_project, name=wandb_run_name, dir=str(self.run_dir), config=config or {}
+            )
 
     def log(self, metrics: dict[str, float | int | str], step: int) -> None:
         row = {"step": int(step), **{k: _finite(v) for k, v in metrics.items()}}
         append_jsonl(self.path, [row])
-        numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = {
+            k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         if self._tb is not None:
             for k, v in numeric.items():
                 self._tb.add_scalar(k, v, step)

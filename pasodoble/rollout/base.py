@@ -40,13 +40,17 @@ class SamplingParams:
 class Completion:
     text: str  # decoded completion, special tokens removed
     token_ids: list[int]  # sampled ids, EOS included when generated, no padding
-    logprobs: list[float]  # log-prob of each sampled id under softmax(logits / temperature); temperature 1 if greedy
+    logprobs: list[
+        float
+    ]  # log-prob of each sampled id under softmax(logits / temperature); temperature 1 if greedy
     finish_reason: str  # "stop" (EOS) or "length" (budget exhausted)
 
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[list[Completion]]:
         """One list per prompt, each holding `sampling.n` completions."""
         ...
 

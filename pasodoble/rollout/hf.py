@@ -47,7 +47,9 @@ def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
 class HFEngine:
     """`RolloutEngine` over `model.generate` (see module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, logprob_batch_size: int = 16):
+    def __init__(
+        self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, logprob_batch_size: int = 16
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -59,7 +61,9 @@ class HFEngine:
     def update_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # generation reads the live weights
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[list[Completion]]:
         flat = [list(p) for p in prompt_ids for _ in range(sampling.n)]
         if any(len(p) == 0 for p in flat):
             raise ValueError("HFEngine.generate got an empty prompt; every prompt needs at least one token")
@@ -91,14 +95,19 @@ class HFEngine:
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
         )
-        sequences = self.model.generate(input_ids=input_ids, attention_mask=prompt_mask, generation_config=config)
+        sequences = self.model.generate(
+            input_ids=input_ids, attention_mask=prompt_mask, generation_config=config
+        )
         completion = sequences[:, width:]  # (B, C)
         lengths, finish = [], []
         for row in completion.tolist():
             stop = next((i for i, t in enumerate(row) if t in self.eos_ids), None)
             lengths.append(len(row) if stop is None else stop + 1)
             finish.append("length" if stop is None else "stop")
-        comp_mask = torch.arange(completion.shape[1], device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+        comp_mask = (
+            torch.arange(completion.shape[1], device=device)[None, :]
+            < torch.tensor(lengths, device=device)[:, None]
+        )
         mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
         logps = self._logprobs(sequences, mask, sampling.temperature)[:, width - 1 :]  # (B, C)
         results = []

@@ -10,7 +10,10 @@ from pasodoble.rollout import HFEngine, SamplingParams
 
 def _prompts(tokenizer):
     texts = ["What is 2+3?", "Hi"]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True) for t in texts]
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
+        for t in texts
+    ]
 
 
 def _ids(x):
@@ -51,6 +54,8 @@ def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_lm):
 def test_training_mode_is_restored(tiny_lm):
     model, tokenizer, _ = tiny_lm
     model.train()
-    HFEngine(model, tokenizer).generate([_ids(_prompts(tokenizer)[0])], SamplingParams(max_new_tokens=2, seed=0))
+    HFEngine(model, tokenizer).generate(
+        [_ids(_prompts(tokenizer)[0])], SamplingParams(max_new_tokens=2, seed=0)
+    )
     assert model.training
     model.eval()
