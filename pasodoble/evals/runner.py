@@ -73,12 +73,13 @@ class EvalReport:
     samples_generated: int = 0  # samples produced by this call (not read back from a previous run)
 
     def to_metrics(self, prefix: str = "eval") -> dict[str, float]:
-        """Flat `prefix/source/name` metrics for a tracker, plus `prefix/average/name`."""
+        """Flat `prefix/source/name` metrics for a tracker, plus `prefix/average/name` (no prefix when empty)."""
+        head = f"{prefix}/" if prefix else ""
         out: dict[str, float] = {}
         for source, scores in {**self.per_source, "average": self.average}.items():
             for name in ("avg@k", "pass@k", "maj@k", "ci95"):
                 if name in scores:
-                    out[f"{prefix}/{source}/{name}"] = float(scores[name])
+                    out[f"{head}{source}/{name}"] = float(scores[name])
         return out
 
 
