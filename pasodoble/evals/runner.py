@@ -110,7 +110,7 @@ def _grade(
     for alt in range(width):
         golds = [p.answers[min(alt, len(p.answers) - 1)] for p, ts in zip(problems, texts) for _ in ts]
         batch = grader.grade(golds, flat_responses, extract=True)
-        counters.update(batch.counters)
+        counters.update({f"grader/{name}": count for name, count in batch.counters.items()})
         verdicts_by_alt.append(batch.verdicts)
     graded, flat = [], 0
     for texts_i in texts:
