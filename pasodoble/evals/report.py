@@ -118,7 +118,9 @@ def settings_block(result: dict) -> str:
         f"- versions: {versions}",
     ]
     if result.get("arguments"):
-        flags = " ".join(f"{k}={v}" for k, v in result["arguments"].items() if v not in (None, False))
+        flags = " ".join(
+            f"{k}={v}" for k, v in result["arguments"].items() if k not in s and v not in (None, False)
+        )  # the settings are listed above; these are the data, engine and grader choices
         lines.append(f"- arguments: `{flags}`")
     lines += ["- prompt template:", "", "```text", template, "```"]
     return "\n".join(lines)
