@@ -89,3 +89,17 @@ def test_different_seed_changes_samples_and_greedy_ignores_it(engine, tiny_lm, g
     assert texts(SAMPLED, "a") != texts(EvalSettings(**{**SAMPLED.__dict__, "seed": 4}), "b")
     greedy = EvalSettings(max_new_tokens=6, seed=1)
     assert texts(greedy, "c") == texts(EvalSettings(max_new_tokens=6, seed=2), "d")
+
+
+def test_a_sample_is_correct_if_it_matches_any_accepted_gold(grader):
+    from collections import Counter
+
+    from pasodoble.evals.runner import _grade
+
+    problems = [Problem("a", "q", ("3", "4"), "s"), Problem("b", "q", ("\\frac{1}{2}",), "s")]
+    texts = [["so \\boxed{4}", "\\boxed{5}"], ["\\boxed{0.5}", "no box"]]
+    counters = Counter()
+    graded = _grade(grader, problems, texts, counters)
+    assert [[g["correct"] for g in rows] for rows in graded] == [[True, False], [True, False]]
+    assert graded[0][0]["extracted"] == "4" and graded[1][1]["status"] == "no_answer"
+    assert counters["grader/checks"] == 8  # each response is checked against both alternatives
