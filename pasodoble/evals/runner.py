@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from pasodoble.errors import ConfigError
 from pasodoble.evals.metrics import average_sources, score_source
 from pasodoble.evals.problems import Problem
-from pasodoble.evals.samples import Key, load_resume_state
+from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
 from pasodoble.io import append_jsonl
 
 DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -152,6 +152,28 @@ def score_rows(problems: Sequence[Problem], rows_by_key: dict[Key, list[dict]], 
     return EvalReport(per_source=scores, average=average_sources(scores))
 
 
+def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters) -> list[list[dict]]:
+    """Generate the whole chunk (same batch and seed as an uninterrupted run); rows of the `todo` positions."""
+    from pasodoble.rollout import SamplingParams
+
+    rendered = [render_prompt(p.question, settings, tokenizer) for p in chunk]
+    counters["eval/prompts_truncated"] += sum(r[2] for r in rendered)
+    sampling = SamplingParams(
+        n=settings.num_samples,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed * 1_000_003 + start,
+    )
+    completions = engine.generate([r[1] for r in rendered], sampling)
+    texts = [[c.text for c in completions[i]] for i in todo]
+    graded = _grade(grader, [chunk[i] for i in todo], texts, counters)
+    return [
+        _sample_rows(chunk[i], start + i, rendered[i][0], completions[i], grades)
+        for i, grades in zip(todo, graded)
+    ]
+
+
 def evaluate(
     engine,
     tokenizer,
@@ -163,8 +185,6 @@ def evaluate(
     progress: bool = True,
 ) -> EvalReport:
     """Generate, grade and score `settings.num_samples` answers per problem (see module docstring)."""
-    from pasodoble.rollout import SamplingParams
-
     settings.validate()
     keys = [(p.source, p.id) for p in problems]
     if len(set(keys)) != len(keys):
@@ -172,45 +192,28 @@ def evaluate(
             "problems", "two problems share the same (source, id); ids must be unique per source"
         )
     k, started = settings.num_samples, time.perf_counter()
-    state = load_resume_state(Path(samples_path), k) if samples_path else None
-    done: dict[Key, list[dict]] = dict(state.finished) if state else {}
-    counters: Counter = Counter()
-    if state:
-        counters.update(
-            {"eval/resumed_problems": sum(key in done for key in keys), "eval/torn_lines": state.torn_lines}
-        )
-        counters["eval/partial_rows_dropped"] = state.partial_rows
-    bar = tqdm(
-        total=len(problems) * k,
-        initial=sum(key in done for key in keys) * k,
-        unit="sample",
-        disable=not progress,
-        desc="eval",
+    state = load_resume_state(Path(samples_path), k) if samples_path else ResumeState()
+    done: dict[Key, list[dict]] = dict(state.finished)
+    resumed = sum(key in done for key in keys)
+    counters: Counter = Counter(
+        {
+            "eval/resumed_problems": resumed,
+            "eval/torn_lines": state.torn_lines,
+            "eval/partial_rows_dropped": state.partial_rows,
+            "eval/prompts_truncated": 0,
+        }
     )
+    bar = tqdm(total=len(keys) * k, initial=resumed * k, unit="sample", disable=not progress, desc="eval")
     generated = 0
     for start in range(0, len(problems), settings.chunk_size):
         chunk = list(problems[start : start + settings.chunk_size])
-        if all((p.source, p.id) in done for p in chunk):
-            continue
-        rendered = [render_prompt(p.question, settings, tokenizer) for p in chunk]
-        counters["eval/prompts_truncated"] += sum(r[2] for r in rendered)
-        sampling = SamplingParams(
-            n=k,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_new_tokens=settings.max_new_tokens,
-            seed=settings.seed * 1_000_003 + start,
-        )
-        completions = engine.generate([r[1] for r in rendered], sampling)
         todo = [i for i, p in enumerate(chunk) if (p.source, p.id) not in done]
-        graded = _grade(
-            grader, [chunk[i] for i in todo], [[c.text for c in completions[i]] for i in todo], counters
-        )
-        for i, grades in zip(todo, graded):
-            rows = _sample_rows(chunk[i], start + i, rendered[i][0], completions[i], grades)
+        if not todo:
+            continue
+        for rows in _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters):
             if samples_path:
-                append_jsonl(samples_path, rows)
-            done[(chunk[i].source, chunk[i].id)] = rows
+                append_jsonl(samples_path, rows)  # one problem's k rows in one fsynced write
+            done[row_key(rows[0])] = rows
             generated += k
             bar.update(k)
     bar.close()
