@@ -66,7 +66,7 @@ def register(subparsers) -> None:
     e = p.add_argument_group("engine")
     e.add_argument("--engine", choices=ENGINES, default="hf")
     e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
-    e.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    e.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     e.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     e.add_argument("--grader-timeout-s", type=float, default=5.0)
     e.add_argument("--grader-workers", type=int, default=1)
@@ -160,7 +160,8 @@ def load_model(args: argparse.Namespace):
         tokenizer.pad_token = (
             tokenizer.eos_token
         )  # batched generation pads; decoder-only models rarely set one
-    return model.to(args.device).eval(), tokenizer
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    return model.to(device).eval(), tokenizer
 
 
 def build_engine(name: str, model, tokenizer, batch_size: int):
