@@ -45,6 +45,7 @@ def register(subparsers) -> None:
     data.add_argument("--answer-field", default="answer", help="field with the gold answer(s)")
     data.add_argument("--answer-format", choices=ANSWER_FORMATS, default="auto", help="how to read the gold")
     data.add_argument("--id-field", help="field with a unique problem id (default: row number)")
+    data.add_argument("--group-field", help="report per value of this field (e.g. tier, level, subject)")
     data.add_argument("--split", default="test", help="split of a Hub --dataset")
     data.add_argument("--dataset-config", help="config name of a Hub --dataset")
     data.add_argument("--limit", type=int, help="only the first N problems of each set (smoke runs)")
@@ -116,6 +117,7 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
             answer_field=args.answer_field,
             answer_format=args.answer_format,
             id_field=args.id_field,
+            source_field=args.group_field,
         )
         if Path(args.dataset).exists() or Path(args.dataset).suffix in (".jsonl", ".json", ".parquet"):
             problems += load_problems_file(args.dataset, fields, limit=args.limit)
