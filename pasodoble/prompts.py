@@ -112,6 +112,7 @@ class Proposal:
 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_WORD_RE = re.compile(r"\\(?:boxed|fbox)")
 
 
 def last_boxed(text: str) -> str | None:
@@ -193,7 +194,7 @@ def parse_proposal(text: str, *, max_chars: int = 20_000) -> Proposal:
     answer = boxed.strip()
     if not answer:
         return Proposal(question, answer, "empty_answer")
-    if _BOX_RE.search(question) or "\\boxed" in question:
+    if _BOX_WORD_RE.search(question):
         return Proposal(question, answer, "boxed_in_question")
     if answer_leaked(question, answer):
         return Proposal(question, answer, "answer_leaked")
@@ -205,6 +206,7 @@ _FRAC_SHORT_RE = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
 _DROP_RE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\$")
 _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_NUMBER_RE = re.compile(r"\d*\.\d+|\d+")
 _TOKEN_RE = re.compile(r"\d*\.\d+|\d+|[a-z]+|\\[a-z]+|\S", re.IGNORECASE)
 _OPERAND_END = re.compile(r"[\w)\]}]")
 
@@ -233,12 +235,12 @@ def normalized_tokens(text: str) -> list[str]:
     tokens: list[str] = []
     for match in _TOKEN_RE.finditer(text):
         token = match.group(0)
-        if token[0].isdigit() or token[0] == "." and len(token) > 1:
+        if _NUMBER_RE.fullmatch(token):
             token = _canonical_number(token)
-            unary = len(tokens) < 2 or not _OPERAND_END.match(tokens[-2][-1])
-            if tokens and tokens[-1] == "-" and unary:
-                token = "-" + token
+            after_operand = len(tokens) >= 2 and _OPERAND_END.match(tokens[-2][-1])
+            if tokens and tokens[-1] == "-" and not after_operand:
                 tokens.pop()
+                token = "-" + token
         tokens.append(token)
     return tokens
 

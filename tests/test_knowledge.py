@@ -212,3 +212,26 @@ def test_validate(field, value):
     with pytest.raises(ConfigError) as err:
         KnowledgeConfig(**{field: value}).validate()
     assert err.value.where == f"knowledge.{field}"
+
+
+def test_same_passages_in_a_fresh_process_with_another_hash_seed(corpus):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pasodoble.knowledge import KnowledgeConfig, PassageSampler; "
+        "s = PassageSampler(KnowledgeConfig(path=sys.argv[1], seed=5)); "
+        "print(','.join(p.id for step in range(8) for p in s.sample(step)))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(corpus)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    here = PassageSampler(KnowledgeConfig(path=str(corpus), seed=5))
+    assert out.stdout.strip() == ",".join(p.id for step in range(8) for p in here.sample(step))
