@@ -26,10 +26,15 @@ def test_empty_history_gives_one():
 def test_fraction_of_dissimilar_history_items():
     h = QuestionHistory(maxlen=100, similarity_threshold=0.8)
     base = list(range(10))
-    # history: identical (J=1), 9 of 10 shared + 1 new (J=9/11=0.818 > 0.8), 8 shared (J=8/10=0.8, not > 0.8), unrelated
-    h.extend([base, list(range(9)) + [99], list(range(8)), [50, 51]])
-    # similar to 2 of 4 -> d = 2/4
-    assert h.scores([base]) == [0.5]
+    # history: identical (J=1); 9 of base + 1 new (J=9/11=0.818 > 0.8); a subset of 8 (J=8/10=0.8, not > 0.8);
+    # 8 of base + 2 new, same size (J=8/12=0.667); unrelated (J=0)
+    h.extend([base, list(range(9)) + [99], list(range(8)), list(range(8)) + [98, 99], [50, 51]])
+    # similar to 2 of 5 -> d = 3/5
+    assert h.scores([base]) == [0.6]
+    # J exactly 0.8 with equal sizes: {0..8} vs {0..7, 9} share 8 of 10 -> not similar (the test is J > 0.8)
+    h2 = QuestionHistory()
+    h2.extend([list(range(9))])
+    assert h2.scores([list(range(8)) + [9]]) == [1.0]
 
 
 def test_own_step_questions_do_not_count_against_each_other():
