@@ -1,0 +1,59 @@
+"""The rollout interface: one small protocol that every generation engine implements.
+
+The dual-play loop, the SFT evaluation and the benchmark harness only ever call `engine.generate(prompt_ids,
+sampling)` and `engine.update_weights(model)`. Engines (Hugging Face `generate` here; vLLM in-process or as a server
+later) live one per file behind this protocol, so the loop never branches on which engine it has.
+
+Prompts go in as token ids, not text: the caller applies the chat template and truncation once and uses the same
+ids for generation and for the loss. (The reference code truncated the prompt differently in the two places.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1  # completions per prompt
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0  # nucleus sampling mass; 1.0 keeps the whole distribution
+    max_new_tokens: int = 256  # completion budget in tokens
+    seed: int | None = None  # seeds the sampler for this call; None draws from the global RNG
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Completion:
+    text: str  # decoded completion, special tokens removed
+    token_ids: list[int]  # sampled ids, EOS included when generated, no padding
+    logprobs: list[
+        float
+    ]  # log-prob of each sampled id under softmax(logits / temperature); temperature 1 if greedy
+    finish_reason: str  # "stop" (EOS) or "length" (budget exhausted)
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        """One list per prompt, each holding `sampling.n` completions."""
+        ...
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from `model`'s current weights (called after each optimizer step)."""
+        ...

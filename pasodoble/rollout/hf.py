@@ -1,0 +1,125 @@
+"""Rollout engine on Hugging Face `generate`: the CPU / test path, and a fallback on one GPU.
+
+It samples from the live training model (no copy, so `update_weights` is a no-op) in batches of `batch_size`
+sequences with left padding. Log-probs of the sampled tokens are not taken from `generate`'s per-step logits, whose
+memory grows with vocabulary x length (151k x 6k for Qwen); they are recomputed afterwards with one forward pass
+per micro-batch, using the same position ids as a padded training batch. That makes them the log-probs the loss
+sees for the generating weights, so the first importance ratio of an update is exactly 1.
+
+Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temperature=0.6))`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationConfig
+
+from pasodoble.rollout.base import Completion, SamplingParams
+
+
+def sequence_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-prob of every next token under softmax(logits / temperature).
+
+    input_ids, attention_mask: (B, T), any padding side. Returns (B, T - 1): entry t scores input_ids[:, t + 1].
+    Position ids follow the attention mask so left-padded rows get the same positions as unpadded ones.
+    """
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logits = logits[:, :-1].float() / (temperature if temperature > 0 else 1.0)  # (B, T-1, V)
+    return torch.gather(F.log_softmax(logits, dim=-1), 2, input_ids[:, 1:, None]).squeeze(-1)
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("the tokenizer has no eos token and the model's generation config names none")
+    return ids
+
+
+class HFEngine:
+    """`RolloutEngine` over `model.generate` (see module docstring)."""
+
+    def __init__(
+        self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, logprob_batch_size: int = 16
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.logprob_batch_size = logprob_batch_size
+        self.eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.eos_ids[0]
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        self.model = model  # generation reads the live weights
+
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        flat = [list(p) for p in prompt_ids for _ in range(sampling.n)]
+        if any(len(p) == 0 for p in flat):
+            raise ValueError("HFEngine.generate got an empty prompt; every prompt needs at least one token")
+        out: list[Completion] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.random.fork_rng(devices=[]), torch.no_grad():
+                if sampling.seed is not None:
+                    torch.manual_seed(sampling.seed)
+                for start in range(0, len(flat), self.batch_size):
+                    out.extend(self._generate_batch(flat[start : start + self.batch_size], sampling))
+        finally:
+            self.model.train(was_training)
+        return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_ids))]
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
+        prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        greedy = sampling.temperature == 0
+        config = GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None,
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids,
+        )
+        sequences = self.model.generate(
+            input_ids=input_ids, attention_mask=prompt_mask, generation_config=config
+        )
+        completion = sequences[:, width:]  # (B, C)
+        lengths, finish = [], []
+        for row in completion.tolist():
+            stop = next((i for i, t in enumerate(row) if t in self.eos_ids), None)
+            lengths.append(len(row) if stop is None else stop + 1)
+            finish.append("length" if stop is None else "stop")
+        comp_mask = (
+            torch.arange(completion.shape[1], device=device)[None, :]
+            < torch.tensor(lengths, device=device)[:, None]
+        )
+        mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
+        logps = self._logprobs(sequences, mask, sampling.temperature)[:, width - 1 :]  # (B, C)
+        results = []
+        for i, n in enumerate(lengths):
+            ids = completion[i, :n].tolist()
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            results.append(Completion(text, ids, logps[i, :n].tolist(), finish[i]))
+        return results
+
+    def _logprobs(self, sequences: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
+        chunks = []
+        for s in range(0, sequences.shape[0], self.logprob_batch_size):
+            sl = slice(s, s + self.logprob_batch_size)
+            chunks.append(sequence_logprobs(self.model, sequences[sl], mask[sl], temperature=temperature))
+        return torch.cat(chunks)

@@ -1,0 +1,65 @@
+"""Shared test fixtures: a tiny random Qwen3 and a character tokenizer with a chat template.
+
+Real Hugging Face classes (built locally, saved and reloaded with `from_pretrained`), only untrained: for tests of
+shapes, log-probs and plumbing that do not need a trained model. The trained tiny world lives in `pasodoble.world`.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_char_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    chars = list(string.printable[:95]) + ["\n"]
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(chars)))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    fast.add_special_tokens({"additional_special_tokens": specials[1:]})
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory):
+    """(model, tokenizer, path): a random 2-layer Qwen3, saved and reloaded through `from_pretrained`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    tokenizer = build_char_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    path = tmp_path_factory.mktemp("tiny_lm")
+    Qwen3ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return model, AutoTokenizer.from_pretrained(path), path
