@@ -29,7 +29,9 @@ def world(tmp_path_factory):
 
 def test_files_and_row_formats(world):
     corpus, tiers = rows(world.corpus), rows(world.tiers)
-    assert len(corpus) == 20 and all(set(r) == {"id", "text"} and r["text"].startswith("Numbers: ") for r in corpus)
+    assert len(corpus) == 20 and all(
+        set(r) == {"id", "text"} and r["text"].startswith("Numbers: ") for r in corpus
+    )
     assert len(tiers) == 16 and {r["tier"] for r in tiers} == {"t1", "t2", "t3", "t4"}
     for r in tiers:
         assert set(r) == {"id", "tier", "question", "answer"}
@@ -65,8 +67,15 @@ def test_next_tier_share(tmp_path):
 
 def test_same_seed_same_files_and_idempotent(tmp_path, world):
     again = build_world(tmp_path / "again", WorldConfig.minimal())
-    for name in ["corpus.jsonl", "sft_solver.jsonl", "sft_proposer.jsonl", "tiers.jsonl", "world.json",
-                 "tokenizer/tokenizer.json", "base_model/model.safetensors"]:
+    for name in [
+        "corpus.jsonl",
+        "sft_solver.jsonl",
+        "sft_proposer.jsonl",
+        "tiers.jsonl",
+        "world.json",
+        "tokenizer/tokenizer.json",
+        "base_model/model.safetensors",
+    ]:
         assert (again.root / name).read_bytes() == (world.root / name).read_bytes(), name
     stamp = (again.root / "corpus.jsonl").stat().st_mtime_ns
     build_world(again.root, WorldConfig.minimal())
@@ -86,8 +95,9 @@ def test_tokenizer_round_trip_and_chat_template(world):
     assert len(digits) == 5
     for marker in ["<problem>", "</problem>", "<answer>", "</answer>", "\\boxed{"]:
         assert len(tok(marker, add_special_tokens=False)["input_ids"]) == 1
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1 + 2?"}], tokenize=False,
-                                     add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 1 + 2?"}], tokenize=False, add_generation_prompt=True
+    )
     assert prompt == "<|im_start|>user\nWhat is 1 + 2?<|im_end|>\n<|im_start|>assistant\n"
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
 
@@ -109,8 +119,12 @@ def test_default_model_size():
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"sft_tiers": ["t7"]}, "world.sft_tiers"), ({"next_tier_share": 1.5}, "world.next_tier_share"),
-     ({"tier_size": 0}, "world.tier_size"), ({"vocab_size": 100}, "world.vocab_size")],
+    [
+        ({"sft_tiers": ["t7"]}, "world.sft_tiers"),
+        ({"next_tier_share": 1.5}, "world.next_tier_share"),
+        ({"tier_size": 0}, "world.tier_size"),
+        ({"vocab_size": 100}, "world.vocab_size"),
+    ],
 )
 def test_validate(change, field):
     with pytest.raises(ConfigError) as info:
