@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.tracking import Tracker
 
 IGNORE_INDEX = -100  # label value the HF loss skips
 _SORT_WINDOW = 32  # batches whose examples are sorted by length together
@@ -56,10 +58,14 @@ class SFTConfig:
             raise ConfigError("sft.roles", f"must be 'joint' or 'separate', got {self.roles!r}")
 
 
-def encode_examples(tokenizer, examples: Sequence[dict], max_length: int) -> tuple[list[list[int]], list[int], int]:
+def encode_examples(
+    tokenizer, examples: Sequence[dict], max_length: int
+) -> tuple[list[list[int]], list[int], int]:
     """Token ids per example, the prompt length of each, and how many were truncated to `max_length`."""
     prompts = tokenizer.apply_chat_template(
-        [[{"role": "user", "content": ex["prompt"]}] for ex in examples], tokenize=False, add_generation_prompt=True
+        [[{"role": "user", "content": ex["prompt"]}] for ex in examples],
+        tokenize=False,
+        add_generation_prompt=True,
     )
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     completion_ids = tokenizer([ex["completion"] for ex in examples], add_special_tokens=False)["input_ids"]
@@ -115,7 +121,9 @@ def _batches(lengths: list[int], config: SFTConfig):
         yield from batch_order(lengths, config.batch_size, rng)
 
 
-def train_sft(model, tokenizer, examples, config: SFTConfig, *, tracker=None, progress=True, role="model") -> dict:
+def train_sft(
+    model, tokenizer, examples, config: SFTConfig, *, tracker=None, progress=True, role="model"
+) -> dict:
     """Fine-tune `model` in place on `examples`; log `<role>/sft/*` rows to `tracker`; return summary metrics."""
     config.validate()
     if not examples:
@@ -127,7 +135,7 @@ def train_sft(model, tokenizer, examples, config: SFTConfig, *, tracker=None, pr
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     batches = _batches([len(s) for s in sequences], config)
-    window_loss, window_tokens, first_loss, tokens_total, start = 0.0, 0, None, 0, time.perf_counter()
+    window_loss, first_loss, tokens_total, start = 0.0, None, 0, time.perf_counter()
     bar = tqdm(range(config.max_steps), desc=f"SFT {role}", disable=not progress, leave=False)
     for step in bar:
         idx = next(batches)
@@ -140,19 +148,100 @@ def train_sft(model, tokenizer, examples, config: SFTConfig, *, tracker=None, pr
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
         n_tokens = int(batch["attention_mask"].sum())
-        window_loss, window_tokens, tokens_total = window_loss + loss.item(), window_tokens + n_tokens, tokens_total + n_tokens
+        window_loss, tokens_total = window_loss + loss.item(), tokens_total + n_tokens
         if (step + 1) % config.log_every == 0 or step + 1 == config.max_steps:
             mean_loss = window_loss / ((step % config.log_every) + 1)
             first_loss = mean_loss if first_loss is None else first_loss
             seconds = time.perf_counter() - start
-            row = {f"{role}/sft/loss": mean_loss, f"{role}/sft/lr": lr_at(step, config),
-                   f"{role}/sft/tokens_per_s": tokens_total / seconds}
+            row = {
+                f"{role}/sft/loss": mean_loss,
+                f"{role}/sft/lr": lr_at(step, config),
+                f"{role}/sft/tokens_per_s": tokens_total / seconds,
+            }
             if tracker is not None:
                 tracker.log(row, step=step + 1)
             bar.set_postfix(loss=f"{mean_loss:.3f}")
-            window_loss, window_tokens = 0.0, 0
+            window_loss = 0.0
     model.eval()
     seconds = time.perf_counter() - start
-    return {f"{role}/sft/loss_first": first_loss, f"{role}/sft/loss_last": mean_loss, f"{role}/sft/steps": config.max_steps,
-            f"{role}/sft/seconds": seconds, f"{role}/sft/tokens_per_s": tokens_total / seconds,
-            f"{role}/sft/truncated": truncated, f"{role}/sft/examples": len(examples)}
+    return {
+        f"{role}/sft/loss_first": first_loss,
+        f"{role}/sft/loss_last": mean_loss,
+        f"{role}/sft/steps": config.max_steps,
+        f"{role}/sft/seconds": seconds,
+        f"{role}/sft/tokens_per_s": tokens_total / seconds,
+        f"{role}/sft/truncated": truncated,
+        f"{role}/sft/examples": len(examples),
+    }
+
+
+def load_examples(path: Path) -> list[dict]:
+    """`{"prompt", "completion"}` rows of a JSONL file; a bad row is a one-line error naming file and line."""
+    if not path.is_file():
+        raise UserError(f"--data {path}: file not found")
+    examples = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("prompt"), str)
+            and isinstance(row.get("completion"), str)
+        ):
+            raise UserError(f"{path}:{number}: each row needs string fields 'prompt' and 'completion'")
+        examples.append({"prompt": row["prompt"], "completion": row["completion"]})
+    return examples
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sft", help="supervised fine-tuning on {prompt, completion} JSONL (completion-only loss)"
+    )
+    p.add_argument(
+        "--model", required=True, help="model directory, Hugging Face id, or tiny:base / tiny:solver"
+    )
+    p.add_argument(
+        "--data", required=True, type=Path, help="JSONL with 'prompt' (user message) and 'completion'"
+    )
+    p.add_argument("--out", required=True, type=Path, help="output directory (HF checkpoint + metrics.jsonl)")
+    defaults = SFTConfig()
+    p.add_argument("--max-steps", type=int, default=defaults.max_steps)
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    p.add_argument("--lr", type=float, default=defaults.lr)
+    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_sft)
+
+
+def run_sft(args: argparse.Namespace) -> int:
+    from pasodoble.world.cache import resolve_model  # imports this module: keep the import here
+
+    config = SFTConfig(
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        seed=args.seed,
+        num_threads=args.threads,
+    )
+    config.validate()
+    examples = load_examples(args.data)
+    model_path = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.chat_template is None or tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+        raise UserError(f"--model {args.model}: the tokenizer needs a chat template, an eos and a pad token")
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    with Tracker(args.out) as tracker:
+        summary = train_sft(
+            model, tokenizer, examples, config, tracker=tracker, progress=not args.no_progress
+        )
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    return 0

@@ -47,7 +47,9 @@ class WorldConfig:
     def validate(self) -> None:
         for tier in [*self.sft_tiers, *([self.next_tier] if self.next_tier else [])]:
             if tier not in problems.TIERS:
-                raise ConfigError("world.sft_tiers", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}")
+                raise ConfigError(
+                    "world.sft_tiers", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}"
+                )
         if not self.sft_tiers:
             raise ConfigError("world.sft_tiers", "needs at least one tier, e.g. [t1, t2]")
         for name in ("next_tier_share", "proposer_next_tier_share"):
@@ -57,7 +59,21 @@ class WorldConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"world.{name}", "must be at least 1")
         if self.vocab_size < 300:
-            raise ConfigError("world.vocab_size", "must be at least 300 (256 bytes + special and format tokens)")
+            raise ConfigError(
+                "world.vocab_size", "must be at least 300 (256 bytes + special and format tokens)"
+            )
+
+    @classmethod
+    def minimal(cls, seed: int = 0) -> WorldConfig:
+        """The smallest world that still writes every file: for tests and smoke runs (seconds, not minutes)."""
+        return cls(
+            seed=seed,
+            corpus_size=20,
+            tier_size=4,
+            sft_solver_examples=200,
+            sft_proposer_examples=100,
+            model=ModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8),
+        )
 
     def mix(self, share: float) -> dict[str, float]:
         """Tier weights of SFT data: the SFT tiers evenly, plus `share` of the next tier."""
@@ -129,8 +145,9 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
         config.sft_proposer_examples, config.mix(config.proposer_next_tier_share), rng
     )
     texts = [f"user\n{e['prompt']}\nassistant\n{e['completion']}" for e in solver + proposer]
-    tokenizer = build_tokenizer(texts + [row["text"] for row in corpus] + [formats.PROPOSER_TEMPLATE_NO_PASSAGE],
-                                config.vocab_size)
+    tokenizer = build_tokenizer(
+        texts + [row["text"] for row in corpus] + [formats.PROPOSER_TEMPLATE_NO_PASSAGE], config.vocab_size
+    )
     tokenizer.save_pretrained(paths.tokenizer_dir)
     model = build_model(config.model, tokenizer, config.seed)
     model.save_pretrained(paths.base_model_dir)

@@ -112,5 +112,7 @@ def held_out(tier: str, n: int, seed: int) -> list[tuple[str, int]]:
         if is_held_out(expr.question) and expr.question not in seen:
             seen[expr.question] = expr.answer
     if len(seen) < n:
-        raise ConfigError("world.tier_size", f"tier {tier} has only {len(seen)} held-out problems; ask for fewer")
+        raise ConfigError(
+            "world.tier_size", f"tier {tier} has only {len(seen)} held-out problems; ask for fewer"
+        )
     return list(seen.items())
