@@ -14,7 +14,9 @@ finished problems are kept, the rest are generated; a different command on the s
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 from pasodoble.errors import UserError
@@ -128,6 +130,12 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     return problems
 
 
+def problems_digest(problems: list[Problem]) -> str:
+    """Fingerprint of the problem set, so a resumed run cannot mix samples of edited data files."""
+    text = json.dumps([[p.source, p.id, p.question, list(p.answers)] for p in problems], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _check_run_identity(out: Path, identity: dict, overwrite: bool) -> None:
     """Refuse to resume a directory that holds a different run (it would mix samples)."""
     path = out / "run.json"
@@ -179,10 +187,13 @@ def run_eval(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     problems = problems_from_args(args)
-    counts: dict[str, int] = {}
-    for p in problems:
-        counts[p.source] = counts.get(p.source, 0) + 1
-    identity = {"model": args.model, "sources": counts, "settings": settings_dict(settings)}
+    counts = dict(Counter(p.source for p in problems))
+    identity = {
+        "model": args.model,
+        "sources": counts,
+        "problems_sha256": problems_digest(problems),
+        "settings": settings_dict(settings),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     _check_run_identity(args.out, identity, args.overwrite)
     model, tokenizer = load_model(args)
