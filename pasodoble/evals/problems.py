@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ class FieldMap:
     answer_format: str = "auto"  # "auto" (detect), "text" (verbatim), "boxed", "hashes" (after `####`)
     id_field: str | None = None  # field holding a unique id; None: the row number
     source_field: str | None = None  # field that splits the set into reported groups (e.g. "tier"); None: one
-    extra_fields: tuple[str, ...] = field(default_factory=tuple)  # unused by the loader; documents the schema
 
     def validate(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
