@@ -150,6 +150,10 @@ class Grader:
                 self._finalizer = weakref.finalize(self, self._pool.close)
             return self._pool
 
+    def clear_cache(self) -> None:
+        """Forget every cached verdict (benchmarks use it to time a cold cache)."""
+        self._cache = _LRU(self.config.cache_size)
+
     def close(self) -> None:
         """Stop the worker processes (also done at interpreter exit); the grader can be used again after."""
         with self._lock:
