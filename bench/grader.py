@@ -84,9 +84,9 @@ def variants(gold: str) -> list[tuple[str, bool]]:
     return out
 
 
-def build_mix(per_set: int, skip: int = 0) -> tuple[list[str], list[str]]:
+def build_mix(per_set: int, skip: int = 0, sets: tuple[str, ...] = SETS) -> tuple[list[str], list[str]]:
     golds, responses = [], []
-    for name in SETS:
+    for name in sets:
         for gold in gold_answers(data_dir(), name)[skip : skip + per_set]:
             for answer, _ in variants(gold):
                 golds.append(gold)
@@ -108,23 +108,25 @@ def timed(function, repeats: int):
         start = time.perf_counter()
         result = function()
         seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), result
+    return seconds, result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-set", type=int, default=150, help="golds taken from each benchmark")
     parser.add_argument("--warmup-per-set", type=int, default=10, help="other golds graded before timing")
+    parser.add_argument("--sets", default=",".join(SETS), help="comma-separated benchmark names")
     parser.add_argument("--repeats", type=int, default=3, help="timings are the median of this many runs")
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    golds, responses = build_mix(args.per_set)
+    sets = tuple(args.sets.split(","))
+    golds, responses = build_mix(args.per_set, sets=sets)
     # Warm-up pairs from other golds: both sides start timing with a warm parser, none of the timed pairs cached.
-    warmup = build_mix(args.warmup_per_set, skip=args.per_set)
+    warmup = build_mix(args.warmup_per_set, skip=args.per_set, sets=sets)
     print(f"pairs: {len(golds)} ({len(set(golds))} distinct golds), cores: {sorted(os.sched_getaffinity(0))}")
 
     plain_math_verify(*warmup)
-    mv_s, expected = timed(lambda: plain_math_verify(golds, responses), args.repeats)
+    mv_runs, expected = timed(lambda: plain_math_verify(golds, responses), args.repeats)
 
     cold_runs, counters = [], {}
     for _ in range(args.repeats):
@@ -136,9 +138,9 @@ def main() -> int:
         batch = grader.grade(golds, responses)
         cold_runs.append(time.perf_counter() - start)
         counters = batch.counters
-    cold_s = statistics.median(cold_runs)
-    warm_s, warm = timed(lambda: grader.grade(golds, responses), args.repeats)
+    warm_runs, warm = timed(lambda: grader.grade(golds, responses), args.repeats)
     grader.close()
+    mv_s, cold_s, warm_s = (statistics.median(runs) for runs in (mv_runs, cold_runs, warm_runs))
 
     got = [v.correct for v in batch.verdicts]
     disagreements = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
@@ -149,6 +151,8 @@ def main() -> int:
     print(f"{'math-verify':<22}{mv_s:>10.2f}{len(golds) / mv_s:>10.0f}{1.0:>8.1f}")
     print(f"{'grader cold cache':<22}{cold_s:>10.2f}{len(golds) / cold_s:>10.0f}{mv_s / cold_s:>8.1f}")
     print(f"{'grader warm cache':<22}{warm_s:>10.2f}{len(golds) / warm_s:>10.0f}{mv_s / warm_s:>8.1f}")
+    for name, runs in (("math-verify", mv_runs), ("grader cold", cold_runs), ("grader warm", warm_runs)):
+        print(f"  {name} runs (s): {', '.join(f'{run:.2f}' for run in runs)}")
     print(f"cold counters: {counters}")
     print(f"agreement: {agreement:.2f}% ({len(disagreements)} disagreements cold, {warm_disagreements} warm)")
     for i in disagreements:

@@ -10,7 +10,8 @@ Used by the rewards and by the evaluation harness:
 Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
 up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
 runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`). A verdict never depends on the
-route taken: the fast path only answers where math-verify surely agrees, and timeouts are never cached.
+route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
+same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
 
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
@@ -37,8 +38,8 @@ COUNTER_NAMES = (
     "math_verify",  # sent to a math-verify worker
     "no_answer",  # no answer found in the response
     "fallbacks",  # answer found only by the configured fallback (last number)
-    "timeouts",  # math-verify checks killed at the time limit
-    "errors",  # math-verify checks that raised or whose worker died
+    "timeouts",  # pairs whose check hit the time limit (now or, cached, earlier)
+    "errors",  # pairs whose check raised or whose worker died
     "parse_failures",  # extracted answers math-verify could not turn into a value
     "gold_parse_failures",  # gold answers math-verify could not turn into a value
     "mv_exceptions",  # exceptions math-verify caught inside its comparisons (verdict unchanged)
@@ -99,21 +100,21 @@ def counters_to_metrics(counters: dict[str, int]) -> dict[str, float]:
 
 
 class _LRU:
-    """A thread-safe least-recently-used map of (gold, answer) -> correct."""
+    """A thread-safe least-recently-used map of (gold, answer) -> (correct, status)."""
 
     def __init__(self, size: int):
         self._size = size
-        self._items: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], tuple[bool, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> bool | None:
+    def get(self, key: tuple[str, str]) -> tuple[bool, str] | None:
         with self._lock:
             if key not in self._items:
                 return None
             self._items.move_to_end(key)
             return self._items[key]
 
-    def put(self, key: tuple[str, str], value: bool) -> None:
+    def put(self, key: tuple[str, str], value: tuple[bool, str]) -> None:
         if self._size == 0:
             return
         with self._lock:
@@ -181,7 +182,8 @@ class Grader:
             key = (str(gold).strip(), answer)
             known = self._known(key, counters)
             if known is not None:
-                verdicts[index] = Verdict(known, "ok", answer)
+                verdicts[index] = Verdict(*known, answer)
+                counters["timeouts"] += known[1] == "timeout"
             elif key in waiting:
                 counters["cache_hits"] += 1
                 waiting[key].append(index)
@@ -204,16 +206,18 @@ class Grader:
             counters["fallbacks"] += 1
         return answer
 
-    def _known(self, key: tuple[str, str], counters: Counter[str]) -> bool | None:
+    def _known(self, key: tuple[str, str], counters: Counter[str]) -> tuple[bool, str] | None:
+        """(correct, status) from the cache or the fast path, or None when a worker must decide."""
         cached = self._cache.get(key)
         if cached is not None:
             counters["cache_hits"] += 1
             return cached
         decided = fast_verdict(*key)
-        if decided is not None:
-            counters["fast_path"] += 1
-            self._cache.put(key, decided)
-        return decided
+        if decided is None:
+            return None
+        counters["fast_path"] += 1
+        self._cache.put(key, (decided, "ok"))
+        return decided, "ok"
 
     def _check(
         self,
@@ -229,9 +233,9 @@ class Grader:
         counters["worker_restarts"] += pool.restarts - restarts_before
         for key, result in zip(keys, results, strict=True):
             counters.update(result.counters)
-            if result.status == "ok":
-                self._cache.put(key, result.correct)
-            else:
-                counters["timeouts" if result.status == "timeout" else "errors"] += 1
+            if result.status != "error":
+                self._cache.put(key, (result.correct and result.status == "ok", result.status))
+            if result.status != "ok":
+                counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
             for index in waiting[key]:
                 verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])

@@ -69,3 +69,13 @@ def test_a_dying_worker_is_an_error_and_is_replaced():
         assert batch.counters["errors"] == 1 and batch.counters["worker_restarts"] == 1
         again = grader.grade(["x^2-1"], ["\\boxed{(x-1)(x+1)}"])
         assert again.verdicts[0].correct is True
+
+
+def test_a_timeout_is_cached_and_still_reported():
+    with Grader(GraderConfig(timeout_s=LIMIT_S, num_workers=1)) as grader:
+        first = grader.grade(["1"], [TOWER])
+        seconds, second = _timed_grade(grader, "1", TOWER)
+    assert first.verdicts == second.verdicts and first.verdicts[0].status == "timeout"
+    assert seconds < 0.5
+    assert second.counters["timeouts"] == 1 and second.counters["cache_hits"] == 1
+    assert second.counters["math_verify"] == 0
