@@ -19,6 +19,7 @@ never zeroes the whole batch; the time limit works in any thread; every failure 
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import Counter, OrderedDict
@@ -29,6 +30,8 @@ from pasodoble.errors import ConfigError
 from pasodoble.grader.extract import FALLBACKS, extract_answer
 from pasodoble.grader.fastpath import fast_verdict
 from pasodoble.grader.pool import WorkerPool
+
+logger = logging.getLogger(__name__)
 
 STATUSES = ("ok", "no_answer", "timeout", "error")
 COUNTER_NAMES = (
@@ -237,5 +240,6 @@ class Grader:
                 self._cache.put(key, (result.correct and result.status == "ok", result.status))
             if result.status != "ok":
                 counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
+                logger.warning("grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message)
             for index in waiting[key]:
                 verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])
