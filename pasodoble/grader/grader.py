@@ -154,6 +154,11 @@ class Grader:
                 self._finalizer = weakref.finalize(self, self._pool.close)
             return self._pool
 
+    def start(self) -> Grader:
+        """Start the worker processes now (about a second of CPU each) rather than at the first deferred check."""
+        self._workers().start()
+        return self
+
     def clear_cache(self) -> None:
         """Forget every cached verdict (benchmarks use it to time a cold cache)."""
         self._cache = _LRU(self.config.cache_size)
@@ -240,6 +245,8 @@ class Grader:
                 self._cache.put(key, (result.correct and result.status == "ok", result.status))
             if result.status != "ok":
                 counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
-                logger.warning("grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message)
+                logger.warning(
+                    "grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message
+                )
             for index in waiting[key]:
                 verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])

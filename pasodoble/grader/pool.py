@@ -134,6 +134,14 @@ class WorkerPool:
         self._closed = False
         self.restarts = 0  # workers killed and replaced (timeouts and crashes)
 
+    def start(self) -> None:
+        """Start every worker now and wait until each is ready (instead of lazily at the first check)."""
+        for worker in self._workers:
+            if worker.process is None:
+                worker.start()
+        for worker in self._workers:
+            worker.wait_ready(self._startup_timeout_s)
+
     def _acquire(self, block: bool) -> _Worker | None:
         try:
             worker = self._idle.get(block=block)
