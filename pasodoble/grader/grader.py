@@ -13,6 +13,10 @@ runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`).
 route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
 same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
 
+Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
+settings. One departure from plain math-verify: its own timeouts are per parse and per comparison (and need the
+main thread); ours is one wall-clock limit per check, and a check past it is status "timeout", correct=False.
+
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
 """
