@@ -5,16 +5,18 @@ needs a killable worker process; most reward checks are plain numbers or an answ
 How: `fast_verdict(gold, pred)` returns True / False when math-verify's verdict on `\\boxed{gold}` against
 `\\boxed{pred}` is known for sure, and None ("defer") otherwise. It answers only in two cases:
 
-1. *Identical answers.* math-verify's `parse` returns the SymPy value and the normalised LaTeX string, and `verify`
-   also compares string with string, so two identical answers are equal as soon as the normalised string is not
-   empty. We compute that normalised string with math-verify's own `normalize_latex` and skip anything that could
-   make parsing slow (power towers, huge exponents, factorials, sums, long strings): those go to a worker, under the
-   hard time limit, exactly as math-verify would see them.
+1. *Same normalised answer.* math-verify's `parse` returns the SymPy value *and* the normalised LaTeX string, and
+   `verify` also compares string with string, so two answers whose normalised strings are equal and not empty are
+   equal for math-verify (`\\dfrac` vs `\\frac`, `\\left(` vs `(`, `5 \\text{ cm}` vs `5`, and identical answers).
+   We compute that string with math-verify's own `normalize_latex` and skip anything that could make parsing slow
+   or change which pattern math-verify matches (power towers, huge exponents, factorials, sums, `$`, long strings):
+   those go to a worker, under the hard time limit, exactly as math-verify would see them.
 2. *Two plain numbers* (integers, decimals, `\\frac{a}{b}`, `a/b`). Exact rationals (Python `Fraction`) follow
    math-verify's rules: two non-decimal numbers are equal iff their values are; when a decimal is involved
    math-verify rounds both to 6 places, so we say True only for an exact match on the 6-decimal grid (no rounding
    tie possible) and False only when the values differ by clearly more than that rounding. Anything in between,
-   percentages, units, thousands separators, scientific notation and leading zeros are deferred.
+   percentages, units, thousands separators, scientific notation and leading zeros are deferred. A False also needs
+   the two normalised strings to differ (else math-verify's string match would say True).
 
 The test-suite checks these rules against math-verify itself on random numbers, and the benchmark shows identical
 verdicts on the benchmark answer mix. Nothing here raises on any input.
@@ -30,10 +32,10 @@ from functools import lru_cache
 from latex2sympy2_extended.latex2sympy2 import normalize_latex
 from math_verify.parser import LatexExtractionConfig
 
-_IDENTITY_MAX_CHARS = 300
+_NORMALISED_MAX_CHARS = 300
 # Inputs that change which math-verify pattern matches (so the string fallback may differ) or that can make SymPy
 # evaluate something huge while parsing or comparing.
-_IDENTITY_UNSAFE = re.compile(
+_UNSAFE = re.compile(
     r"\$|\\\[|\\\(|boxed|fbox|answer|!|\\sum|\\prod|\\int|\\lim|\\binom|\\choose|\d{30,}|\^\s*\{?\s*-?\d{4,}",
     re.IGNORECASE,
 )
@@ -63,15 +65,15 @@ def _power_tower(answer: str) -> bool:
 
 
 @lru_cache(maxsize=65_536)
-def _identity_is_true(answer: str) -> bool:
-    """True when math-verify surely says `answer` equals itself (see the module docstring, case 1)."""
-    if len(answer) > _IDENTITY_MAX_CHARS or _IDENTITY_UNSAFE.search(answer) or _power_tower(answer):
-        return False
+def normalised(answer: str) -> str | None:
+    """math-verify's normalised string for `\\boxed{answer}`, or None when empty or unsafe to rely on."""
+    if len(answer) > _NORMALISED_MAX_CHARS or _UNSAFE.search(answer) or _power_tower(answer):
+        return None
     try:
-        normalised = normalize_latex(f"\\boxed{{{answer}}}", config=_NORMALISATION)
+        text = normalize_latex(f"\\boxed{{{answer}}}", config=_NORMALISATION).strip()
     except Exception:  # a normalisation failure means math-verify's parse returns nothing: let it decide
-        return False
-    return bool(normalised.strip())
+        return None
+    return text or None
 
 
 def parse_number(answer: str) -> tuple[Fraction, bool] | None:
@@ -111,10 +113,12 @@ def _numeric_verdict(gold: tuple[Fraction, bool], pred: tuple[Fraction, bool]) -
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """Return math-verify's verdict for (gold answer, extracted prediction) when certain, else None."""
     gold, pred = gold.strip(), pred.strip()
-    if gold == pred:
-        return True if _identity_is_true(gold) else None
-    if len(gold) > 80 or len(pred) > 80:
-        return None
+    gold_text = normalised(gold)
+    pred_text = normalised(pred) if gold_text is not None else None
+    if gold_text is not None and gold_text == pred_text:
+        return True
+    if pred_text is None or len(gold) > 80 or len(pred) > 80:
+        return None  # without both normalised strings we cannot rule out math-verify's string match
     gold_number = parse_number(gold)
     pred_number = parse_number(pred) if gold_number is not None else None
     if gold_number is None or pred_number is None:

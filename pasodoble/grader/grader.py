@@ -10,7 +10,12 @@ Used by the rewards and by the evaluation harness:
 Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
 up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
 runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`). A verdict never depends on the
-route taken: the fast path only answers where math-verify surely agrees, and timeouts are never cached.
+route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
+same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
+
+Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
+settings. One departure from plain math-verify: its own timeouts are per parse and per comparison (and need the
+main thread); ours is one wall-clock limit per check, and a check past it is status "timeout", correct=False.
 
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
@@ -18,6 +23,7 @@ never zeroes the whole batch; the time limit works in any thread; every failure 
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import Counter, OrderedDict
@@ -29,6 +35,8 @@ from pasodoble.grader.extract import FALLBACKS, extract_answer
 from pasodoble.grader.fastpath import fast_verdict
 from pasodoble.grader.pool import WorkerPool
 
+logger = logging.getLogger(__name__)
+
 STATUSES = ("ok", "no_answer", "timeout", "error")
 COUNTER_NAMES = (
     "checks",  # pairs graded
@@ -37,8 +45,8 @@ COUNTER_NAMES = (
     "math_verify",  # sent to a math-verify worker
     "no_answer",  # no answer found in the response
     "fallbacks",  # answer found only by the configured fallback (last number)
-    "timeouts",  # math-verify checks killed at the time limit
-    "errors",  # math-verify checks that raised or whose worker died
+    "timeouts",  # pairs whose check hit the time limit (now or, cached, earlier)
+    "errors",  # pairs whose check raised or whose worker died
     "parse_failures",  # extracted answers math-verify could not turn into a value
     "gold_parse_failures",  # gold answers math-verify could not turn into a value
     "mv_exceptions",  # exceptions math-verify caught inside its comparisons (verdict unchanged)
@@ -99,21 +107,21 @@ def counters_to_metrics(counters: dict[str, int]) -> dict[str, float]:
 
 
 class _LRU:
-    """A thread-safe least-recently-used map of (gold, answer) -> correct."""
+    """A thread-safe least-recently-used map of (gold, answer) -> (correct, status)."""
 
     def __init__(self, size: int):
         self._size = size
-        self._items: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], tuple[bool, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> bool | None:
+    def get(self, key: tuple[str, str]) -> tuple[bool, str] | None:
         with self._lock:
             if key not in self._items:
                 return None
             self._items.move_to_end(key)
             return self._items[key]
 
-    def put(self, key: tuple[str, str], value: bool) -> None:
+    def put(self, key: tuple[str, str], value: tuple[bool, str]) -> None:
         if self._size == 0:
             return
         with self._lock:
@@ -150,6 +158,15 @@ class Grader:
                 self._finalizer = weakref.finalize(self, self._pool.close)
             return self._pool
 
+    def start(self) -> Grader:
+        """Start the worker processes now (about a second of CPU each) rather than at the first deferred check."""
+        self._workers().start()
+        return self
+
+    def clear_cache(self) -> None:
+        """Forget every cached verdict (benchmarks use it to time a cold cache)."""
+        self._cache = _LRU(self.config.cache_size)
+
     def close(self) -> None:
         """Stop the worker processes (also done at interpreter exit); the grader can be used again after."""
         with self._lock:
@@ -177,7 +194,8 @@ class Grader:
             key = (str(gold).strip(), answer)
             known = self._known(key, counters)
             if known is not None:
-                verdicts[index] = Verdict(known, "ok", answer)
+                verdicts[index] = Verdict(*known, answer)
+                counters["timeouts"] += known[1] == "timeout"
             elif key in waiting:
                 counters["cache_hits"] += 1
                 waiting[key].append(index)
@@ -200,16 +218,18 @@ class Grader:
             counters["fallbacks"] += 1
         return answer
 
-    def _known(self, key: tuple[str, str], counters: Counter[str]) -> bool | None:
+    def _known(self, key: tuple[str, str], counters: Counter[str]) -> tuple[bool, str] | None:
+        """(correct, status) from the cache or the fast path, or None when a worker must decide."""
         cached = self._cache.get(key)
         if cached is not None:
             counters["cache_hits"] += 1
             return cached
         decided = fast_verdict(*key)
-        if decided is not None:
-            counters["fast_path"] += 1
-            self._cache.put(key, decided)
-        return decided
+        if decided is None:
+            return None
+        counters["fast_path"] += 1
+        self._cache.put(key, (decided, "ok"))
+        return decided, "ok"
 
     def _check(
         self,
@@ -225,9 +245,12 @@ class Grader:
         counters["worker_restarts"] += pool.restarts - restarts_before
         for key, result in zip(keys, results, strict=True):
             counters.update(result.counters)
-            if result.status == "ok":
-                self._cache.put(key, result.correct)
-            else:
-                counters["timeouts" if result.status == "timeout" else "errors"] += 1
+            if result.status != "error":
+                self._cache.put(key, (result.correct and result.status == "ok", result.status))
+            if result.status != "ok":
+                counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
+                logger.warning(
+                    "grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message
+                )
             for index in waiting[key]:
                 verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])
