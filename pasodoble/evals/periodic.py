@@ -31,9 +31,7 @@ class EvalConfig:
     problems_file: str | None = None  # held-out JSONL/Parquet (fields below); preferred for checkpoint choice
     question_field: str = "question"  # question field of problems_file
     answer_field: str = "answer"  # gold answer field of problems_file
-    benchmarks: list[str] = field(
-        default_factory=list
-    )  # built-in sets to watch as well (not for model choice)
+    benchmarks: list[str] = field(default_factory=list)  # built-in sets to watch (never pick the best)
     data_dir: str | None = None  # where the built-in sets live (else PASODOBLE_DATA_DIR, else the Hub)
     limit: int | None = 64  # first N problems of each set; None: all
     num_samples: int = 1  # k samples per problem
