@@ -109,6 +109,8 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
 def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     if not args.benchmarks and not args.dataset:
         raise UserError("give --benchmarks NAMES and/or --dataset FILE")
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {args.limit}")
     problems: list[Problem] = []
     for name in parse_benchmark_names(args.benchmarks) if args.benchmarks else []:
         problems += load_benchmark(name, args.data_dir, limit=args.limit)
