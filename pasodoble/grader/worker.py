@@ -27,6 +27,8 @@ from typing import Any
 from math_verify import parse, verify
 from sympy import Basic, MatrixBase
 
+from pasodoble.grader import sll
+
 
 class _ExceptionCounter(logging.Handler):
     """Counts the log records that carry an exception (math-verify's swallowed comparison errors)."""
@@ -115,6 +117,7 @@ def serve(conn: Connection, memory_limit_mb: int | None) -> None:
         limit = memory_limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _install_counter()
+    sll.install()  # same parse results, a third less parse time (see sll.py)
     signal.signal(signal.SIGALRM, _on_timer)
     # Load the ANTLR parser and SymPy's lazy parts now, so the first real check is not charged for them.
     check("\\frac{1}{2}", "x^2+1")
