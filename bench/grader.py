@@ -9,7 +9,10 @@ changed, off-by-one, a changed numerator). Each answer is wrapped in a model-lik
 Plain math-verify: `verify(parse("\\\\boxed{" + gold + "}"), parse(response))` with its default settings (signal
 timeouts, main thread). Grader: `Grader(GraderConfig(num_workers=1)).grade(golds, responses)`; "cold" is a fresh
 grader per repeat (empty caches; its worker started and warmed on pairs from other golds before timing, as
-math-verify is warmed on the same pairs), "warm" grades the timed pairs again with the same grader. Pin to one core:
+math-verify is warmed on the same pairs), "warm" grades the timed pairs again with the same grader. Each set is one
+batch; the "all" row sums the per-set medians. Wall seconds swing with other load on the machine, so CPU seconds
+(grader: parent plus worker processes) are printed too, and "ceiling" is what math-verify itself spends on the pairs
+the grader must hand to it (timed alone): no grader that leaves those to math-verify can beat that ratio. Pin to one core:
 
     taskset -c 0 python bench/grader.py              # PASODOBLE_DATA_DIR overrides ../shared
 """
@@ -21,14 +24,16 @@ import json
 import logging
 import os
 import re
+import resource
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pasodoble.grader import Grader, GraderConfig, extract_boxed, fastpath  # noqa: E402
+from pasodoble.grader import Grader, GraderConfig, extract_answer, extract_boxed, fastpath  # noqa: E402
 from pasodoble.grader.fastpath import parse_number  # noqa: E402
 
 SETS = ("aime24", "aime25", "amc23", "gsm8k", "math500", "minerva_math", "olympiadbench")
@@ -96,19 +101,102 @@ def build_mix(per_set: int, skip: int = 0, sets: tuple[str, ...] = SETS) -> tupl
     return golds, responses
 
 
-def plain_math_verify(golds: list[str], responses: list[str]) -> list[bool]:
+def plain_math_verify(
+    golds: list[str], responses: list[str], seconds: list[float] | None = None
+) -> list[bool]:
+    """math-verify's verdicts; when `seconds` is given, each pair's time is appended to it."""
     from math_verify import parse, verify
 
-    return [bool(verify(parse(f"\\boxed{{{g}}}"), parse(r))) for g, r in zip(golds, responses, strict=True)]
-
-
-def timed(function, repeats: int):
-    seconds, result = [], None
-    for _ in range(repeats):
+    verdicts = []
+    for gold, response in zip(golds, responses, strict=True):
         start = time.perf_counter()
-        result = function()
-        seconds.append(time.perf_counter() - start)
-    return seconds, result
+        verdicts.append(bool(verify(parse(f"\\boxed{{{gold}}}"), parse(response))))
+        if seconds is not None:
+            seconds.append(time.perf_counter() - start)
+    return verdicts
+
+
+def worker_cpu_s(grader: Grader) -> float:
+    """CPU seconds of the grader's live workers plus every reaped child (killed workers) so far (Linux)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = children.ru_utime + children.ru_stime
+    for worker in grader._workers()._workers:
+        if worker.process is not None and worker.process.poll() is None:
+            fields = Path(f"/proc/{worker.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def routed_to_math_verify(golds: list[str], responses: list[str]) -> list[bool]:
+    """Which pairs a cold grader sends to a worker: not fast-path decided, first of their (gold, answer)."""
+    seen, routed = set(), []
+    for gold, response in zip(golds, responses, strict=True):
+        key = (gold.strip(), extract_answer(response)[0])
+        routed.append(key not in seen and fastpath.fast_verdict(*key) is None)
+        seen.add(key)
+    return routed
+
+
+def time_math_verify(mix: dict, repeats: int) -> tuple[dict, dict, float]:
+    """Per-set wall seconds (one list per set), verdicts and median CPU seconds of plain math-verify."""
+    per_set: dict[str, list[float]] = {name: [] for name in mix}
+    verdicts, cpu = {}, []
+    for _ in range(repeats):
+        cpu_start = time.process_time()
+        for name, (golds, responses) in mix.items():
+            start = time.perf_counter()
+            verdicts[name] = plain_math_verify(golds, responses)
+            per_set[name].append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+    return per_set, verdicts, statistics.median(cpu)
+
+
+def time_routed_math_verify(mix: dict, repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of plain math-verify on just the pairs a cold grader sends to its worker."""
+    pairs = []
+    for golds, responses in mix.values():
+        routed = routed_to_math_verify(golds, responses)
+        pairs += [pair for pair, flag in zip(zip(golds, responses), routed, strict=True) if flag]
+    golds, responses = [gold for gold, _ in pairs], [response for _, response in pairs]
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        plain_math_verify(golds, responses)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def time_grader(mix: dict, warmup: tuple, repeats: int) -> tuple[dict, dict, dict, Counter, float]:
+    """Cold and warm per-set wall seconds, the last cold verdicts, summed cold counters and median cold CPU s."""
+    cold: dict[str, list[float]] = {name: [] for name in mix}
+    warm: dict[str, list[float]] = {name: [] for name in mix}
+    verdicts, counters, cpu = {}, Counter(), []
+    for _ in range(repeats):
+        grader = Grader(GraderConfig(num_workers=1)).start()
+        grader.grade(*warmup)  # starts and warms the worker outside the timing
+        grader.clear_cache()
+        fastpath.normalised.cache_clear()
+        counters = Counter()
+        cpu_start = time.process_time() + worker_cpu_s(grader)
+        for name, (golds, responses) in mix.items():
+            start = time.perf_counter()
+            batch = grader.grade(golds, responses)
+            cold[name].append(time.perf_counter() - start)
+            verdicts[name] = [verdict.correct for verdict in batch.verdicts]
+            counters.update(batch.counters)
+        cpu.append(time.process_time() + worker_cpu_s(grader) - cpu_start)
+        for name, (golds, responses) in mix.items():
+            start = time.perf_counter()
+            batch = grader.grade(golds, responses)
+            warm[name].append(time.perf_counter() - start)
+            assert [v.correct for v in batch.verdicts] == verdicts[name], "warm verdicts changed"
+        grader.close()
+    return cold, warm, verdicts, counters, statistics.median(cpu)
+
+
+def _row(name: str, pairs: int, mv_s: float, cold_s: float, warm_s: float) -> str:
+    return f"{name:<16}{pairs:>7}{mv_s:>10.2f}{cold_s:>10.2f}{warm_s:>10.3f}{mv_s / cold_s:>8.1f}{mv_s / warm_s:>8.0f}"
 
 
 def main() -> int:
@@ -119,48 +207,53 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timings are the median of this many runs")
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    logging.getLogger("pasodoble.grader").setLevel(logging.ERROR)
     sets = tuple(args.sets.split(","))
     golds, responses = build_mix(args.per_set, sets=sets)
+    mix, begin = {}, 0
+    for name in sets:  # the same pairs as one mix, timed set by set
+        end = begin + len(build_mix(args.per_set, sets=(name,))[0])
+        mix[name], begin = (golds[begin:end], responses[begin:end]), end
     # Warm-up pairs from other golds: both sides start timing with a warm parser, none of the timed pairs cached.
     warmup = build_mix(args.warmup_per_set, skip=args.per_set, sets=sets)
     print(f"pairs: {len(golds)} ({len(set(golds))} distinct golds), cores: {sorted(os.sched_getaffinity(0))}")
 
     plain_math_verify(*warmup)
-    mv_runs, expected = timed(lambda: plain_math_verify(golds, responses), args.repeats)
+    mv, expected, mv_cpu = time_math_verify(mix, args.repeats)
+    cold, warm, got, counters, cold_cpu = time_grader(mix, warmup, args.repeats)
 
-    cold_runs, counters = [], {}
-    for _ in range(args.repeats):
-        grader = Grader(GraderConfig(num_workers=1)).start()
-        grader.grade(*warmup)  # starts and warms the worker outside the timing
-        grader.clear_cache()
-        fastpath.normalised.cache_clear()
-        start = time.perf_counter()
-        batch = grader.grade(golds, responses)
-        cold_runs.append(time.perf_counter() - start)
-        counters = batch.counters
-    warm_runs, warm = timed(lambda: grader.grade(golds, responses), args.repeats)
-    grader.close()
-    mv_s, cold_s, warm_s = (statistics.median(runs) for runs in (mv_runs, cold_runs, warm_runs))
+    med = {
+        key: {name: statistics.median(runs) for name, runs in table.items()}
+        for key, table in (("mv", mv), ("cold", cold), ("warm", warm))
+    }
+    print(f"{'set':<16}{'pairs':>7}{'mv s':>10}{'cold s':>10}{'warm s':>10}{'cold x':>8}{'warm x':>8}")
+    for name in sets:
+        print(_row(name, len(mix[name][0]), med["mv"][name], med["cold"][name], med["warm"][name]))
+    totals = {key: sum(values.values()) for key, values in med.items()}
+    print(_row("all", len(golds), totals["mv"], totals["cold"], totals["warm"]))
+    print(
+        f"CPU seconds (median run): math-verify {mv_cpu:.2f}, grader cold {cold_cpu:.2f} "
+        f"(parent + worker), ratio {mv_cpu / cold_cpu:.1f}"
+    )
+    routed_s, routed_cpu = time_routed_math_verify(mix, args.repeats)
+    print(
+        f"math-verify on only the pairs the grader routes to it: {routed_s:.2f} s wall, {routed_cpu:.2f} s CPU "
+        f"(ceiling of a grader that leaves those to math-verify: {totals['mv'] / routed_s:.1f}x wall, "
+        f"{mv_cpu / routed_cpu:.1f}x CPU)"
+    )
+    print(f"cold counters (sum over sets, last run): {dict(counters)}")
 
-    got = [v.correct for v in batch.verdicts]
-    disagreements = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
-    warm_disagreements = sum(a != v.correct for a, v in zip(expected, warm.verdicts, strict=True))
+    disagreements = [
+        (name, i)
+        for name in sets
+        for i, (a, b) in enumerate(zip(expected[name], got[name], strict=True))
+        if a != b
+    ]
     agreement = 100.0 * (len(golds) - len(disagreements)) / len(golds)
-    print(f"math-verify correct: {sum(expected)}/{len(expected)}")
-    print(f"{'route':<22}{'seconds':>10}{'pairs/s':>10}{'ratio':>8}")
-    print(f"{'math-verify':<22}{mv_s:>10.2f}{len(golds) / mv_s:>10.0f}{1.0:>8.1f}")
-    print(f"{'grader cold cache':<22}{cold_s:>10.2f}{len(golds) / cold_s:>10.0f}{mv_s / cold_s:>8.1f}")
-    print(f"{'grader warm cache':<22}{warm_s:>10.2f}{len(golds) / warm_s:>10.0f}{mv_s / warm_s:>8.1f}")
-    for name, runs in (("math-verify", mv_runs), ("grader cold", cold_runs), ("grader warm", warm_runs)):
-        print(f"  {name} runs (s): {', '.join(f'{run:.2f}' for run in runs)}")
-    print(f"cold counters: {counters}")
-    print(f"agreement: {agreement:.2f}% ({len(disagreements)} disagreements cold, {warm_disagreements} warm)")
-    for i in disagreements:
-        verdict = batch.verdicts[i]
-        print(
-            f"  gold={golds[i]!r} extracted={verdict.extracted!r} math-verify={expected[i]} grader={got[i]} "
-            f"status={verdict.status}"
-        )
+    print(f"math-verify correct: {sum(sum(v) for v in expected.values())}/{len(golds)}")
+    print(f"agreement: {agreement:.2f}% ({len(disagreements)} disagreements)")
+    for name, i in disagreements:
+        print(f"  {name}: gold={mix[name][0][i]!r} math-verify={expected[name][i]} grader={got[name][i]}")
     return 0 if not disagreements else 1
 
 

@@ -9,13 +9,16 @@ Used by the rewards and by the evaluation harness:
 
 Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
 up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
-runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`). A verdict never depends on the
+runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`; workers parse LaTeX with ANTLR's
+faster SLL prediction first, with identical results, `sll.py`). A verdict never depends on the
 route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
 same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
 
 Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
 settings. One departure from plain math-verify: its own timeouts are per parse and per comparison (and need the
-main thread); ours is one wall-clock limit per check, and a check past it is status "timeout", correct=False.
+main thread); ours is one wall-clock limit per check (both parses and the comparison), and a check past it is status
+"timeout", correct=False. The worker stops such a check itself and stays warm; one stuck inside C code, deaf to its
+timer, is killed at most `pool.KILL_GRACE_S` later and its worker replaced.
 
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.

@@ -2,8 +2,9 @@
 
 Why: a SymPy computation (`9^{9^{9^{9}}}`, 100 KB of nested braces) can run for hours and cannot be interrupted, and
 math-verify's `signal.alarm` timeout fails off the main thread. Here every check runs in a worker process; the
-calling thread waits on the worker's pipe until the check's deadline, and past it kills the process (SIGKILL), starts
-a replacement and reports `timeout`. A worker that dies (segfault, out of memory) is reported as `error` and
+worker stops its own check at the limit and answers `timeout` (`worker.py`), staying warm; the calling thread waits
+on the worker's pipe until the deadline plus a grace period (`KILL_GRACE_S`, for work stuck in C code that the
+worker's timer cannot interrupt), and past it kills the process (SIGKILL), starts a replacement and reports `timeout`. A worker that dies (segfault, out of memory) is reported as `error` and
 replaced. Any number of threads may call `run` at once: workers are borrowed from a shared idle queue one check at
 a time, so a stuck worker holds up nobody but its own check, and only for its limit.
 
@@ -35,6 +36,9 @@ WORKER_MODULE = "pasodoble.grader.worker"
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _IDLE_POLL_S = 0.05  # how often a caller with waiting checks looks for a free worker
+KILL_GRACE_S = (
+    0.5  # how long past its limit a check may take to answer "timeout" itself before its worker is killed
+)
 
 
 @dataclass
@@ -199,8 +203,8 @@ class WorkerPool:
                 if worker is None:
                     break
                 index = pending.popleft()
-                worker.conn.send((index, *pairs[index]))
-                in_flight[worker.conn] = (worker, index, time.monotonic() + timeout_s)
+                worker.conn.send((index, *pairs[index], timeout_s))
+                in_flight[worker.conn] = (worker, index, time.monotonic() + timeout_s + KILL_GRACE_S)
             wait_s = min(deadline for _, _, deadline in in_flight.values()) - time.monotonic()
             if pending:
                 wait_s = min(wait_s, _IDLE_POLL_S)  # a worker may become free or ready meanwhile

@@ -79,3 +79,17 @@ def test_a_timeout_is_cached_and_still_reported():
     assert seconds < 0.5
     assert second.counters["timeouts"] == 1 and second.counters["cache_hits"] == 1
     assert second.counters["math_verify"] == 0
+
+
+def test_a_slow_comparison_times_out_inside_its_worker_which_stays_up():
+    gold = (
+        "m l \\ddot{\\theta}(t)-m g \\sin \\theta(t)=f(t) \\cos \\theta(t)"  # SymPy's solve runs for seconds
+    )
+    with Grader(GraderConfig(timeout_s=0.5, num_workers=1, cache_size=0)) as grader:
+        grader.start()
+        seconds, batch = _timed_grade(grader, gold, f"\\boxed{{{gold}+1}}")
+        assert batch.verdicts[0].status == "timeout" and batch.verdicts[0].correct is False
+        assert batch.counters["timeouts"] == 1 and batch.counters["worker_restarts"] == 0
+        assert seconds < 0.5 + SLACK_S, seconds
+        again = grader.grade(["x^2-1"], ["\\boxed{(x-1)(x+1)}"])
+        assert again.verdicts[0].correct is True and again.counters["worker_restarts"] == 0
