@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
@@ -219,6 +220,8 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
     """Run every phase (module docstring); returns the run directory."""
     run_dir = Path(config.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if config.sft.num_threads is not None:
+        torch.set_num_threads(config.sft.num_threads)  # evaluation too, not only SFT (a cache hit skips SFT)
     save_config(config, run_dir / "config.yaml")
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     started = time.perf_counter()
