@@ -36,7 +36,7 @@ _SORT_WINDOW = 32  # batches whose examples are sorted by length together
 
 @dataclass
 class SFTConfig:
-    max_steps: int = 600  # optimizer steps
+    max_steps: int = 800  # optimizer steps
     batch_size: int = (
         32  # examples per step (small batches, more updates: the tiny models learn faster per token)
     )
