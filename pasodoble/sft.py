@@ -85,7 +85,9 @@ def encode_examples(
     return sequences, prompt_lens, truncated
 
 
-def batch_order(lengths: list[int], batch_size: int, rng: random.Random, *, group: bool = False) -> list[list[int]]:
+def batch_order(
+    lengths: list[int], batch_size: int, rng: random.Random, *, group: bool = False
+) -> list[list[int]]:
     """One epoch of batches (lists of example indices) in random order; `group`: similar lengths in a batch."""
     order = list(range(len(lengths)))
     rng.shuffle(order)

@@ -46,18 +46,19 @@ class WorldConfig:
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
 
     def validate(self) -> None:
-        for tier in [*self.sft_tiers, *([self.next_tier] if self.next_tier else [])]:
+        named = [("sft_tiers", t) for t in self.sft_tiers] + [("next_tier", self.next_tier)] * bool(
+            self.next_tier
+        )
+        for where, tier in named:
             if tier not in problems.TIERS:
-                raise ConfigError(
-                    "world.sft_tiers", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}"
-                )
+                raise ConfigError(f"world.{where}", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}")
         if not self.sft_tiers:
             raise ConfigError("world.sft_tiers", "needs at least one tier, e.g. [t1, t2]")
-        if self.next_tier_share + self.bridge_share >= 1.0:
-            raise ConfigError("world.bridge_share", "next_tier_share + bridge_share must stay below 1")
         for name in ("next_tier_share", "bridge_share", "proposer_next_tier_share"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"world.{name}", "must be in [0, 1), e.g. 0.04")
+        if self.next_tier_share + self.bridge_share >= 1.0:
+            raise ConfigError("world.bridge_share", "next_tier_share + bridge_share must stay below 1")
         for name in ("corpus_size", "tier_size", "sft_solver_examples", "sft_proposer_examples"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"world.{name}", "must be at least 1")
