@@ -20,6 +20,8 @@ from pasodoble.errors import UserError
 
 # Order is the order of `pasodoble --help`.
 COMMAND_MODULES = (
+    "pasodoble.demo",
+    "pasodoble.sft",
     "pasodoble.evals.cli",
     "pasodoble.grader.cli",
     "pasodoble.plotting",

@@ -14,6 +14,10 @@ The per-tier table reports greedy accuracy, the sampled mean accuracy (avg@k), p
 whose sampled pass rate lies in the learnable band (0.2, 1): dual-play's Solver update only learns from those.
 Dual-play RL between SFT and the final evaluation is not wired in yet.
 
+Measured with the defaults on a shared 2-core machine (load average 5-7): 4.5 minutes in all (world + SFT 238 s,
+evaluation 26 s); Solver greedy accuracy t1 98%, t2 46%, t3 1%, t4 0%; 46% of t2 problems in the band, t3 none
+yet (900 SFT steps lifted t2 to 62% greedy; t3 stays near 0 until products are reliable).
+
 Run: `pasodoble demo [--config FILE] [--out DIR] [key=value ...]`, e.g. `pasodoble demo sft.max_steps=200`.
 """
 
@@ -27,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
@@ -43,6 +48,7 @@ from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.problems import TIER_DESCRIPTIONS
+from pasodoble.world.tiers import load_tier_problems
 
 log = logging.getLogger("pasodoble.demo")
 BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (METHOD.md, step 10)
@@ -72,19 +78,6 @@ class DemoConfig:
     run_dir: str | None = None  # output directory (None: runs/demo-<date>-<time>)
     cache_dir: str | None = None  # SFT model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
     fresh: bool = False  # ignore the cache: build the world and SFT inside the run directory
-
-
-def tier_problems(tiers_path: Path, per_tier: int | None) -> list[Problem]:
-    """Held-out tier problems as evaluation problems (source = tier name)."""
-    counts: dict[str, int] = defaultdict(int)
-    problems = []
-    for row in read_jsonl(tiers_path):
-        counts[row["tier"]] += 1
-        if per_tier is None or counts[row["tier"]] <= per_tier:
-            problems.append(
-                Problem(id=row["id"], question=row["question"], answers=(row["answer"],), source=row["tier"])
-            )
-    return problems
 
 
 def band_shares(samples_path: Path) -> dict[str, float]:
@@ -219,6 +212,8 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
     """Run every phase (module docstring); returns the run directory."""
     run_dir = Path(config.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if config.sft.num_threads is not None:
+        torch.set_num_threads(config.sft.num_threads)  # evaluation too, not only SFT (a cache hit skips SFT)
     save_config(config, run_dir / "config.yaml")
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     started = time.perf_counter()
@@ -232,7 +227,7 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
             solver_dir = _copy_checkpoints(models, run_dir)
             phase.note = f"models in {models.solver_dir.parent}"
         with _Phase("eval") as phase:
-            problems = tier_problems(models.world.tiers, config.eval.problems_per_tier)
+            problems = load_tier_problems(models.world.tiers, config.eval.problems_per_tier)
             summary = evaluate_solver(solver_dir, problems, config.eval, run_dir / "eval", progress=progress)
             metrics = {
                 f"solver/eval_{tier}/{name}": value

@@ -27,7 +27,7 @@ from pasodoble.world.corpus import random_passage
 from pasodoble.world.model import ModelConfig, build_model
 from pasodoble.world.tokenizer import build_tokenizer
 
-FORMAT_VERSION = 1  # bump when the files change for the same config, so caches rebuild
+FORMAT_VERSION = 2  # bump when the files change for the same config, so caches rebuild
 
 
 @dataclass
@@ -36,25 +36,29 @@ class WorldConfig:
     corpus_size: int = 2000  # passages in corpus.jsonl
     tier_size: int = 100  # held-out problems per tier in tiers.jsonl
     sft_solver_examples: int = 20_000  # Solver SFT examples
-    sft_proposer_examples: int = 6_000  # Proposer SFT examples
+    sft_proposer_examples: int = 3_000  # Proposer SFT examples (about 13% of the joint SFT data)
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers the SFT data is mostly made of
     next_tier: str | None = "t3"  # the tier above the SFT data that gets a small share (None: no bridge)
     next_tier_share: float = 0.04  # share of next-tier examples in the Solver SFT data
+    bridge_share: float = 0.2  # share of training-only t1b sums (A + C, C three-digit) in the Solver SFT data
     proposer_next_tier_share: float = 0.1  # share of next-tier questions in the Proposer SFT data
     vocab_size: int = 320  # BPE vocabulary, special and format tokens included
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
 
     def validate(self) -> None:
-        for tier in [*self.sft_tiers, *([self.next_tier] if self.next_tier else [])]:
+        named = [("sft_tiers", t) for t in self.sft_tiers] + [("next_tier", self.next_tier)] * bool(
+            self.next_tier
+        )
+        for where, tier in named:
             if tier not in problems.TIERS:
-                raise ConfigError(
-                    "world.sft_tiers", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}"
-                )
+                raise ConfigError(f"world.{where}", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}")
         if not self.sft_tiers:
             raise ConfigError("world.sft_tiers", "needs at least one tier, e.g. [t1, t2]")
-        for name in ("next_tier_share", "proposer_next_tier_share"):
+        for name in ("next_tier_share", "bridge_share", "proposer_next_tier_share"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"world.{name}", "must be in [0, 1), e.g. 0.04")
+        if self.next_tier_share + self.bridge_share >= 1.0:
+            raise ConfigError("world.bridge_share", "next_tier_share + bridge_share must stay below 1")
         for name in ("corpus_size", "tier_size", "sft_solver_examples", "sft_proposer_examples"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"world.{name}", "must be at least 1")
@@ -75,13 +79,14 @@ class WorldConfig:
             model=ModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8),
         )
 
-    def mix(self, share: float) -> dict[str, float]:
-        """Tier weights of SFT data: the SFT tiers evenly, plus `share` of the next tier."""
+    def mix(self, share: float, bridge: float = 0.0) -> dict[str, float]:
+        """Tier weights of SFT data: `share` of the next tier, `bridge` of t1b sums, the SFT tiers evenly."""
         if self.next_tier is None:
             share = 0.0
-        weights = {tier: (1.0 - share) / len(self.sft_tiers) for tier in self.sft_tiers}
-        if share > 0:
-            weights[self.next_tier] = weights.get(self.next_tier, 0.0) + share
+        weights = {tier: (1.0 - share - bridge) / len(self.sft_tiers) for tier in self.sft_tiers}
+        for tier, extra in ((self.next_tier, share), (problems.BRIDGE, bridge)):
+            if extra > 0:
+                weights[tier] = weights.get(tier, 0.0) + extra
         return weights
 
 
@@ -140,7 +145,9 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
     paths.root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"world/{config.seed}")
     corpus = [{"id": f"p{i:05d}", "text": random_passage(rng)} for i in range(config.corpus_size)]
-    solver = teacher.solver_examples(config.sft_solver_examples, config.mix(config.next_tier_share), rng)
+    solver = teacher.solver_examples(
+        config.sft_solver_examples, config.mix(config.next_tier_share, config.bridge_share), rng
+    )
     proposer = teacher.proposer_examples(
         config.sft_proposer_examples, config.mix(config.proposer_next_tier_share), rng
     )

@@ -6,6 +6,9 @@ Tiers (numbers: `A`, `B` two-digit 10-99, `d`, `e` one-digit 2-9):
     t3  A + B * d  |  B * d + A     three operands, precedence
     t4  A * d + B * e  |  A + B * d + C   four operands
 
+SFT data may also hold `t1b` (A + C, C three-digit; training only, never evaluated): the addition a t3 problem ends
+with, so t3 is a composition of two skills the Solver was taught, and starts above a pass rate of zero.
+
 Why a hash split: every question belongs for good either to the held-out side or to the training side (a stable
 hash of its text), so held-out tier problems never appear in SFT data or in `generate()`, whatever the seeds and
 sizes. A quarter of each tier's questions are held-out candidates (t2 has 720 questions, so 180 candidates).
@@ -30,6 +33,7 @@ TIER_DESCRIPTIONS = {
     "t3": "A + B * d (three operands)",
     "t4": "A * d + B * e, A + B * d + C (four operands)",
 }
+BRIDGE = "t1b"  # training-only sums of a two- and a three-digit number: the second step of a t3 problem
 HELD_OUT_SHARE = 4  # one question in HELD_OUT_SHARE is a held-out candidate
 _MAX_TRIES = 200  # per requested problem, before giving up on a too-small partition
 
@@ -70,6 +74,9 @@ def sample_expr(tier: str, rng: random.Random) -> Expr:
         return Expr((_two(rng), _two(rng)), ("+",))
     if tier == "t2":
         return Expr((_two(rng), _one(rng)), ("*",))
+    if tier == BRIDGE:
+        a, c = _two(rng), rng.randint(100, 999)
+        return Expr((a, c), ("+",)) if rng.random() < 0.5 else Expr((c, a), ("+",))
     if tier == "t3":
         a, b, d = _two(rng), _two(rng), _one(rng)
         return Expr((a, b, d), ("+", "*")) if rng.random() < 0.5 else Expr((b, d, a), ("*", "+"))
@@ -77,7 +84,7 @@ def sample_expr(tier: str, rng: random.Random) -> Expr:
         if rng.random() < 0.5:
             return Expr((_two(rng), _one(rng), _two(rng), _one(rng)), ("*", "+", "*"))
         return Expr((_two(rng), _two(rng), _one(rng), _two(rng)), ("+", "*", "+"))
-    raise ConfigError("tier", f"unknown tier {tier!r}; use one of {', '.join(TIERS)}")
+    raise ConfigError("tier", f"unknown tier {tier!r}; use one of {', '.join(TIERS)} (or {BRIDGE})")
 
 
 def is_held_out(question: str) -> bool:

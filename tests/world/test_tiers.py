@@ -46,3 +46,13 @@ def test_bad_requests_are_config_errors():
         problems.generate("t9", 1, seed=0)
     with pytest.raises(ConfigError, match="tier_size"):
         problems.held_out("t2", 500, seed=0)  # t2 has 720 questions, about 180 held-out
+
+
+def test_bridge_sums_are_training_only():
+    rng = random.Random(0)
+    exprs = [problems.sample_expr(problems.BRIDGE, rng) for _ in range(50)]
+    assert problems.BRIDGE not in problems.TIERS
+    assert all(
+        expr.ops == ("+",) and max(expr.operands) >= 100 and min(expr.operands) < 100 for expr in exprs
+    )
+    assert all(arith.solve(q) == a for q, a in problems.generate(problems.BRIDGE, 20, seed=0))
