@@ -1,0 +1,194 @@
+"""Typed configuration: dataclasses, YAML recipes, dotted overrides, one validation pass.
+
+Each concern owns a plain `@dataclass` (RoleConfig in `roles.py`, RewardConfig in `rewards.py`, ...), with a default
+per field and an optional `validate()` that raises `ConfigError`. This module is the generic part: it turns a YAML
+mapping plus `key.sub=value` overrides into such a dataclass tree, checking types strictly (a bool is `true` or
+`false`, never `1`; unknown keys are errors with a "did you mean" hint), then calls every `validate()` before
+anything heavy loads. The resolved config is saved as YAML in the run directory.
+
+    cfg = load_config(TrainConfig, "recipes/tiny-online.yaml", ["solver.lr=1e-6", "schedule.steps=20"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+from pasodoble.errors import ConfigError
+from pasodoble.io import write_text_atomic
+
+T = TypeVar("T")
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """Recipe file (optional) + dotted overrides -> validated instance of `cls`."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = read_yaml(path)
+    for item in overrides:
+        apply_override(data, item)
+    obj = from_dict(cls, data)
+    validate_tree(obj)
+    return obj
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "config file not found; check the path (recipes live in recipes/)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(where, f"not valid YAML ({getattr(e, 'problem', e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "the top level of a recipe must be a mapping of sections")
+    return data
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Apply `a.b.c=value` (value parsed as YAML) to a nested dict in place."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(item, "an override must look like section.field=value (e.g. solver.lr=1e-6)")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(key, f"'{part}' is a value, not a section; cannot set '{key}'")
+        node = child
+    node[parts[-1]] = value
+
+
+def from_dict(cls: type[T], data: Any, where: str = "") -> T:
+    """Build dataclass `cls` from a mapping, strictly typed; `where` is the dotted path for error messages."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(where or cls.__name__, f"expected a mapping of {cls.__name__} fields, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(str(k), list(fields), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(sorted(fields))}"
+        raise ConfigError(_join(where, k), f"unknown key; {hint}")
+    kwargs = {name: _coerce(hints[name], value, _join(where, name)) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(where or cls.__name__, str(e)) from None
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as e:
+                errors.append(e.message)
+        raise ConfigError(where, " or ".join(errors))
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(where, f"must be one of {', '.join(repr(a) for a in args)}, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value if value is not None else {}, where)
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(where, f"expected a list, got {value!r}")
+        item = args[0] if args else Any
+        items = [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple or tp is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(where, f"expected a mapping, got {value!r}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
+    return _scalar(tp, value, where)
+
+
+def _scalar(tp: Any, value: Any, where: str) -> Any:
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(where, f"expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(where, f"expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(where, f"expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(where, f"expected a string, got {value!r} (quote it in YAML)")
+    if tp is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+        raise ConfigError(where, f"expected a path, got {value!r}")
+    raise ConfigError(where, f"unsupported config type {tp!r}")
+
+
+def validate_tree(obj: Any, where: str = "") -> None:
+    """Call `validate()` on every nested dataclass, children first; prefix errors with their dotted path."""
+    for f in dataclasses.fields(obj):
+        child = getattr(obj, f.name)
+        if dataclasses.is_dataclass(child) and not isinstance(child, type):
+            validate_tree(child, _join(where, f.name))
+    check = getattr(obj, "validate", None)
+    if callable(check):
+        try:
+            check()
+        except ConfigError as e:
+            if where and not e.where.startswith(where):
+                raise ConfigError(_join(where, e.where), e.message) from None
+            raise
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass tree -> plain YAML-serialisable data."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def save_config(obj: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML (atomically); `load_config(type(obj), path)` reads it back."""
+    write_text_atomic(path, yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True))

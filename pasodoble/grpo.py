@@ -1,0 +1,128 @@
+"""GRPO on tensors: group advantages, per-token log-probs and the clipped policy-gradient loss.
+
+What: `group_advantages` (METHOD.md step 8), `token_logprobs` (log-prob of each next token under a model), and
+`policy_loss` (step 11: token-level clipped surrogate with `dr_grpo`, `grpo` or `dapo` normalisation and an optional
+k3 KL term to a frozen reference). Shapes: B sequences, T positions; `# (B, T)` comments say which.
+
+Why: both roles train with the same loss; keeping it a pure tensor function lets tests pin every variant on
+hand-computed numbers.
+
+How to run: `python -m pytest tests/test_grpo.py`.
+
+Reference semantics and departures:
+- Advantages use the sample (unbiased, Bessel-corrected) standard deviation, as the reference's TRL-derived
+  trainers do (`tensor.std()`), with eps 1e-4 added to it. A one-element group has advantage 0 (torch would give
+  NaN).
+- The importance ratio is taken against `old_logps`, the log-probs of the policy that generated the samples
+  (the rollout engine's), never a recomputation under different prompt truncation.
+- `dr_grpo` divides the masked token sum by B * max_completion_length, where B is the local batch, as TRL does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
+
+
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-4, *, unbiased: bool = True) -> torch.Tensor:
+    """(G,) -> (G,): (r - mean) / (std + eps) within one group; `unbiased=False` uses the population std."""
+    rewards = rewards.float()
+    if rewards.numel() < 2:
+        return torch.zeros_like(rewards)
+    centred = rewards - rewards.mean()
+    return centred / (rewards.std(unbiased=unbiased) + eps)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """(..., V) -> (...): entropy of softmax(logits) in nats."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) log p(input_ids[:, t] | input_ids[:, :t]) under softmax(logits / temperature), 0 outside the mask.
+
+    Position t holds the log-prob of token t, so the result lines up with `input_ids` and `completion_mask`
+    (position 0, which has no context, is always 0). Temperature 0 (greedy sampling) is scored at temperature 1,
+    matching the rollout engines. With `return_entropy`, also returns the (B, T) entropy of each of those
+    next-token distributions, masked the same way.
+    """
+    temperature = temperature if temperature > 0 else 1.0
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # (B, T-1, V)
+    logits = logits.float() / temperature
+    targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
+    # gather - logsumexp avoids materialising a second (B, T, V) tensor of log-probs.
+    logps = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T-1)
+    mask = completion_mask[:, 1:].to(logps.dtype)
+    pad = logps.new_zeros(logps.shape[0], 1)
+    out = torch.cat([pad, logps * mask], dim=1)  # (B, T)
+    if not return_entropy:
+        return out
+    with torch.no_grad():
+        entropy = torch.cat([pad, entropy_from_logits(logits) * mask], dim=1)
+    return out, entropy
+
+
+def _normalise(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, max_completion_length: int):
+    if loss_type == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.shape[0] * max_completion_length)
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()
+    if loss_type == "dapo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((x * mask).sum() / mask.sum().clamp(min=1.0))
+
+
+def policy_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float | None = None,
+    loss_type: str = "dr_grpo",
+    max_completion_length: int,
+    ref_logps: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level clipped surrogate -min(ratio A, clip(ratio) A) (+ beta * k3 KL), normalised per `loss_type`.
+
+    logps, old_logps, ref_logps, mask: (B, T); advantages: (B,). `epsilon_high=None` means symmetric clipping.
+    Stats: clip_fraction (share of masked tokens whose clipped branch is the active one), ratio_mean, and kl
+    (mean k3 estimate) when beta > 0.
+    """
+    eps_high = epsilon_low if epsilon_high is None else epsilon_high
+    mask = mask.to(logps.dtype)
+    adv = advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
+    ratio = torch.exp(logps - old_logps)  # (B, T)
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + eps_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
+    stats: dict[str, float] = {}
+    if beta > 0.0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps from the frozen reference model")
+        log_diff = ref_logps - logps
+        kl = torch.exp(log_diff) - log_diff - 1.0  # (B, T) k3 estimator, >= 0
+        per_token = per_token + beta * kl
+        stats["kl"] = _masked_mean(kl.detach(), mask)
+    loss = _normalise(per_token, mask, loss_type, max_completion_length)
+    with torch.no_grad():
+        low = (ratio < 1.0 - epsilon_low) & (adv < 0)
+        high = (ratio > 1.0 + eps_high) & (adv > 0)
+        stats["clip_fraction"] = _masked_mean((low | high).to(mask.dtype), mask)
+        stats["ratio_mean"] = _masked_mean(ratio, mask)
+    return loss, stats
