@@ -47,7 +47,14 @@ from pasodoble.errors import ConfigError
 from pasodoble.grpo import group_advantages
 from pasodoble.io import append_jsonl
 from pasodoble.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
-from pasodoble.rewards import RewardConfig, learnable, pass_rates, proposer_rewards, solver_rewards
+from pasodoble.rewards import (
+    RewardConfig,
+    learnable,
+    pass_rates,
+    proposer_rewards,
+    skip_reason,
+    solver_rewards,
+)
 from pasodoble.roles import Role, Sample
 from pasodoble.step_metrics import console_line, grader_metrics, mean, proposer_metrics, role_update_metrics
 
@@ -59,10 +66,14 @@ class ScheduleConfig:
     mode: str = "online"  # "online" | "offline" | "oracle" (Solver-only GRPO on true answers: a control)
     steps: int = 2000  # online/oracle steps, or offline outer iterations (paper: 2000 online, 200 offline)
     proposer_phase_updates: int = 10  # offline: successful Proposer updates per Proposer phase
-    proposer_phase_max_attempts: int | None = None  # offline: cap on Proposer-phase steps (None: unbounded, as paper)
+    proposer_phase_max_attempts: int | None = (
+        None  # offline: cap on Proposer-phase steps (None: unbounded, as paper)
+    )
     solver_phase_updates: int = 5  # offline: Solver updates per Solver phase
     solver_batch_questions: int = 6  # offline: buffer questions per Solver update
-    buffer_max_size: int | None = None  # offline: question buffer capacity (None: unbounded, as the reference)
+    buffer_max_size: int | None = (
+        None  # offline: question buffer capacity (None: unbounded, as the reference)
+    )
     buffer_eviction: str = "none"  # offline: "none" (reference) | "fifo"
     passages_per_step: int = 1  # passages (Proposer groups) per step; 1 = paper, more for small models
     oracle_questions: int = 32  # oracle mode: true-answer questions per step
@@ -83,11 +94,23 @@ class ScheduleConfig:
             raise ConfigError("schedule.buffer_eviction", "use 'none' or 'fifo'")
         if self.buffer_eviction == "fifo" and self.buffer_max_size is None:
             raise ConfigError("schedule.buffer_max_size", "fifo eviction needs a buffer_max_size")
-        for name in ("proposer_phase_updates", "solver_phase_updates", "solver_batch_questions",
-                     "passages_per_step", "oracle_questions", "history_size"):
+        for name in (
+            "proposer_phase_updates",
+            "solver_phase_updates",
+            "solver_batch_questions",
+            "passages_per_step",
+            "oracle_questions",
+            "history_size",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"schedule.{name}", "must be >= 1")
-        for name in ("proposer_phase_max_attempts", "eval_every", "checkpoint_every", "keep_last", "samples_every"):
+        for name in (
+            "proposer_phase_max_attempts",
+            "eval_every",
+            "checkpoint_every",
+            "keep_last",
+            "samples_every",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"schedule.{name}", "must be >= 1, or null to switch it off")
@@ -125,9 +148,14 @@ class LoopState:
     counters: dict[str, int] = field(default_factory=dict)  # cumulative skip reasons etc.
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "inner_step": self.inner_step, "skipped": self.skipped,
-                "counters": dict(self.counters), "history": self.history.state_dict(),
-                "buffer": self.buffer.state_dict()}
+        return {
+            "step": self.step,
+            "inner_step": self.inner_step,
+            "skipped": self.skipped,
+            "counters": dict(self.counters),
+            "history": self.history.state_dict(),
+            "buffer": self.buffer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.inner_step, self.skipped = state["step"], state["inner_step"], state["skipped"]
@@ -151,6 +179,7 @@ class Attempts:
     prompts: list[list[int]]
     completions: list[list[Any]]  # (Q, J) Completion
     correct: list[list[bool]]  # (Q, J)
+    answered: list[list[bool]]  # (Q, J) an answer could be extracted
     counters: dict[str, int]
 
 
@@ -201,20 +230,25 @@ class DualPlay:
         first = self.state.step
         while self.state.step < sched.steps:
             t0 = time.perf_counter()
-            {"online": self.online_step, "offline": self.offline_iteration, "oracle": self.oracle_step}[sched.mode]()
+            {"online": self.online_step, "offline": self.offline_iteration, "oracle": self.oracle_step}[
+                sched.mode
+            ]()
             self.state.step += 1
             done = self.state.step
             if sched.eval_every is not None and done % sched.eval_every == 0:
                 self._evaluate()
             if self.on_checkpoint is not None and (
-                done == sched.steps or (sched.checkpoint_every is not None and done % sched.checkpoint_every == 0)
+                done == sched.steps
+                or (sched.checkpoint_every is not None and done % sched.checkpoint_every == 0)
             ):
                 self.on_checkpoint(self)
             if self.verbose and sched.mode == "offline":
                 elapsed = time.perf_counter() - start
                 eta = elapsed / (done - first) * (sched.steps - done)
-                print(f"iteration {done}/{sched.steps} done in {time.perf_counter() - t0:.1f}s, ETA {eta / 60:.1f}m",
-                      flush=True)
+                print(
+                    f"iteration {done}/{sched.steps} done in {time.perf_counter() - t0:.1f}s, ETA {eta / 60:.1f}m",
+                    flush=True,
+                )
 
     def _evaluate(self) -> None:
         if self.evaluator is None:
@@ -223,8 +257,10 @@ class DualPlay:
         if self.tracker is not None:
             self.tracker.log(metrics, step=self.state.inner_step)
         if self.verbose:
-            print("eval " + " ".join(f"{k}={v:.3f}" for k, v in metrics.items() if "acc" in k or "avg" in k),
-                  flush=True)
+            print(
+                "eval " + " ".join(f"{k}={v:.3f}" for k, v in metrics.items() if "acc" in k or "avg" in k),
+                flush=True,
+            )
 
     # ------------------------------------------------------------------ online
     def online_step(self, *, train_solver: bool = True, to_buffer: bool = False) -> dict[str, float]:
@@ -264,8 +300,9 @@ class DualPlay:
                 )
         row = self._online_metrics(groups, proposals, rates, diversity, decision, attempts, updates, timer)
         texts = [c.text for group in groups for c in group]
-        self._dump_samples(s, passages, proposals, texts, rates, diversity, decision["proposer_rewards"], attempts,
-                           valid_idx)
+        self._dump_samples(
+            s, passages, proposals, texts, rates, diversity, decision["proposer_rewards"], attempts, valid_idx
+        )
         return self._finish_inner_step(row, decision["skip"])
 
     def _decide(self, groups, proposals, rates, diversity, valid_idx) -> dict:
@@ -277,20 +314,25 @@ class DualPlay:
             advantages += group_advantages(torch.tensor(rewards[lo : lo + len(group)])).tolist()
             lo += len(group)
         learn = [q for q, i in enumerate(valid_idx) if learnable(rates[i], self.rewards)]
-        skip = None
-        if not learn:
-            skip = "no_learnable"
-        elif all(a == 0 for a in advantages):
-            skip = "zero_advantage"
-        return {"proposer_rewards": rewards, "proposer_advantages": advantages, "learnable": learn, "skip": skip}
+        skip = skip_reason(rates, valid, advantages, self.rewards)
+        return {
+            "proposer_rewards": rewards,
+            "proposer_advantages": advantages,
+            "learnable": learn,
+            "skip": skip,
+        }
 
-    def _update_solver(self, attempts: Attempts, questions: Sequence[int], step: int) -> dict[str, float] | None:
+    def _update_solver(
+        self, attempts: Attempts, questions: Sequence[int], step: int
+    ) -> dict[str, float] | None:
         """GRPO update of the Solver on the answers to `questions` (indices into attempts)."""
         if not questions or not self.solver.cfg.trainable:
             return None
         correct = [attempts.correct[q] for q in questions]
         rng = random.Random(derive_seed(self.seed, step, "solver_reward"))
-        rewards = solver_rewards(correct, self.rewards, rng)
+        rewards = solver_rewards(
+            correct, self.rewards, rng, answered=[attempts.answered[q] for q in questions]
+        )
         samples, advantages = [], []
         for q, group_rewards in zip(questions, rewards):
             advantages += group_advantages(torch.tensor(group_rewards, dtype=torch.float32)).tolist()
@@ -320,7 +362,9 @@ class DualPlay:
         """Offline Solver update: re-answer buffer questions J times, keep the learnable ones, update."""
         s, timer = self.state.inner_step, Timer()
         attempts = self.solve([it.question for it in items], [it.answer for it in items], s, timer)
-        return self._solver_only_step(attempts, timer, phase="solver", keep=lambda p: learnable(p, self.rewards))
+        return self._solver_only_step(
+            attempts, timer, phase="solver", keep=lambda p: learnable(p, self.rewards)
+        )
 
     # ------------------------------------------------------------------ oracle
     def oracle_step(self) -> dict[str, float]:
@@ -334,16 +378,30 @@ class DualPlay:
         s = self.state.inner_step
         rates = pass_rates(attempts.correct)
         chosen = self.collective.broadcast([q for q, p in enumerate(rates) if keep(p)])
-        skip = None if chosen else "no_learnable"
+        skip = None if chosen else "no_learnable_question"
         stats = None
         if skip is None:
             with timer("update"):
                 stats = self._update_solver(attempts, chosen, s)
-        row = {"phase": phase, "solver/pass_rate/mean": mean(rates), "solver/questions": float(len(rates)),
-               "solver/learnable/fraction": len(chosen) / max(len(rates), 1),
-               **self._solver_metrics(attempts, stats), **timer.metrics()}
-        self._dump_samples(s, [None] * len(rates), None, None, rates, [0.0] * len(rates), [0.0] * len(rates),
-                           attempts, list(range(len(rates))))
+        row = {
+            "phase": phase,
+            "solver/pass_rate/mean": mean(rates),
+            "solver/questions": float(len(rates)),
+            "solver/learnable/fraction": len(chosen) / max(len(rates), 1),
+            **self._solver_metrics(attempts, stats),
+            **timer.metrics(),
+        }
+        self._dump_samples(
+            s,
+            [None] * len(rates),
+            None,
+            None,
+            rates,
+            [0.0] * len(rates),
+            [0.0] * len(rates),
+            attempts,
+            list(range(len(rates))),
+        )
         return self._finish_inner_step(row, skip)
 
     # ------------------------------------------------------------------ shared pieces
@@ -352,16 +410,19 @@ class DualPlay:
         prompt_ids = [self.solver.prompt_ids(solver_messages(q, self.prompts)) for q in questions]
         with timer("solve"):
             completions = self.solver.generate(prompt_ids, derive_seed(self.seed, step, "solver"))
-        correct, counters = [], {}
+        correct, answered, counters = [], [], {}
         with timer("grade"):
             if questions:
                 flat_golds = [g for g, group in zip(golds, completions) for _ in group]
                 batch = self.grader.grade(flat_golds, [c.text for group in completions for c in group])
-                flags = iter(v.correct for v in batch.verdicts)
-                correct = [[next(flags) for _ in group] for group in completions]
+                verdicts = iter(batch.verdicts)
+                for group in completions:
+                    row = [next(verdicts) for _ in group]
+                    correct.append([v.correct for v in row])
+                    answered.append([v.extracted is not None for v in row])
                 counters = dict(batch.counters)
         timer.add_tokens("solver", sum(len(c.token_ids) for group in completions for c in group))
-        return Attempts(list(questions), list(golds), prompt_ids, completions, correct, counters)
+        return Attempts(list(questions), list(golds), prompt_ids, completions, correct, answered, counters)
 
     def _passages(self, step: int) -> list:
         k = self.schedule.passages_per_step
@@ -387,14 +448,23 @@ class DualPlay:
             del out["solver/update/reward_mean"]
         return out
 
-    def _online_metrics(self, groups, proposals, rates, diversity, decision, attempts, updates, timer) -> dict:
+    def _online_metrics(
+        self, groups, proposals, rates, diversity, decision, attempts, updates, timer
+    ) -> dict:
         flat = [c for group in groups for c in group]
         timer.add_tokens("proposer", sum(len(c.token_ids) for c in flat))
         question_lens = [len(self._question_ids(p.question)) for p in proposals if p.invalid_reason is None]
         return {
             "phase": "online" if self.schedule.mode == "online" else "proposer",
-            **proposer_metrics(proposals, rates, diversity, decision["proposer_rewards"], question_lens,
-                               [len(c.token_ids) for c in flat], pass_rate_low=self.rewards.pass_rate_low),
+            **proposer_metrics(
+                proposals,
+                rates,
+                diversity,
+                decision["proposer_rewards"],
+                question_lens,
+                [len(c.token_ids) for c in flat],
+                pass_rate_low=self.rewards.pass_rate_low,
+            ),
             "proposer/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
             "proposer/learnable/count": float(len(decision["learnable"])),
             **role_update_metrics("proposer", updates.get("proposer")),
@@ -409,17 +479,32 @@ class DualPlay:
             st.skipped += 1
             st.counters[f"skip/{skip}"] = st.counters.get(f"skip/{skip}", 0) + 1
         st.inner_step += 1
-        row.update({"skip/skipped": float(skip is not None), "skip/rate": st.skipped / st.inner_step,
-                    **{k: float(v) for k, v in st.counters.items()}})
+        row.update(
+            {
+                "skip/skipped": float(skip is not None),
+                "skip/rate": st.skipped / st.inner_step,
+                **{k: float(v) for k, v in st.counters.items()},
+            }
+        )
         if self.tracker is not None:
             self.tracker.log(row, step=st.inner_step)
         if self.verbose:
             total = self.schedule.steps if self.schedule.mode != "offline" else st.inner_step
-            print(console_line(st.inner_step, total, row, row.get("time/step_s", 0.0),
-                               row.get("time/step_s", 0.0) * max(total - st.inner_step, 0)), flush=True)
+            print(
+                console_line(
+                    st.inner_step,
+                    total,
+                    row,
+                    row.get("time/step_s", 0.0),
+                    row.get("time/step_s", 0.0) * max(total - st.inner_step, 0),
+                ),
+                flush=True,
+            )
         return row
 
-    def _dump_samples(self, step, passages, proposals, texts, rates, diversity, rewards, attempts, valid_idx) -> None:
+    def _dump_samples(
+        self, step, passages, proposals, texts, rates, diversity, rewards, attempts, valid_idx
+    ) -> None:
         every = self.schedule.samples_every
         if self.run_dir is None or every is None or (step + 1) % every != 0:
             return
@@ -429,17 +514,21 @@ class DualPlay:
         for i in range(len(rates)):
             q = by_index.get(i)
             prop = proposals[i] if proposals is not None else None
-            rows.append({
-                "step": step + 1,
-                "passage": passages[i // max(group_size, 1)] if passages else None,
-                "question": prop.question if prop else attempts.questions[i],
-                "answer": prop.answer if prop else attempts.golds[i],
-                "invalid_reason": prop.invalid_reason if prop else None,
-                "proposer_completion": texts[i] if texts else None,
-                "pass_rate": rates[i], "diversity": diversity[i], "proposer_reward": rewards[i],
-                "solver_answers": [c.text for c in attempts.completions[q]] if q is not None else [],
-                "solver_correct": attempts.correct[q] if q is not None else [],
-            })
+            rows.append(
+                {
+                    "step": step + 1,
+                    "passage": passages[i // max(group_size, 1)] if passages else None,
+                    "question": prop.question if prop else attempts.questions[i],
+                    "answer": prop.answer if prop else attempts.golds[i],
+                    "invalid_reason": prop.invalid_reason if prop else None,
+                    "proposer_completion": texts[i] if texts else None,
+                    "pass_rate": rates[i],
+                    "diversity": diversity[i],
+                    "proposer_reward": rewards[i],
+                    "solver_answers": [c.text for c in attempts.completions[q]] if q is not None else [],
+                    "solver_correct": attempts.correct[q] if q is not None else [],
+                }
+            )
         append_jsonl(self.run_dir / "samples.jsonl", rows)
 
 

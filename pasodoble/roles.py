@@ -43,7 +43,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass
 class RoleConfig:
-    model: str = "tiny:solver"  # HF model folder / hub id, or `tiny:proposer` / `tiny:solver` (the tiny world)
+    model: str = (
+        "tiny:solver"  # HF model folder / hub id, or `tiny:proposer` / `tiny:solver` (the tiny world)
+    )
     num_generations: int = 6  # completions per prompt (I for the Proposer, J for the Solver)
     temperature: float = 0.6  # sampling temperature (0 = greedy)
     top_p: float = 1.0  # nucleus sampling mass
@@ -105,7 +107,9 @@ class Role:
         total_updates: int | None = None,
     ):
         self.name, self.cfg, self.model, self.tokenizer = name, cfg, model, tokenizer
-        self.engine = engine if engine is not None else HFEngine(model, tokenizer, batch_size=cfg.generation_batch_size)
+        self.engine = (
+            engine if engine is not None else HFEngine(model, tokenizer, batch_size=cfg.generation_batch_size)
+        )
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
         self.reference: torch.nn.Module | None = None
@@ -133,7 +137,10 @@ class Role:
         if name == "constant" and self.cfg.warmup_steps > 0:
             name = "constant_with_warmup"
         self.scheduler = get_scheduler(
-            name, self.optimizer, num_warmup_steps=self.cfg.warmup_steps, num_training_steps=total_updates or 1
+            name,
+            self.optimizer,
+            num_warmup_steps=self.cfg.warmup_steps,
+            num_training_steps=total_updates or 1,
         )
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
@@ -185,8 +192,13 @@ class Role:
         grad_norm = self._clip_and_step()
         self.updates += 1
         self.engine.update_weights(self.model)
-        return {**sums, "grad_norm": grad_norm, "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
-                "samples": float(len(samples)), "update_s": time.perf_counter() - start}
+        return {
+            **sums,
+            "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
+            "samples": float(len(samples)),
+            "update_s": time.perf_counter() - start,
+        }
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -205,7 +217,11 @@ class Role:
         batch = {k: v.to(device) for k, v in batch.items()}
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         logps = grpo.token_logprobs(
-            self.model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=temperature
+            self.model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["completion_mask"],
+            temperature=temperature,
         )
         ref_logps = None
         if self.reference is not None:
@@ -237,8 +253,11 @@ class Role:
         self.tokenizer.save_pretrained(dirpath / "model")
         if self.optimizer is not None:
             torch.save(
-                {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "updates": self.updates},
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "updates": self.updates,
+                },
                 dirpath / "trainer_state.pt",
             )
 
@@ -272,5 +291,9 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
         attention[row, : p + c] = 1
         completion_mask[row, p : p + c] = 1.0
         old_logps[row, p : p + c] = torch.tensor(s.completion.logprobs[:c], dtype=torch.float32)
-    return {"input_ids": input_ids, "attention_mask": attention, "completion_mask": completion_mask,
-            "old_logps": old_logps}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "completion_mask": completion_mask,
+        "old_logps": old_logps,
+    }

@@ -59,3 +59,64 @@ def save_tiny(dirpath: Path, seed: int = 0) -> Path:
     model.save_pretrained(dirpath)
     tokenizer.save_pretrained(dirpath)
     return dirpath
+
+
+class ScriptedEngine:
+    """A rollout engine whose completion texts come from `script(prompt_text, sample_index)`; token ids are the
+    text's ids plus EOS and log-probs are the live model's (so updates on these samples are real GRPO steps)."""
+
+    def __init__(self, model, tokenizer, script):
+        self.model, self.tokenizer, self.script = model, tokenizer, script
+        self.calls = 0
+
+    def update_weights(self, model) -> None:
+        self.model = model
+
+    def generate(self, prompt_ids, sampling):
+        from pasodoble.rollout import Completion
+        from pasodoble.rollout.hf import sequence_logprobs
+
+        self.calls += 1
+        out = []
+        for ids in prompt_ids:
+            prompt_text = self.tokenizer.decode(list(ids))
+            texts = [self.script(prompt_text, j) for j in range(sampling.n)]
+            comps = [
+                self.tokenizer(t, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+                for t in texts
+            ]
+            width = len(ids) + max(len(c) for c in comps)
+            pad = self.tokenizer.pad_token_id
+            seq = torch.tensor([list(ids) + c + [pad] * (width - len(ids) - len(c)) for c in comps])
+            mask = torch.tensor(
+                [[1] * (len(ids) + len(c)) + [0] * (width - len(ids) - len(c)) for c in comps]
+            )
+            with torch.no_grad():
+                lps = sequence_logprobs(self.model, seq, mask, temperature=sampling.temperature or 1.0)
+            out.append(
+                [
+                    Completion(t, c, lps[row, len(ids) - 1 : len(ids) - 1 + len(c)].tolist(), "stop")
+                    for row, (t, c) in enumerate(zip(texts, comps))
+                ]
+            )
+        return out
+
+
+class ExactGrader:
+    """Grader stand-in for pure-logic tests: the last \\boxed{} of a response equals the gold string."""
+
+    def grade(self, golds, responses, *, extract: bool = True):
+        from types import SimpleNamespace
+
+        from pasodoble.prompts import last_boxed
+
+        verdicts = []
+        for gold, response in zip(golds, responses):
+            got = last_boxed(response) if extract else response
+            status = "ok" if got is not None else "no_answer"
+            verdicts.append(
+                SimpleNamespace(
+                    correct=got is not None and got.strip() == gold.strip(), status=status, extracted=got
+                )
+            )
+        return SimpleNamespace(verdicts=verdicts, counters={"checks": len(golds)})
