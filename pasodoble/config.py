@@ -171,9 +171,17 @@ def validate_tree(obj: Any, where: str = "") -> None:
         try:
             check()
         except ConfigError as e:
-            if where and not e.where.startswith(where):
-                raise ConfigError(_join(where, e.where), e.message) from None
-            raise
+            raise ConfigError(_qualify(where, e.where), e.message) from None
+
+
+def _qualify(where: str, field_path: str) -> str:
+    """Prefix a validate() error's field with the section path, once (`lr` or `solver.lr` -> `solver.lr`)."""
+    if not where or field_path == where or field_path.startswith(where + "."):
+        return field_path or where
+    section = where.rsplit(".", 1)
+    if field_path.split(".", 1)[0] == section[-1]:  # validate() already named its own section
+        return _join(section[0], field_path) if len(section) == 2 else field_path
+    return _join(where, field_path)
 
 
 def to_dict(obj: Any) -> Any:

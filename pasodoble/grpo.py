@@ -11,8 +11,8 @@ How to run: `python -m pytest tests/test_grpo.py`.
 
 Reference semantics and departures:
 - Advantages use the sample (unbiased, Bessel-corrected) standard deviation, as the reference's TRL-derived
-  trainers do (`tensor.std()`), with eps 1e-4 added to it. A one-element group has advantage 0 (torch would give
-  NaN).
+  trainers do (`tensor.std()`), with eps 1e-4 added to it. A one-element group, or one whose rewards are all
+  equal, has advantage exactly 0 (torch would give NaN for the first and float noise / eps for the second).
 - The importance ratio is taken against `old_logps`, the log-probs of the policy that generated the samples
   (the rollout engine's), never a recomputation under different prompt truncation.
 - `dr_grpo` divides the masked token sum by B * max_completion_length, where B is the local batch, as TRL does.
@@ -28,7 +28,8 @@ LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-4, *, unbiased: bool = True) -> torch.Tensor:
     """(G,) -> (G,): (r - mean) / (std + eps) within one group; `unbiased=False` uses the population std."""
     rewards = rewards.float()
-    if rewards.numel() < 2:
+    if rewards.numel() < 2 or bool((rewards == rewards[0]).all()):
+        # Identical rewards carry no signal; exact zeros (not float noise / eps) let the loop's skip rule see it.
         return torch.zeros_like(rewards)
     centred = rewards - rewards.mean()
     return centred / (rewards.std(unbiased=unbiased) + eps)

@@ -112,34 +112,32 @@ class Proposal:
 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_WORD_RE = re.compile(r"\\(?:boxed|fbox)")
 
 
-def _balanced_end(text: str, start: int) -> int | None:
-    """Index of the `}` closing the `{` just before `start`, honouring `\\{` / `\\}`; None if unbalanced."""
-    depth, i = 1, start
+def last_boxed(text: str) -> str | None:
+    """Content of the last balanced `\\boxed{...}` / `\\fbox{...}` in `text` (unstripped), or None.
+
+    "Last" is the balanced box that closes last, so of nested boxes the outer one wins (as with the reference's
+    left-to-right regex). One linear pass with a brace stack; `\\{` and `\\}` are not braces.
+    """
+    box_starts = {match.end() for match in _BOX_RE.finditer(text)}  # index just after a box's "{"
+    stack: list[int] = []  # per open brace: where its box content starts, or -1 for a plain brace
+    found: tuple[int, int] | None = None
+    i = 0
     while i < len(text):
         ch = text[i]
         if ch == "\\":
             i += 2
             continue
         if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
+            stack.append(i + 1 if i + 1 in box_starts else -1)
+        elif ch == "}" and stack:
+            start = stack.pop()
+            if start >= 0:
+                found = (start, i)
         i += 1
-    return None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last balanced `\\boxed{...}` / `\\fbox{...}` in `text` (unstripped), or None."""
-    found = None
-    for match in _BOX_RE.finditer(text):
-        end = _balanced_end(text, match.end())
-        if end is not None:
-            found = text[match.end() : end]
-    return found
+    return text[found[0] : found[1]] if found else None
 
 
 def _strip_thinking(text: str) -> str | None:
@@ -152,8 +150,16 @@ def _strip_thinking(text: str) -> str | None:
     return text
 
 
-_PROBLEM_RE = re.compile(r"<problem>(.*?)</problem>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+def _tagged(text: str, tag: str, start: int = 0) -> tuple[str, int] | None:
+    """(content, end) of the first <tag>...</tag> at or after `start`; str.find keeps it linear on any input."""
+    opened = text.find(f"<{tag}>", start)
+    if opened < 0:
+        return None
+    content_start = opened + len(tag) + 2
+    closed = text.find(f"</{tag}>", content_start)
+    if closed < 0:
+        return None
+    return text[content_start:closed], closed + len(tag) + 3
 
 
 def _is_text(text: object) -> bool:
@@ -173,22 +179,22 @@ def parse_proposal(text: str, *, max_chars: int = 20_000) -> Proposal:
     if len(text) > max_chars:
         return Proposal(None, None, "too_long")
     body = _strip_thinking(text)
-    problem = _PROBLEM_RE.search(body) if body is not None else None
+    problem = _tagged(body, "problem") if body is not None else None
     if problem is None:
         return Proposal(None, None, "no_problem_tag")
-    question = problem.group(1).strip()
+    question = problem[0].strip()
     if not question:
         return Proposal(question, None, "empty_question")
-    answer_part = _ANSWER_RE.search(body, problem.end())
+    answer_part = _tagged(body, "answer", problem[1])
     if answer_part is None:
         return Proposal(question, None, "no_answer_tag")
-    boxed = last_boxed(answer_part.group(1))
+    boxed = last_boxed(answer_part[0])
     if boxed is None:
         return Proposal(question, None, "no_boxed_answer")
     answer = boxed.strip()
     if not answer:
         return Proposal(question, answer, "empty_answer")
-    if _BOX_RE.search(question) or "\\boxed" in question:
+    if _BOX_WORD_RE.search(question):
         return Proposal(question, answer, "boxed_in_question")
     if answer_leaked(question, answer):
         return Proposal(question, answer, "answer_leaked")
@@ -200,6 +206,7 @@ _FRAC_SHORT_RE = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
 _DROP_RE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\$")
 _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_NUMBER_RE = re.compile(r"\d*\.\d+|\d+")
 _TOKEN_RE = re.compile(r"\d*\.\d+|\d+|[a-z]+|\\[a-z]+|\S", re.IGNORECASE)
 _OPERAND_END = re.compile(r"[\w)\]}]")
 
@@ -228,12 +235,12 @@ def normalized_tokens(text: str) -> list[str]:
     tokens: list[str] = []
     for match in _TOKEN_RE.finditer(text):
         token = match.group(0)
-        if token[0].isdigit() or token[0] == "." and len(token) > 1:
+        if _NUMBER_RE.fullmatch(token):
             token = _canonical_number(token)
-            unary = len(tokens) < 2 or not _OPERAND_END.match(tokens[-2][-1])
-            if tokens and tokens[-1] == "-" and unary:
-                token = "-" + token
+            after_operand = len(tokens) >= 2 and _OPERAND_END.match(tokens[-2][-1])
+            if tokens and tokens[-1] == "-" and not after_operand:
                 tokens.pop()
+                token = "-" + token
         tokens.append(token)
     return tokens
 

@@ -89,3 +89,19 @@ def test_override_builds_nested_sections():
     data: dict = {}
     apply_override(data, "a.b.c=[1, 2]")
     assert data == {"a": {"b": {"c": [1, 2]}}}
+
+
+@dataclass
+class Outer:
+    inner: Top = field(default_factory=Top)
+
+
+def test_validate_errors_are_qualified_once():
+    from pasodoble.config import _qualify
+
+    assert _qualify("solver", "lr") == "solver.lr"
+    assert _qualify("solver", "solver.lr") == "solver.lr"
+    assert _qualify("exp.rewards", "rewards.low") == "exp.rewards.low"
+    with pytest.raises(ConfigError) as e:
+        load_config(Outer, None, ["inner.solver.lr=0"])
+    assert e.value.where == "inner.solver.lr"

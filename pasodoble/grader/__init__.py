@@ -1,0 +1,29 @@
+"""Math answer grading: extraction, a fast path, and math-verify under hard time limits.
+
+`Grader.grade(golds, responses)` returns one `Verdict` per pair (`correct`, `status`, `extracted`) and counters
+(`counters_to_metrics` turns them into `grader/...` metrics). See `grader.py` for the flow, `fastpath.py` for when
+math-verify is skipped, `pool.py` for the killable worker processes and `cli.py` for `pasodoble verify-answers`.
+"""
+
+from pasodoble.grader.extract import extract_answer, extract_boxed
+from pasodoble.grader.grader import (
+    COUNTER_NAMES,
+    STATUSES,
+    GradeBatch,
+    Grader,
+    GraderConfig,
+    Verdict,
+    counters_to_metrics,
+)
+
+__all__ = [
+    "COUNTER_NAMES",
+    "STATUSES",
+    "GradeBatch",
+    "Grader",
+    "GraderConfig",
+    "Verdict",
+    "counters_to_metrics",
+    "extract_answer",
+    "extract_boxed",
+]

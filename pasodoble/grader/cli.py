@@ -1,0 +1,130 @@
+"""`pasodoble verify-answers IN.jsonl --out OUT.jsonl`: grade (gold, pred) pairs from a file.
+
+Each input line is a JSON object with `gold` (an answer string; a JSON number is accepted) and `pred` (a whole model
+response, or an extracted answer with `--no-extract`). Each output line is the input object plus `correct` (bool),
+`extracted` (the answer found in `pred`, or null) and `status` (ok / no_answer / timeout / error). Bad lines are
+reported on stderr with their line numbers and skipped; one summary line goes to stderr at the end.
+
+Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (or, before the command is wired,
+`python -m pasodoble.grader.cli answers.jsonl --out graded.jsonl`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pasodoble.errors import UserError
+from pasodoble.grader.extract import FALLBACKS
+from pasodoble.grader.grader import Grader, GraderConfig
+
+_CHUNK = 2048  # lines graded per batch: bounds memory while keeping workers busy
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `verify-answers` command to an argparse subparsers object."""
+    parser = subparsers.add_parser("verify-answers", help="grade gold/pred pairs from a JSONL file")
+    parser.add_argument("input", type=Path, help="JSONL file, one {'gold': ..., 'pred': ...} per line")
+    parser.add_argument("--out", type=Path, required=True, help="output JSONL (input fields + verdict)")
+    parser.add_argument("--no-extract", action="store_true", help="pred is already an extracted answer")
+    parser.add_argument("--timeout-s", type=float, default=GraderConfig.timeout_s, help="limit per check")
+    parser.add_argument("--num-workers", type=int, default=GraderConfig.num_workers, help="worker processes")
+    parser.add_argument(
+        "--fallback", choices=FALLBACKS, default=GraderConfig.fallback, help="answer fallback"
+    )
+    parser.set_defaults(func=run_verify_answers)
+    return parser
+
+
+def _read_rows(path: Path) -> tuple[list[dict], list[str]]:
+    """Valid rows and one message per bad line."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; pass a JSONL file with 'gold' and 'pred' fields")
+    rows, problems = [], []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            problem = None
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                problem = f"not valid JSON ({error.msg})"
+            else:
+                problem = _row_problem(row)
+            if problem:
+                problems.append(f"{path}:{number}: {problem}; line skipped")
+            else:
+                rows.append(row)
+    return rows, problems
+
+
+def _row_problem(row: Any) -> str | None:
+    if not isinstance(row, dict):
+        return "expected a JSON object"
+    gold = row.get("gold")
+    if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
+        return "'gold' must be a string or a number"
+    if not isinstance(row.get("pred"), str):
+        return "'pred' must be a string"
+    return None
+
+
+def _write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp"
+    ) as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(handle.name, path)
+
+
+def run_verify_answers(args: argparse.Namespace) -> int:
+    """Grade the file; 0 on success (bad lines are skipped, not fatal)."""
+    config = GraderConfig(timeout_s=args.timeout_s, num_workers=args.num_workers, fallback=args.fallback)
+    config.validate()
+    rows, problems = _read_rows(args.input)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    totals: dict[str, int] = {}
+    with Grader(config) as grader:
+        for start in range(0, len(rows), _CHUNK):
+            chunk = rows[start : start + _CHUNK]
+            batch = grader.grade(
+                [str(r["gold"]) for r in chunk], [r["pred"] for r in chunk], extract=not args.no_extract
+            )
+            for row, verdict in zip(chunk, batch.verdicts, strict=True):
+                row.update(correct=verdict.correct, extracted=verdict.extracted, status=verdict.status)
+            for name, value in batch.counters.items():
+                totals[name] = totals.get(name, 0) + value
+    _write_jsonl_atomic(args.out, rows)
+    correct = sum(row["correct"] for row in rows)
+    print(
+        f"verify-answers: {len(rows)} graded, {correct} correct ({correct / max(len(rows), 1):.1%}), "
+        f"no_answer {totals.get('no_answer', 0)}, timeouts {totals.get('timeouts', 0)}, "
+        f"errors {totals.get('errors', 0)}, bad lines skipped {len(problems)} -> {args.out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry: `python -m pasodoble.grader.cli IN.jsonl --out OUT.jsonl`."""
+    parser = argparse.ArgumentParser(prog="pasodoble")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["verify-answers", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

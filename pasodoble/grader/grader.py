@@ -1,0 +1,241 @@
+"""The batch grader: extraction, cache, fast path, then math-verify in killable workers.
+
+Used by the rewards and by the evaluation harness:
+
+    with Grader(GraderConfig(timeout_s=5.0, num_workers=2)) as grader:
+        batch = grader.grade(golds, responses)           # responses are whole model outputs
+        rewards = [float(v.correct) for v in batch.verdicts]
+        tracker.log(counters_to_metrics(batch.counters), step)
+
+Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
+up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
+runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`). A verdict never depends on the
+route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
+same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
+
+Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
+never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pasodoble.errors import ConfigError
+from pasodoble.grader.extract import FALLBACKS, extract_answer
+from pasodoble.grader.fastpath import fast_verdict
+from pasodoble.grader.pool import WorkerPool
+
+STATUSES = ("ok", "no_answer", "timeout", "error")
+COUNTER_NAMES = (
+    "checks",  # pairs graded
+    "cache_hits",  # answered from the (gold, answer) cache
+    "fast_path",  # answered by the fast path
+    "math_verify",  # sent to a math-verify worker
+    "no_answer",  # no answer found in the response
+    "fallbacks",  # answer found only by the configured fallback (last number)
+    "timeouts",  # pairs whose check hit the time limit (now or, cached, earlier)
+    "errors",  # pairs whose check raised or whose worker died
+    "parse_failures",  # extracted answers math-verify could not turn into a value
+    "gold_parse_failures",  # gold answers math-verify could not turn into a value
+    "mv_exceptions",  # exceptions math-verify caught inside its comparisons (verdict unchanged)
+    "worker_restarts",  # worker processes killed and replaced during this batch
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The grade of one (gold, response) pair."""
+
+    correct: bool
+    status: str  # "ok" | "no_answer" | "timeout" | "error"
+    extracted: str | None  # the prediction's extracted answer (None if none found)
+
+
+@dataclass
+class GradeBatch:
+    """Verdicts in input order plus what happened while grading them."""
+
+    verdicts: list[Verdict]
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class GraderConfig:
+    """Answer checking."""
+
+    timeout_s: float = 5.0  # wall-clock limit of one math-verify check (math-verify's own default)
+    num_workers: int = 1  # math-verify worker processes
+    cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
+    fallback: str = "none"  # answer source when no box/tag/####: "none" | "last_number"
+    memory_limit_mb: int | None = 4096  # address-space cap of a worker; None means no cap
+
+    def validate(self) -> None:
+        if not self.timeout_s > 0:
+            raise ConfigError("grader.timeout_s", f"must be > 0 seconds, got {self.timeout_s}")
+        if self.num_workers < 1:
+            raise ConfigError("grader.num_workers", f"must be >= 1, got {self.num_workers}")
+        if self.cache_size < 0:
+            raise ConfigError("grader.cache_size", f"must be >= 0 (0 turns it off), got {self.cache_size}")
+        if self.fallback not in FALLBACKS:
+            raise ConfigError(
+                "grader.fallback", f"must be one of {', '.join(FALLBACKS)}, got {self.fallback!r}"
+            )
+        if self.memory_limit_mb is not None and self.memory_limit_mb < 256:
+            raise ConfigError("grader.memory_limit_mb", f"must be >= 256 or null, got {self.memory_limit_mb}")
+
+
+def counters_to_metrics(counters: dict[str, int]) -> dict[str, float]:
+    """Grader counters as `grader/<name>` metrics, plus the timeout and error rates per check."""
+    metrics = {f"grader/{name}": float(value) for name, value in counters.items()}
+    checks = counters.get("checks", 0)
+    if checks:
+        metrics["grader/timeout_rate"] = counters.get("timeouts", 0) / checks
+        metrics["grader/error_rate"] = counters.get("errors", 0) / checks
+    return metrics
+
+
+class _LRU:
+    """A thread-safe least-recently-used map of (gold, answer) -> (correct, status)."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._items: OrderedDict[tuple[str, str], tuple[bool, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> tuple[bool, str] | None:
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key: tuple[str, str], value: tuple[bool, str]) -> None:
+        if self._size == 0:
+            return
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+class Grader:
+    """Grades (gold, response) pairs; safe to call from several threads; owns the worker processes."""
+
+    def __init__(self, config: GraderConfig | None = None):
+        self.config = config or GraderConfig()
+        self.config.validate()
+        self._cache = _LRU(self.config.cache_size)
+        self._pool: WorkerPool | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _workers(self) -> WorkerPool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = WorkerPool(
+                    self.config.num_workers,
+                    memory_limit_mb=self.config.memory_limit_mb,
+                )
+                self._finalizer = weakref.finalize(self, self._pool.close)
+            return self._pool
+
+    def clear_cache(self) -> None:
+        """Forget every cached verdict (benchmarks use it to time a cold cache)."""
+        self._cache = _LRU(self.config.cache_size)
+
+    def close(self) -> None:
+        """Stop the worker processes (also done at interpreter exit); the grader can be used again after."""
+        with self._lock:
+            if self._finalizer is not None:
+                self._finalizer()
+            self._pool, self._finalizer = None, None
+
+    def grade(self, golds: Sequence[str], responses: Sequence[str], *, extract: bool = True) -> GradeBatch:
+        """Grade each response against its gold answer.
+
+        extract=True: responses are whole model outputs (the answer is the last balanced `\\boxed{}`, then the
+        fallbacks); extract=False: responses are already-extracted answers. Golds are answer strings.
+        """
+        if len(golds) != len(responses):
+            raise ValueError(f"got {len(golds)} golds but {len(responses)} responses")
+        counters: Counter[str] = Counter({name: 0 for name in COUNTER_NAMES})
+        counters["checks"] = len(golds)
+        verdicts: list[Verdict | None] = [None] * len(golds)
+        waiting: dict[tuple[str, str], list[int]] = {}
+        for index, (gold, response) in enumerate(zip(golds, responses, strict=True)):
+            answer = self._answer(response, extract, counters)
+            if answer is None:
+                verdicts[index] = Verdict(False, "no_answer", None)
+                continue
+            key = (str(gold).strip(), answer)
+            known = self._known(key, counters)
+            if known is not None:
+                verdicts[index] = Verdict(*known, answer)
+                counters["timeouts"] += known[1] == "timeout"
+            elif key in waiting:
+                counters["cache_hits"] += 1
+                waiting[key].append(index)
+            else:
+                waiting[key] = [index]
+        if waiting:
+            self._check(waiting, verdicts, counters)
+        return GradeBatch([verdict for verdict in verdicts if verdict is not None], dict(counters))
+
+    def _answer(self, response: str, extract: bool, counters: Counter[str]) -> str | None:
+        if not extract:
+            answer = response.strip() if isinstance(response, str) else None
+            source = "given" if answer else None
+        else:
+            answer, source = extract_answer(response, self.config.fallback)
+        if not answer:
+            counters["no_answer"] += 1
+            return None
+        if source == "last_number":
+            counters["fallbacks"] += 1
+        return answer
+
+    def _known(self, key: tuple[str, str], counters: Counter[str]) -> tuple[bool, str] | None:
+        """(correct, status) from the cache or the fast path, or None when a worker must decide."""
+        cached = self._cache.get(key)
+        if cached is not None:
+            counters["cache_hits"] += 1
+            return cached
+        decided = fast_verdict(*key)
+        if decided is None:
+            return None
+        counters["fast_path"] += 1
+        self._cache.put(key, (decided, "ok"))
+        return decided, "ok"
+
+    def _check(
+        self,
+        waiting: dict[tuple[str, str], list[int]],
+        verdicts: list[Verdict | None],
+        counters: Counter[str],
+    ) -> None:
+        keys = list(waiting)
+        pool = self._workers()
+        restarts_before = pool.restarts
+        results = pool.run(keys, self.config.timeout_s)
+        counters["math_verify"] += len(keys)
+        counters["worker_restarts"] += pool.restarts - restarts_before
+        for key, result in zip(keys, results, strict=True):
+            counters.update(result.counters)
+            if result.status != "error":
+                self._cache.put(key, (result.correct and result.status == "ok", result.status))
+            if result.status != "ok":
+                counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
+            for index in waiting[key]:
+                verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])

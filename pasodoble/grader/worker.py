@@ -1,0 +1,105 @@
+"""The check that runs inside a grader worker process: math-verify's `parse` + `verify` on one pair.
+
+Why a separate process: math-verify's own timeouts use `signal.alarm`, which only works in the main thread, and a
+SymPy computation cannot be interrupted from outside. So workers call math-verify with its timeouts disabled and the
+parent (`pool.py`) enforces a wall-clock limit by killing the process. The pool runs this module as
+`python -m pasodoble.grader.worker FD MEMORY_LIMIT_MB`, FD being its end of a socket pair; not meant for users.
+
+Nothing is swallowed silently: math-verify catches the exceptions of its comparisons and logs them at debug level;
+a logging handler counts those records (`mv_exceptions`) without changing the verdict. A prediction (or gold) that
+math-verify cannot turn into a SymPy value is counted as a parse failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import socket
+import sys
+from functools import lru_cache
+from multiprocessing.connection import Connection
+from typing import Any
+
+from math_verify import parse, verify
+from sympy import Basic, MatrixBase
+
+
+class _ExceptionCounter(logging.Handler):
+    """Counts the log records that carry an exception (math-verify's swallowed comparison errors)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.count += 1
+
+
+_COUNTER = _ExceptionCounter()
+
+
+def _install_counter() -> None:
+    for name in ("math_verify.grader", "math_verify.parser"):
+        logger = logging.getLogger(name)
+        logger.handlers = [_COUNTER]
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = (
+            False  # the "timeout is disabled" warning is expected here: the parent owns the limit
+        )
+
+
+def wrap(answer: str) -> str:
+    """The text math-verify parses for an answer string (gold or extracted prediction)."""
+    return f"\\boxed{{{answer}}}"
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> tuple[Any, ...]:
+    return tuple(parse(wrap(gold), parsing_timeout=None))
+
+
+def _has_value(parsed: Any) -> bool:
+    return any(isinstance(item, (Basic, MatrixBase)) for item in parsed)
+
+
+def check(gold: str, pred: str) -> tuple[bool, dict[str, int]]:
+    """math-verify's verdict for (gold answer, extracted prediction), with what went wrong on the way."""
+    before = _COUNTER.count
+    gold_parsed = _parse_gold(gold)
+    pred_parsed = parse(wrap(pred), parsing_timeout=None)
+    correct = bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=None))
+    counters = {
+        "parse_failures": int(not _has_value(pred_parsed)),
+        "gold_parse_failures": int(not _has_value(gold_parsed)),
+        "mv_exceptions": _COUNTER.count - before,
+    }
+    return correct, counters
+
+
+def serve(conn: Connection, memory_limit_mb: int | None) -> None:
+    """Worker main loop: answer `(job_id, gold, pred)` with `(job_id, status, correct, counters, message)`."""
+    if memory_limit_mb is not None:
+        limit = memory_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    _install_counter()
+    conn.send(("ready",))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        job_id, gold, pred = message
+        try:
+            correct, counters = check(gold, pred)
+            reply: tuple = (job_id, "ok", correct, counters, "")
+        except (Exception, RecursionError, MemoryError) as error:  # reported to the parent as status "error"
+            reply = (job_id, "error", False, {}, f"{type(error).__name__}: {str(error)[:200]}")
+        conn.send(reply)
+
+
+if __name__ == "__main__":
+    fd, memory_mb = int(sys.argv[1]), int(sys.argv[2])
+    serve(Connection(socket.socket(fileno=fd).detach()), memory_mb or None)

@@ -1,0 +1,81 @@
+"""Hard limits: pathological inputs cost at most the time limit, from any thread, and the grader goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pasodoble.grader import Grader, GraderConfig
+
+LIMIT_S = 1.0
+SLACK_S = 2.0  # process kill + scheduling on a loaded CI machine
+TOWER = "\\boxed{9^{9^{9^{9}}}}"
+NESTED = "\\boxed{" + "{" * 50_000 + "1" + "}" * 50_000 + "}"  # 100 KB of nested braces
+
+
+@pytest.fixture(scope="module")
+def strict_grader():
+    with Grader(GraderConfig(timeout_s=LIMIT_S, num_workers=3, cache_size=0)) as grader:
+        warm = grader.grade(["a+b", "a+c", "a+d"], ["\\boxed{b+a}", "\\boxed{c+a}", "\\boxed{d+a}"])
+        assert [v.correct for v in warm.verdicts] == [True, True, True]  # all three workers are up
+        yield grader
+
+
+def _timed_grade(grader: Grader, gold: str, response: str):
+    start = time.perf_counter()
+    batch = grader.grade([gold], [response])
+    return time.perf_counter() - start, batch
+
+
+def test_pathological_inputs_from_several_threads_each_return_within_the_limit(strict_grader):
+    inputs = [("1", TOWER), ("1", NESTED), ("2", TOWER)]
+    with ThreadPoolExecutor(max_workers=len(inputs)) as pool:
+        results = list(pool.map(lambda pair: _timed_grade(strict_grader, *pair), inputs))
+    for seconds, batch in results:
+        assert seconds < LIMIT_S + SLACK_S, seconds
+        verdict = batch.verdicts[0]
+        assert verdict.correct is False
+        assert verdict.status in ("timeout", "error")  # never a hang, never a silent "ok"
+        assert batch.counters["timeouts"] + batch.counters["errors"] == 1
+    assert sum(batch.verdicts[0].status == "timeout" for _, batch in results) >= 2  # the towers
+    after = strict_grader.grade(["x^2-1"], ["\\boxed{(x-1)(x+1)}"])
+    assert after.verdicts[0].correct is True and after.verdicts[0].status == "ok"
+
+
+def test_a_stuck_worker_does_not_block_other_callers(strict_grader):
+    stuck = threading.Thread(target=strict_grader.grade, args=(["1"], [TOWER]))
+    stuck.start()
+    time.sleep(0.1)
+    seconds, batch = _timed_grade(strict_grader, "2y+1", "\\boxed{1+2y}")
+    stuck.join()
+    assert batch.verdicts[0].correct is True
+    assert seconds < LIMIT_S, seconds
+
+
+def test_a_dying_worker_is_an_error_and_is_replaced():
+    with Grader(GraderConfig(timeout_s=30.0, num_workers=1)) as grader:
+        grader.grade(["a"], ["\\boxed{b}"])  # start the worker
+        (worker,) = grader._workers()._workers
+        killer = threading.Timer(0.5, lambda: os.kill(worker.process.pid, signal.SIGKILL))
+        killer.start()
+        seconds, batch = _timed_grade(grader, "1", TOWER)
+        assert seconds < 10
+        assert batch.verdicts[0].status == "error"
+        assert batch.counters["errors"] == 1 and batch.counters["worker_restarts"] == 1
+        again = grader.grade(["x^2-1"], ["\\boxed{(x-1)(x+1)}"])
+        assert again.verdicts[0].correct is True
+
+
+def test_a_timeout_is_cached_and_still_reported():
+    with Grader(GraderConfig(timeout_s=LIMIT_S, num_workers=1)) as grader:
+        first = grader.grade(["1"], [TOWER])
+        seconds, second = _timed_grade(grader, "1", TOWER)
+    assert first.verdicts == second.verdicts and first.verdicts[0].status == "timeout"
+    assert seconds < 0.5
+    assert second.counters["timeouts"] == 1 and second.counters["cache_hits"] == 1
+    assert second.counters["math_verify"] == 0
