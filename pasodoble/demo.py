@@ -1,0 +1,279 @@
+"""`pasodoble demo`: the tiny world end to end on a CPU in minutes.
+
+Phases (one log line each, with seconds): build the world and SFT both roles (cached, see `world/cache.py`) ->
+evaluate the Solver on the held-out tiers, greedy and sampled -> write the run directory:
+
+    RUN_DIR/config.yaml          resolved config (`pasodoble demo --config RUN_DIR/config.yaml` reruns it)
+    RUN_DIR/metrics.jsonl        SFT losses, then the evaluation scores
+    RUN_DIR/checkpoints/         the SFT checkpoints (HF format)
+    RUN_DIR/eval/                greedy/ and sampled/ (samples.jsonl, results.json, results.md of each),
+                                 results.json + results.md (the per-tier table)
+    RUN_DIR/sft_loss.png         SFT loss curves
+
+The per-tier table reports greedy accuracy, the sampled mean accuracy (avg@k), pass@k, and the share of problems
+whose sampled pass rate lies in the learnable band (0.2, 1): dual-play's Solver update only learns from those.
+Dual-play RL between SFT and the final evaluation is not wired in yet.
+
+Run: `pasodoble demo [--config FILE] [--out DIR] [key=value ...]`, e.g. `pasodoble demo sft.max_steps=200`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pasodoble.config import load_config, save_config
+from pasodoble.errors import ConfigError
+from pasodoble.evals import EvalSettings, Problem, evaluate
+from pasodoble.evals.report import build_results, write_run_outputs
+from pasodoble.evals.runner import settings_dict
+from pasodoble.grader import Grader, GraderConfig
+from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
+from pasodoble.plotting import load_series
+from pasodoble.rollout import HFEngine
+from pasodoble.sft import SFTConfig
+from pasodoble.tracking import Tracker
+from pasodoble.world import WorldConfig, formats
+from pasodoble.world.cache import ensure_sft_models
+from pasodoble.world.problems import TIER_DESCRIPTIONS
+
+log = logging.getLogger("pasodoble.demo")
+BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (METHOD.md, step 10)
+
+
+@dataclass
+class DemoEvalConfig:
+    num_samples: int = 8  # sampled answers per problem (pass-rate band and avg@k)
+    temperature: float = 1.0  # temperature of the sampled evaluation (greedy runs too)
+    max_new_tokens: int = 128  # completion budget; the longest tier needs about 90 tokens
+    problems_per_tier: int | None = None  # evaluate only the first N problems of each tier (None: all)
+    batch_size: int = 128  # sequences per generate call
+    seed: int = 0  # sampling seed
+
+    def validate(self) -> None:
+        if self.num_samples < 2:
+            raise ConfigError("eval.num_samples", "must be at least 2 to measure pass rates, e.g. 8")
+        if self.problems_per_tier is not None and self.problems_per_tier < 1:
+            raise ConfigError("eval.problems_per_tier", "must be at least 1, or null for all")
+
+
+@dataclass
+class DemoConfig:
+    world: WorldConfig = field(default_factory=WorldConfig)  # the tiny world (data, tokenizer, model size)
+    sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up of both roles
+    eval: DemoEvalConfig = field(default_factory=DemoEvalConfig)  # the per-tier Solver evaluation
+    run_dir: str | None = None  # output directory (None: runs/demo-<date>-<time>)
+    cache_dir: str | None = None  # SFT model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
+    fresh: bool = False  # ignore the cache: build the world and SFT inside the run directory
+
+
+def tier_problems(tiers_path: Path, per_tier: int | None) -> list[Problem]:
+    """Held-out tier problems as evaluation problems (source = tier name)."""
+    counts: dict[str, int] = defaultdict(int)
+    problems = []
+    for row in read_jsonl(tiers_path):
+        counts[row["tier"]] += 1
+        if per_tier is None or counts[row["tier"]] <= per_tier:
+            problems.append(
+                Problem(id=row["id"], question=row["question"], answers=(row["answer"],), source=row["tier"])
+            )
+    return problems
+
+
+def band_shares(samples_path: Path) -> dict[str, float]:
+    """Per tier: share of problems whose sampled pass rate p satisfies 0.2 < p < 1."""
+    per_problem: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for row in read_jsonl(samples_path):
+        per_problem[(row["source"], row["id"])].append(bool(row["correct"]))
+    in_band: dict[str, list[bool]] = defaultdict(list)
+    for (source, _), correct in per_problem.items():
+        rate = sum(correct) / len(correct)
+        in_band[source].append(BAND[0] < rate < BAND[1])
+    return {source: sum(flags) / len(flags) for source, flags in in_band.items()}
+
+
+def tier_table(greedy: dict, sampled: dict, band: dict[str, float], k: int) -> str:
+    """Markdown: one row per tier."""
+    lines = [
+        f"| Tier | Problems | n | Greedy acc | Sampled avg@{k} | pass@{k} | In band (0.2, 1) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for tier, g in greedy["per_source"].items():
+        s = sampled["per_source"][tier]
+        lines.append(
+            f"| {tier} | {TIER_DESCRIPTIONS.get(tier, tier)} | {int(g['n'])} | {100 * g['avg@k']:.1f} "
+            f"| {100 * s['avg@k']:.1f} | {100 * s['pass@k']:.1f} | {100 * band[tier]:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_sft_loss(metrics_path: Path, out_path: Path) -> None:
+    """`sft_loss.png`: every `*/sft/loss` series of metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {k: v for k, v in load_series(metrics_path).items() if k.endswith("/sft/loss")}
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key, (steps, values) in sorted(series.items()):
+        ax.plot(steps, values, label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (completion tokens)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+
+
+class _Phase:
+    """Logs one line with the seconds a phase took."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self) -> _Phase:
+        self.start = time.perf_counter()
+        self.note = ""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            log.info("[demo] %-10s %6.1fs  %s", self.name, time.perf_counter() - self.start, self.note)
+
+
+def evaluate_solver(
+    model_dir: Path, problems: list[Problem], config: DemoEvalConfig, out_dir: Path, *, progress: bool = True
+) -> dict:
+    """Greedy and sampled evaluation of a Solver on tier problems; writes `out_dir` and returns the summary."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    engine = HFEngine(
+        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=config.batch_size
+    )
+    runs = {
+        "greedy": EvalSettings(num_samples=1, temperature=0.0, seed=config.seed),
+        "sampled": EvalSettings(
+            num_samples=config.num_samples, temperature=config.temperature, seed=config.seed
+        ),
+    }
+    results = {}
+    with Grader(GraderConfig()) as grader:
+        for name, settings in runs.items():
+            settings.max_new_tokens = config.max_new_tokens
+            settings.prompt_template = formats.SOLVER_TEMPLATE
+            settings.chunk_size = max(1, config.batch_size // settings.num_samples)
+            (out_dir / name).mkdir(parents=True, exist_ok=True)
+            samples = out_dir / name / "samples.jsonl"
+            samples.unlink(missing_ok=True)  # a demo rerun into the same directory starts over
+            report = evaluate(
+                engine, tokenizer, problems, settings, grader, samples_path=samples, progress=progress
+            )
+            results[name] = build_results(
+                report, settings_dict(settings), label=f"solver ({name})", model=str(model_dir)
+            )
+            write_run_outputs(out_dir / name, results[name])
+    band = band_shares(out_dir / "sampled" / "samples.jsonl")
+    summary = {
+        "model": str(model_dir),
+        "band": list(BAND),
+        "per_tier": {
+            tier: {
+                "greedy_acc": g["avg@k"],
+                "sampled_avg": results["sampled"]["per_source"][tier]["avg@k"],
+                "sampled_pass": results["sampled"]["per_source"][tier]["pass@k"],
+                "in_band": band[tier],
+                "n": g["n"],
+            }
+            for tier, g in results["greedy"]["per_source"].items()
+        },
+        "settings": {name: r["settings"] for name, r in results.items()},
+    }
+    write_json_atomic(out_dir / "results.json", summary)
+    table = tier_table(results["greedy"], results["sampled"], band, config.num_samples)
+    write_text_atomic(
+        out_dir / "results.md",
+        f"# Solver after SFT, per tier\n\n{table}\n\n"
+        f"Sampled: k={config.num_samples}, temperature={config.temperature}; model `{model_dir}`.\n",
+    )
+    return summary
+
+
+def _copy_checkpoints(models, run_dir: Path) -> Path:
+    """Copy the SFT checkpoints into the run directory; returns the Solver's copy."""
+    dest = run_dir / "checkpoints"
+    for source in {models.proposer_dir, models.solver_dir}:
+        shutil.copytree(source, dest / source.name, dirs_exist_ok=True)
+    return dest / models.solver_dir.name
+
+
+def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
+    """Run every phase (module docstring); returns the run directory."""
+    run_dir = Path(config.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    started = time.perf_counter()
+    log.info("[demo] run directory %s", run_dir)
+    with Tracker(run_dir) as tracker:
+        with _Phase("world+sft") as phase:
+            cache = run_dir / "cache" if config.fresh else config.cache_dir
+            models = ensure_sft_models(cache, config.world, config.sft, progress=progress)
+            for row in read_jsonl(models.sft_metrics):
+                tracker.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+            solver_dir = _copy_checkpoints(models, run_dir)
+            phase.note = f"models in {models.solver_dir.parent}"
+        with _Phase("eval") as phase:
+            problems = tier_problems(models.world.tiers, config.eval.problems_per_tier)
+            summary = evaluate_solver(solver_dir, problems, config.eval, run_dir / "eval", progress=progress)
+            metrics = {
+                f"solver/eval_{tier}/{name}": value
+                for tier, row in summary["per_tier"].items()
+                for name, value in row.items()
+                if name != "n"
+            }
+            tracker.log(metrics, step=config.sft.max_steps)
+            phase.note = "  ".join(
+                f"{t} greedy {r['greedy_acc']:.2f} band {r['in_band']:.2f}"
+                for t, r in summary["per_tier"].items()
+            )
+        with _Phase("plot"):
+            plot_sft_loss(run_dir / "metrics.jsonl", run_dir / "sft_loss.png")
+    log.info(
+        "[demo] done in %.1fs; table in %s", time.perf_counter() - started, run_dir / "eval" / "results.md"
+    )
+    return run_dir
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo", help="tiny world on CPU: build, SFT both roles, evaluate the Solver per tier"
+    )
+    p.add_argument(
+        "--config", type=Path, help="YAML recipe (default: the built-in defaults, = recipes/demo.yaml)"
+    )
+    p.add_argument("--out", help="run directory (default: runs/demo-<date>-<time>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.max_steps=200"
+    )
+    p.set_defaults(func=run_demo_cmd)
+
+
+def run_demo_cmd(args: argparse.Namespace) -> int:
+    config = load_config(DemoConfig, args.config, args.overrides)
+    if args.out:
+        config.run_dir = args.out
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log.setLevel(logging.INFO)
+    run_demo(config, progress=not args.no_progress)
+    return 0

@@ -1,0 +1,29 @@
+"""Evaluation harness: benchmark loaders, the k-sample runner, metrics and reports.
+
+Public API:
+- `Problem`, `FieldMap`, `load_problems_file`, `load_hf_problems`: any JSONL / Parquet / Hub set by field mapping.
+- `load_benchmark(name, data_dir)`, `BENCHMARKS`: the seven math sets (aime24, aime25, amc23, gsm8k, math500,
+  minerva_math, olympiadbench) read from a data directory or their Hugging Face ids.
+- `EvalSettings`, `evaluate`, `EvalReport`: generate k samples per problem with any rollout engine, grade, score
+  (avg@k, pass@k, maj@k, 95% interval), streamed and resumable.
+- `pasodoble eval` / `pasodoble eval-table` (see `cli.py`); in-training evaluation in `periodic.py`.
+"""
+
+from pasodoble.evals.benchmarks import BENCHMARKS, PAPER_BENCHMARKS, load_benchmark, resolve_data_dir
+from pasodoble.evals.problems import FieldMap, Problem, load_hf_problems, load_problems_file
+from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalReport, EvalSettings, evaluate
+
+__all__ = [
+    "BENCHMARKS",
+    "DEFAULT_TEMPLATE",
+    "PAPER_BENCHMARKS",
+    "EvalReport",
+    "EvalSettings",
+    "FieldMap",
+    "Problem",
+    "evaluate",
+    "load_benchmark",
+    "load_hf_problems",
+    "load_problems_file",
+    "resolve_data_dir",
+]

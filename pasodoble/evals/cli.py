@@ -1,0 +1,223 @@
+"""`pasodoble eval` and `pasodoble eval-table`.
+
+    pasodoble eval --model PATH_OR_HF_ID --benchmarks aime24,aime25,amc23,gsm8k,math500,minerva_math,olympiadbench \\
+        --data-dir ../shared/benchmarks --num-samples 6 --temperature 0.6 --out runs/eval-base
+    pasodoble eval --model M --dataset my.jsonl --question-field Body --answer-field Answer --out runs/eval-mine
+    pasodoble eval-table runs/eval-base runs/eval-sft runs/eval-online > table.md
+
+`eval` writes DIR/samples.jsonl (every sample, appended as produced), DIR/results.json and DIR/results.md, and
+DIR/run.json (what the run is: model, problem sets, settings). Re-running the same command on the same DIR resumes:
+finished problems are kept, the rest are generated; a different command on the same DIR is refused unless
+--overwrite is given. Engines: `hf` (Hugging Face generate) now; vLLM joins the `--engine` choices when it lands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pasodoble.errors import UserError
+from pasodoble.evals.benchmarks import DATA_DIR_ENV, load_benchmark, parse_benchmark_names
+from pasodoble.evals.problems import ANSWER_FORMATS, FieldMap, Problem, load_hf_problems, load_problems_file
+from pasodoble.evals.report import build_results, merge_tables, read_results, scores_table, write_run_outputs
+from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalSettings, evaluate, settings_dict
+from pasodoble.io import write_json_atomic
+
+ENGINES = ("hf",)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="evaluate a model on math benchmarks or any JSONL/Parquet/Hub set")
+    p.add_argument("--model", required=True, help="local model directory or Hugging Face model id")
+    p.add_argument("--out", required=True, type=Path, help="run directory (created; resumed if it exists)")
+    p.add_argument("--label", help="row name in tables (default: the model's name)")
+    data = p.add_argument_group("problems")
+    data.add_argument("--benchmarks", help="comma list of built-in sets, or 'all' / 'paper'")
+    data.add_argument(
+        "--data-dir", help=f"folder holding <set>/test.jsonl (default: ${DATA_DIR_ENV}, else the Hub)"
+    )
+    data.add_argument(
+        "--dataset", help="your own set: a .jsonl/.json/.parquet file or a Hugging Face dataset id"
+    )
+    data.add_argument("--question-field", default="question", help="field with the question text")
+    data.add_argument("--question-template", help="build the question from fields, e.g. '{Body} {Question}'")
+    data.add_argument("--answer-field", default="answer", help="field with the gold answer(s)")
+    data.add_argument("--answer-format", choices=ANSWER_FORMATS, default="auto", help="how to read the gold")
+    data.add_argument("--id-field", help="field with a unique problem id (default: row number)")
+    data.add_argument("--split", default="test", help="split of a Hub --dataset")
+    data.add_argument("--dataset-config", help="config name of a Hub --dataset")
+    data.add_argument("--limit", type=int, help="only the first N problems of each set (smoke runs)")
+    s = p.add_argument_group("sampling")
+    defaults = EvalSettings()
+    s.add_argument("--num-samples", type=int, default=defaults.num_samples, help="k samples per problem")
+    s.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
+    s.add_argument("--top-p", type=float, default=defaults.top_p)
+    s.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    s.add_argument("--max-prompt-length", type=int, help="keep the last N prompt tokens")
+    s.add_argument("--seed", type=int, default=defaults.seed)
+    s.add_argument(
+        "--prompt-template", default=DEFAULT_TEMPLATE, help="user message with a {question} placeholder"
+    )
+    s.add_argument("--prompt-template-file", type=Path, help="read the prompt template from a file")
+    s.add_argument("--system-prompt")
+    s.add_argument("--no-chat-template", action="store_true", help="feed the rendered template as plain text")
+    s.add_argument("--chunk-size", type=int, default=defaults.chunk_size, help="problems per engine call")
+    e = p.add_argument_group("engine")
+    e.add_argument("--engine", choices=ENGINES, default="hf")
+    e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
+    e.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    e.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    e.add_argument("--grader-timeout-s", type=float, default=5.0)
+    e.add_argument("--grader-workers", type=int, default=1)
+    p.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_eval)
+
+    t = subparsers.add_parser("eval-table", help="merge several eval runs into one Markdown table")
+    t.add_argument("run_dirs", nargs="+", type=Path, help="directories written by 'pasodoble eval --out'")
+    t.add_argument("--metric", default="avg@k", choices=("avg@k", "pass@k", "maj@k"))
+    t.add_argument("--out", type=Path, help="also write the table to this file")
+    t.set_defaults(func=run_eval_table)
+
+
+def settings_from_args(args: argparse.Namespace) -> EvalSettings:
+    template = args.prompt_template
+    if args.prompt_template_file:
+        if not args.prompt_template_file.is_file():
+            raise UserError(f"--prompt-template-file: {args.prompt_template_file} not found")
+        template = args.prompt_template_file.read_text(encoding="utf-8")
+    settings = EvalSettings(
+        num_samples=args.num_samples,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        prompt_template=template,
+        system_prompt=args.system_prompt,
+        use_chat_template=not args.no_chat_template,
+        max_prompt_length=args.max_prompt_length,
+        chunk_size=args.chunk_size,
+    )
+    settings.validate()
+    return settings
+
+
+def problems_from_args(args: argparse.Namespace) -> list[Problem]:
+    if not args.benchmarks and not args.dataset:
+        raise UserError("give --benchmarks NAMES and/or --dataset FILE")
+    problems: list[Problem] = []
+    for name in parse_benchmark_names(args.benchmarks) if args.benchmarks else []:
+        problems += load_benchmark(name, args.data_dir, limit=args.limit)
+    if args.dataset:
+        fields = FieldMap(
+            question_field=args.question_field,
+            question_template=args.question_template,
+            answer_field=args.answer_field,
+            answer_format=args.answer_format,
+            id_field=args.id_field,
+        )
+        if Path(args.dataset).exists() or Path(args.dataset).suffix in (".jsonl", ".json", ".parquet"):
+            problems += load_problems_file(args.dataset, fields, limit=args.limit)
+        else:
+            problems += load_hf_problems(
+                args.dataset, fields, split=args.split, config_name=args.dataset_config, limit=args.limit
+            )
+    return problems
+
+
+def _check_run_identity(out: Path, identity: dict, overwrite: bool) -> None:
+    """Refuse to resume a directory that holds a different run (it would mix samples)."""
+    path = out / "run.json"
+    if path.exists() and not overwrite:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        differing = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
+        if differing:
+            raise UserError(
+                f"{out} holds a different run (differs in: {', '.join(differing)}); "
+                "use another --out, or --overwrite to discard it"
+            )
+    if overwrite:
+        for name in ("samples.jsonl", "results.json", "results.md"):
+            (out / name).unlink(missing_ok=True)
+    write_json_atomic(path, identity)
+
+
+def load_model(args: argparse.Namespace):
+    """(model, tokenizer) from a local directory or Hub id, on --device with --dtype."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+    except OSError as err:
+        raise UserError(
+            f"--model: cannot load {args.model!r} ({err}); give a local model directory or a Hub id"
+        ) from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = (
+            tokenizer.eos_token
+        )  # batched generation pads; decoder-only models rarely set one
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    return model.to(device).eval(), tokenizer
+
+
+def build_engine(name: str, model, tokenizer, batch_size: int):
+    if name == "hf":
+        from pasodoble.rollout import HFEngine
+
+        return HFEngine(model, tokenizer, batch_size=batch_size)
+    raise UserError(f"--engine: {name!r} is not available; choose from {', '.join(ENGINES)}")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from pasodoble.grader import Grader, GraderConfig
+
+    settings = settings_from_args(args)
+    problems = problems_from_args(args)
+    counts: dict[str, int] = {}
+    for p in problems:
+        counts[p.source] = counts.get(p.source, 0) + 1
+    identity = {"model": args.model, "sources": counts, "settings": settings_dict(settings)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    _check_run_identity(args.out, identity, args.overwrite)
+    model, tokenizer = load_model(args)
+    engine = build_engine(args.engine, model, tokenizer, args.batch_size)
+    config = GraderConfig(timeout_s=args.grader_timeout_s, num_workers=args.grader_workers)
+    with Grader(config) as grader:
+        report = evaluate(
+            engine,
+            tokenizer,
+            problems,
+            settings,
+            grader,
+            samples_path=args.out / "samples.jsonl",
+            progress=not args.no_progress,
+        )
+    label = args.label or Path(args.model.rstrip("/")).name
+    arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    result = build_results(
+        report,
+        settings_dict(settings),
+        label=label,
+        model=args.model,
+        extra={"engine": args.engine, "arguments": arguments},
+    )
+    write_run_outputs(args.out, result)
+    print(scores_table([result]))
+    print(
+        f"{sum(counts.values())} problems x {settings.num_samples} samples ({report.samples_generated} generated now, "
+        f"{report.seconds:.1f} s); wrote {args.out / 'results.md'}"
+    )
+    return 0
+
+
+def run_eval_table(args: argparse.Namespace) -> int:
+    table = merge_tables([read_results(d) for d in args.run_dirs], args.metric)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table + "\n", encoding="utf-8")
+    print(table)
+    return 0

@@ -1,0 +1,124 @@
+"""In-training evaluation of the Solver on a held-out set, every N steps, with best-checkpoint tracking.
+
+Why: choosing the best checkpoint on the test sets inflates the reported numbers; the paper's setting has no
+labels during RL, but a small labelled held-out set (or a validation slice of a corpus) is fair for model
+selection. This module turns an `EvalConfig` into the `evaluator(role) -> metrics` callable that the dual-play
+loop calls every `schedule.eval_every` steps (it prefixes the names with `eval/` and logs them).
+
+    evaluator = SolverEvaluator.from_config(EvalConfig(problems_file="heldout.jsonl", limit=64), grader)
+    loop = DualPlay(..., evaluator=evaluator)          # logs eval/heldout/avg@k, eval/average/avg@k, ...
+    evaluator.best                                       # (call number, score) of the best evaluation so far
+
+Defaults are greedy and short (one sample, 512 new tokens) because this runs inside training; the final numbers
+come from `pasodoble eval` with the paper's sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pasodoble.errors import ConfigError
+from pasodoble.evals.benchmarks import load_benchmark
+from pasodoble.evals.problems import FieldMap, Problem, load_problems_file
+from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalSettings, evaluate
+
+
+@dataclass
+class EvalConfig:
+    """Which problems the Solver is evaluated on during training, and how."""
+
+    problems_file: str | None = None  # held-out JSONL/Parquet (fields below); preferred for checkpoint choice
+    question_field: str = "question"  # question field of problems_file
+    answer_field: str = "answer"  # gold answer field of problems_file
+    benchmarks: list[str] = field(
+        default_factory=list
+    )  # built-in sets to watch as well (not for model choice)
+    data_dir: str | None = None  # where the built-in sets live (else PASODOBLE_DATA_DIR, else the Hub)
+    limit: int | None = 64  # first N problems of each set; None: all
+    num_samples: int = 1  # k samples per problem
+    temperature: float = 0.0  # 0 = greedy
+    max_new_tokens: int = 512  # completion budget
+    prompt_template: str = DEFAULT_TEMPLATE  # user message with a {question} placeholder
+    seed: int = 0  # generation seed
+    metric: str = "avg@k"  # the average metric that decides the best evaluation
+    samples_dir: str | None = (
+        None  # write each evaluation's samples here as eval-<call>.jsonl; None: keep none
+    )
+
+    def validate(self) -> None:
+        if not self.problems_file and not self.benchmarks:
+            raise ConfigError("eval.problems_file", "give a held-out problems file or eval.benchmarks")
+        if self.metric not in ("avg@k", "pass@k", "maj@k"):
+            raise ConfigError("eval.metric", f"{self.metric!r} is not one of avg@k, pass@k, maj@k")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("eval.limit", "must be >= 1, or None for every problem")
+
+    def settings(self) -> EvalSettings:
+        return EvalSettings(
+            num_samples=self.num_samples,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            prompt_template=self.prompt_template,
+            seed=self.seed,
+        )
+
+
+def load_eval_problems(config: EvalConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    if config.problems_file:
+        fields = FieldMap(question_field=config.question_field, answer_field=config.answer_field)
+        problems += load_problems_file(config.problems_file, fields, limit=config.limit)
+    for name in config.benchmarks:
+        problems += load_benchmark(name, config.data_dir, limit=config.limit)
+    return problems
+
+
+class SolverEvaluator:
+    """`evaluator(role) -> {"<source>/<metric>": value}` for the dual-play loop; remembers the best call."""
+
+    def __init__(
+        self,
+        problems: list[Problem],
+        settings: EvalSettings,
+        grader,
+        *,
+        metric: str = "avg@k",
+        samples_dir: str | Path | None = None,
+    ):
+        self.problems, self.settings, self.grader, self.metric = problems, settings, grader, metric
+        self.samples_dir = Path(samples_dir) if samples_dir else None
+        self.calls = 0
+        self.best: tuple[int, float] | None = None  # (call number, score)
+        self.last_is_best = False
+
+    @classmethod
+    def from_config(cls, config: EvalConfig, grader) -> SolverEvaluator:
+        config.validate()
+        return cls(
+            load_eval_problems(config),
+            config.settings(),
+            grader,
+            metric=config.metric,
+            samples_dir=config.samples_dir,
+        )
+
+    def __call__(self, role) -> dict[str, float]:
+        self.calls += 1
+        path = self.samples_dir / f"eval-{self.calls}.jsonl" if self.samples_dir else None
+        if path is not None and path.exists():
+            path.unlink()  # a re-run of the same call after a resume starts that evaluation over
+        report = evaluate(
+            role.engine,
+            role.tokenizer,
+            self.problems,
+            self.settings,
+            self.grader,
+            samples_path=path,
+            progress=False,
+        )
+        score = report.average[self.metric]
+        self.last_is_best = self.best is None or score > self.best[1]
+        if self.last_is_best:
+            self.best = (self.calls, score)
+        return {**report.to_metrics(prefix=""), "average/is_best": float(self.last_is_best)}

@@ -1,0 +1,227 @@
+"""Evaluation problems and the generic loader that turns any JSONL / Parquet / Hugging Face set into them.
+
+Why: every math test set has its own schema (README of the benchmarks folder), and peers hard-code one parser per
+set. Here a set is described by a field mapping instead, so a new set needs flags, not code:
+
+    pasodoble eval --dataset my.jsonl --question-field Body --answer-field Answer ...
+    pasodoble eval --dataset my.jsonl --question-template "{Body} {Question}" --answer-field Answer ...
+
+Gold answers may be a string, a number (27.0 -> "27"), a list of accepted answers, a worked solution ending in
+`#### 18` (GSM8K style, commas removed), or a solution with a `\\boxed{}` (the last one is the gold). The seven
+shipped benchmarks (`benchmarks.py`) are just seven such mappings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pasodoble.errors import ConfigError, UserError
+
+_TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_\-\. ]*)\}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One test problem. `answers` holds every accepted gold answer (a prediction matching any one is correct)."""
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    source: str  # benchmark name or file stem; (source, id) is unique within one evaluation
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """How one row of a data file becomes a Problem."""
+
+    question_field: str | None = "question"  # field holding the question text; ignored when a template is set
+    question_template: str | None = (
+        None  # e.g. "{context}\n{question}": fields in braces; empty/None fields drop
+    )
+    answer_field: str = (
+        "answer"  # field holding the gold answer(s): string, number, list, `####` or `\boxed{}`
+    )
+    answer_format: str = "auto"  # "auto" (detect), "text" (verbatim), "boxed", "hashes" (after `####`)
+    id_field: str | None = None  # field holding a unique id; None: the row number
+    extra_fields: tuple[str, ...] = field(default_factory=tuple)  # unused by the loader; documents the schema
+
+    def validate(self) -> None:
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ConfigError(
+                "answer_format", f"{self.answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}"
+            )
+        if not self.question_template and not self.question_field:
+            raise ConfigError("question_field", "give a question field or a question template")
+
+
+ANSWER_FORMATS = ("auto", "text", "boxed", "hashes")
+
+
+def format_number(value: float | int) -> str:
+    """27.0 -> "27", 0.5 -> "0.5": JSON numbers as a person would write them."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not an answer")
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _strip_math_delimiters(text: str) -> str:
+    # OlympiadBench writes golds as "$\frac{1}{2}$"; the dollars are markup, not part of the answer.
+    text = text.strip()
+    if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    return text
+
+
+def _after_hashes(text: str) -> str | None:
+    if "####" not in text:
+        return None
+    return text.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def _boxed(text: str) -> str | None:
+    from pasodoble.grader import extract_boxed
+
+    found = extract_boxed(text, "last")
+    return found.strip() if found is not None else None
+
+
+def parse_answers(value: Any, answer_format: str = "auto") -> tuple[str, ...]:
+    """Gold answer(s) of one row as non-empty strings; empty tuple when none can be read."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(a for item in value for a in parse_answers(item, answer_format))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return () if isinstance(value, float) and math.isnan(value) else (format_number(value),)
+    text = str(value)
+    if answer_format == "boxed" or (answer_format == "auto" and ("\\boxed" in text or "\\fbox" in text)):
+        found = _boxed(text)
+    elif answer_format == "hashes" or (answer_format == "auto" and "####" in text):
+        found = _after_hashes(text)
+    else:
+        found = _strip_math_delimiters(text)
+    return (found,) if found else ()
+
+
+def _template_fields(template: str) -> list[str]:
+    return _TEMPLATE_FIELD.findall(template)
+
+
+def render_question(row: Mapping[str, Any], fields: FieldMap) -> str:
+    """The question text of one row: one field, or the template with missing / null fields rendered empty."""
+    if not fields.question_template:
+        value = row.get(fields.question_field)
+        return "" if value is None else str(value).strip()
+
+    def one(match: re.Match[str]) -> str:
+        value = row.get(match.group(1))
+        return "" if value is None else str(value)
+
+    return _TEMPLATE_FIELD.sub(one, fields.question_template).strip()
+
+
+def rows_to_problems(rows: Iterable[Mapping[str, Any]], fields: FieldMap, source: str) -> list[Problem]:
+    """Map rows to Problems; an unknown field name or an empty question / answer is a UserError naming the row."""
+    fields.validate()
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        if index == 0:
+            _check_fields(row, fields, source)
+        pid = str(row.get(fields.id_field, index)) if fields.id_field else str(index)
+        if pid in seen:
+            raise UserError(
+                f"{source}: id {pid!r} appears twice in field {fields.id_field!r}; pick a unique id field"
+            )
+        seen.add(pid)
+        question = render_question(row, fields)
+        answers = parse_answers(row.get(fields.answer_field), fields.answer_format)
+        if not question:
+            raise UserError(f"{source}: row {index} (id {pid}) has an empty question; check --question-field")
+        if not answers:
+            raise UserError(
+                f"{source}: row {index} (id {pid}) has no readable gold answer in {fields.answer_field!r}"
+            )
+        problems.append(Problem(id=pid, question=question, answers=answers, source=source))
+    return problems
+
+
+def _check_fields(row: Mapping[str, Any], fields: FieldMap, source: str) -> None:
+    wanted = [fields.answer_field]
+    wanted += (
+        _template_fields(fields.question_template) if fields.question_template else [fields.question_field]
+    )
+    if fields.id_field:
+        wanted.append(fields.id_field)
+    missing = [name for name in wanted if name not in row]
+    if missing:
+        raise UserError(
+            f"{source}: field(s) {', '.join(map(repr, missing))} not in the data; "
+            f"available: {', '.join(sorted(row))} (set --question-field / --answer-field / --id-field)"
+        )
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a .jsonl / .json / .parquet file."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (check --dataset or --data-dir)")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise UserError(
+                f"{path}: a .json set must hold a list of objects; use JSONL for one object a line"
+            )
+        return data
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+    return rows
+
+
+def load_problems_file(
+    path: str | Path, fields: FieldMap | None = None, *, source: str | None = None, limit: int | None = None
+) -> list[Problem]:
+    """Problems from a local JSONL / JSON / Parquet file; source defaults to the file stem."""
+    path = Path(path)
+    rows = read_rows(path)
+    if limit is not None:
+        rows = rows[:limit]
+    return rows_to_problems(rows, fields or FieldMap(), source or path.stem)
+
+
+def load_hf_problems(
+    dataset_id: str,
+    fields: FieldMap,
+    *,
+    split: str = "test",
+    config_name: str | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> list[Problem]:
+    """Problems from a Hugging Face dataset id (needs network or a warm HF cache)."""
+    import datasets
+
+    try:
+        data = datasets.load_dataset(dataset_id, config_name, split=split)
+    except Exception as err:  # the datasets library raises many types (network, missing config, auth)
+        raise UserError(
+            f"cannot load Hugging Face dataset {dataset_id!r} (split {split!r}): {type(err).__name__}: {err}. "
+            "Without network, pass --data-dir pointing at local copies or set PASODOBLE_DATA_DIR"
+        ) from err
+    rows: Sequence[Mapping[str, Any]] = data.select(range(min(limit, len(data)))) if limit else data
+    return rows_to_problems(rows, fields, source or dataset_id.rsplit("/", 1)[-1])

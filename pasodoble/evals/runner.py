@@ -1,0 +1,229 @@
+"""`evaluate`: generate k answers per problem with any rollout engine, grade them, score them, stream them to disk.
+
+Why: the evaluation must be reproducible from what is recorded (template, sampling, seed) and must survive being
+killed. The prompt is rendered from one template (`{question}` placeholder, substituted literally so LaTeX braces
+in the template stay as written), optionally wrapped in the tokenizer's chat template, and tokenized once.
+
+Problems are generated in fixed chunks of `chunk_size` (fixed by position in the problem list, not by what is
+left to do), each with the seed `seed * 1_000_003 + index of its first problem`. On resume a chunk with any
+unfinished problem is regenerated whole and only its unfinished problems are written: the batch, and so the
+sampled text, is then the same as in an uninterrupted run (exactly so for the Hugging Face engine on one device).
+
+Run: see `pasodoble.evals.cli` (`pasodoble eval ...`), or call `evaluate(engine, tokenizer, problems, settings,
+grader, samples_path=...)` from Python (the dual-play loop does, via `pasodoble.evals.periodic`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from pasodoble.errors import ConfigError
+from pasodoble.evals.metrics import average_sources, score_source
+from pasodoble.evals.problems import Problem
+from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
+from pasodoble.io import append_jsonl
+
+DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
+
+
+@dataclass
+class EvalSettings:
+    """Everything that decides the generated text; recorded verbatim in results.json."""
+
+    num_samples: int = 1  # k samples per problem (the paper: 6)
+    temperature: float = 0.0  # 0 = greedy; the paper samples at 0.6
+    top_p: float = 1.0  # nucleus mass
+    max_new_tokens: int = 2048  # completion budget in tokens
+    seed: int = 0  # base seed; each chunk's seed derives from it and the chunk's first problem index
+    prompt_template: str = DEFAULT_TEMPLATE  # user message; `{question}` is replaced by the question text
+    system_prompt: str | None = None  # optional system message (or plain-text preamble)
+    use_chat_template: bool = True  # wrap in the tokenizer's chat template; False: the raw rendered template
+    max_prompt_length: int | None = None  # keep the last N prompt tokens; None keeps all
+    chunk_size: int = 64  # problems per engine call; fixes the seed boundaries, so keep it when resuming
+
+    def validate(self) -> None:
+        if self.num_samples < 1:
+            raise ConfigError("num_samples", f"must be >= 1, got {self.num_samples}")
+        if self.temperature < 0:
+            raise ConfigError("temperature", f"must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1 or self.chunk_size < 1:
+            raise ConfigError("max_new_tokens", "max_new_tokens and chunk_size must be >= 1")
+        if "{question}" not in self.prompt_template:
+            raise ConfigError("prompt_template", "must contain the placeholder {question}")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ConfigError("max_prompt_length", "must be >= 1, or None for no limit")
+
+
+@dataclass
+class EvalReport:
+    """Scores of one evaluation (see `metrics.py` for the definitions)."""
+
+    per_source: dict[str, dict[str, float]]  # source -> {"avg@k", "pass@k", "maj@k", "ci95", "n", "k"}
+    average: dict[str, float]  # unweighted mean over sources (the paper's AVG column)
+    counters: dict[str, int] = field(default_factory=dict)  # grader counters + eval/* bookkeeping
+    seconds: float = 0.0  # wall time of this call (generation + grading)
+    samples_generated: int = 0  # samples produced by this call (not read back from a previous run)
+
+    def to_metrics(self, prefix: str = "eval") -> dict[str, float]:
+        """Flat `prefix/source/name` metrics for a tracker, plus `prefix/average/name` (no prefix when empty)."""
+        head = f"{prefix}/" if prefix else ""
+        out: dict[str, float] = {}
+        for source, scores in {**self.per_source, "average": self.average}.items():
+            for name in ("avg@k", "pass@k", "maj@k", "ci95"):
+                if name in scores:
+                    out[f"{head}{source}/{name}"] = float(scores[name])
+        return out
+
+
+def render_prompt(question: str, settings: EvalSettings, tokenizer) -> tuple[str, list[int], bool]:
+    """(prompt text, prompt ids, truncated?) for one question."""
+    user = settings.prompt_template.replace("{question}", question)
+    if settings.use_chat_template:
+        messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+        messages.append({"role": "user", "content": user})
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        text = f"{settings.system_prompt}\n\n{user}" if settings.system_prompt else user
+        ids = tokenizer(text)["input_ids"]
+    limit = settings.max_prompt_length
+    if limit is not None and len(ids) > limit:
+        return text, ids[-limit:], True  # the end holds the instruction and the assistant header
+    return text, ids, False
+
+
+def _grade(
+    grader, problems: Sequence[Problem], texts: list[list[str]], counters: Counter
+) -> list[list[dict]]:
+    """Per problem, per sample: {"extracted", "correct", "status"}; correct if any accepted gold matches."""
+    width = max(len(p.answers) for p in problems)
+    flat_responses = [t for texts_i in texts for t in texts_i]
+    verdicts_by_alt = []
+    for alt in range(width):
+        golds = [p.answers[min(alt, len(p.answers) - 1)] for p, ts in zip(problems, texts) for _ in ts]
+        batch = grader.grade(golds, flat_responses, extract=True)
+        counters.update({f"grader/{name}": count for name, count in batch.counters.items()})
+        verdicts_by_alt.append(batch.verdicts)
+    graded, flat = [], 0
+    for texts_i in texts:
+        rows = []
+        for _ in texts_i:
+            verdicts = [v[flat] for v in verdicts_by_alt]
+            best = next((v for v in verdicts if v.correct), verdicts[0])
+            rows.append({"extracted": best.extracted, "correct": bool(best.correct), "status": best.status})
+            flat += 1
+        graded.append(rows)
+    return graded
+
+
+def _sample_rows(problem: Problem, index: int, prompt: str, completions, graded: list[dict]) -> list[dict]:
+    return [
+        {
+            "source": problem.source,
+            "id": problem.id,
+            "index": index,
+            "sample": j,
+            "gold": list(problem.answers),
+            "prompt": prompt,
+            "response": c.text,
+            "finish_reason": c.finish_reason,
+            "num_tokens": len(c.token_ids),
+            **g,
+        }
+        for j, (c, g) in enumerate(zip(completions, graded))
+    ]
+
+
+def score_rows(problems: Sequence[Problem], rows_by_key: dict[Key, list[dict]], k: int) -> EvalReport:
+    """EvalReport of the given problems from their sample rows (rows of other problems are ignored)."""
+    per_source: dict[str, list] = defaultdict(list)
+    for p in problems:
+        rows = rows_by_key[(p.source, p.id)]
+        per_source[p.source].append(([bool(r["correct"]) for r in rows], [r["extracted"] for r in rows]))
+    scores = {source: score_source(samples, k) for source, samples in per_source.items()}
+    return EvalReport(per_source=scores, average=average_sources(scores))
+
+
+def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters) -> list[list[dict]]:
+    """Generate the whole chunk (same batch and seed as an uninterrupted run); rows of the `todo` positions."""
+    from pasodoble.rollout import SamplingParams
+
+    rendered = [render_prompt(p.question, settings, tokenizer) for p in chunk]
+    counters["eval/prompts_truncated"] += sum(r[2] for r in rendered)
+    sampling = SamplingParams(
+        n=settings.num_samples,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed * 1_000_003 + start,
+    )
+    completions = engine.generate([r[1] for r in rendered], sampling)
+    texts = [[c.text for c in completions[i]] for i in todo]
+    graded = _grade(grader, [chunk[i] for i in todo], texts, counters)
+    return [
+        _sample_rows(chunk[i], start + i, rendered[i][0], completions[i], grades)
+        for i, grades in zip(todo, graded)
+    ]
+
+
+def evaluate(
+    engine,
+    tokenizer,
+    problems: Sequence[Problem],
+    settings: EvalSettings,
+    grader,
+    *,
+    samples_path: Path | None = None,
+    progress: bool = True,
+) -> EvalReport:
+    """Generate, grade and score `settings.num_samples` answers per problem (see module docstring)."""
+    settings.validate()
+    keys = [(p.source, p.id) for p in problems]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(
+            "problems", "two problems share the same (source, id); ids must be unique per source"
+        )
+    k, started = settings.num_samples, time.perf_counter()
+    state = load_resume_state(Path(samples_path), k) if samples_path else ResumeState()
+    done: dict[Key, list[dict]] = dict(state.finished)
+    resumed = sum(key in done for key in keys)
+    counters: Counter = Counter(
+        {
+            "eval/resumed_problems": resumed,
+            "eval/torn_lines": state.torn_lines,
+            "eval/partial_rows_dropped": state.partial_rows,
+            "eval/prompts_truncated": 0,
+        }
+    )
+    bar = tqdm(total=len(keys) * k, initial=resumed * k, unit="sample", disable=not progress, desc="eval")
+    generated = 0
+    for start in range(0, len(problems), settings.chunk_size):
+        chunk = list(problems[start : start + settings.chunk_size])
+        todo = [i for i, p in enumerate(chunk) if (p.source, p.id) not in done]
+        if not todo:
+            continue
+        for rows in _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters):
+            if samples_path:
+                append_jsonl(samples_path, rows)  # one problem's k rows in one fsynced write
+            done[row_key(rows[0])] = rows
+            generated += k
+            bar.update(k)
+    bar.close()
+    report = score_rows(problems, done, k)
+    report.counters = dict(counters)
+    report.seconds = time.perf_counter() - started
+    report.samples_generated = generated
+    return report
+
+
+def settings_dict(settings: EvalSettings) -> dict:
+    """The settings as recorded in results.json."""
+    return asdict(settings)

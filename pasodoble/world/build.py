@@ -1,0 +1,160 @@
+"""Build the tiny world on disk: tokenizer, base model, corpus, SFT data and held-out tier problems.
+
+Why: one seeded, idempotent function makes every file the CPU path needs, so a demo, a test or an RL recipe can
+start from nothing without a download. Same config -> identical files (checked by a test).
+
+Usage:
+    paths = build_world(Path("runs/world"), WorldConfig(seed=0))
+    AutoModelForCausalLM.from_pretrained(paths.base_model_dir)
+
+Files (under `out_dir`): `tokenizer/`, `base_model/` (random init, HF format, tokenizer included), `corpus.jsonl`
+(`{"id", "text"}`), `sft_solver.jsonl` / `sft_proposer.jsonl` (`{"prompt", "completion"}`), `tiers.jsonl`
+(`{"id", "tier", "question", "answer"}`), and `world.json` (the config that built them; a matching one makes the
+call a no-op).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pasodoble.errors import ConfigError
+from pasodoble.world import formats, problems, teacher
+from pasodoble.world.corpus import random_passage
+from pasodoble.world.model import ModelConfig, build_model
+from pasodoble.world.tokenizer import build_tokenizer
+
+FORMAT_VERSION = 1  # bump when the files change for the same config, so caches rebuild
+
+
+@dataclass
+class WorldConfig:
+    seed: int = 0  # seeds every random choice of the world (data, tokenizer, model init)
+    corpus_size: int = 2000  # passages in corpus.jsonl
+    tier_size: int = 100  # held-out problems per tier in tiers.jsonl
+    sft_solver_examples: int = 20_000  # Solver SFT examples
+    sft_proposer_examples: int = 6_000  # Proposer SFT examples
+    sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers the SFT data is mostly made of
+    next_tier: str | None = "t3"  # the tier above the SFT data that gets a small share (None: no bridge)
+    next_tier_share: float = 0.04  # share of next-tier examples in the Solver SFT data
+    proposer_next_tier_share: float = 0.1  # share of next-tier questions in the Proposer SFT data
+    vocab_size: int = 320  # BPE vocabulary, special and format tokens included
+    model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
+
+    def validate(self) -> None:
+        for tier in [*self.sft_tiers, *([self.next_tier] if self.next_tier else [])]:
+            if tier not in problems.TIERS:
+                raise ConfigError(
+                    "world.sft_tiers", f"unknown tier {tier!r}; use {', '.join(problems.TIERS)}"
+                )
+        if not self.sft_tiers:
+            raise ConfigError("world.sft_tiers", "needs at least one tier, e.g. [t1, t2]")
+        for name in ("next_tier_share", "proposer_next_tier_share"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"world.{name}", "must be in [0, 1), e.g. 0.04")
+        for name in ("corpus_size", "tier_size", "sft_solver_examples", "sft_proposer_examples"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"world.{name}", "must be at least 1")
+        if self.vocab_size < 300:
+            raise ConfigError(
+                "world.vocab_size", "must be at least 300 (256 bytes + special and format tokens)"
+            )
+
+    @classmethod
+    def minimal(cls, seed: int = 0) -> WorldConfig:
+        """The smallest world that still writes every file: for tests and smoke runs (seconds, not minutes)."""
+        return cls(
+            seed=seed,
+            corpus_size=20,
+            tier_size=4,
+            sft_solver_examples=200,
+            sft_proposer_examples=100,
+            model=ModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8),
+        )
+
+    def mix(self, share: float) -> dict[str, float]:
+        """Tier weights of SFT data: the SFT tiers evenly, plus `share` of the next tier."""
+        if self.next_tier is None:
+            share = 0.0
+        weights = {tier: (1.0 - share) / len(self.sft_tiers) for tier in self.sft_tiers}
+        if share > 0:
+            weights[self.next_tier] = weights.get(self.next_tier, 0.0) + share
+        return weights
+
+
+@dataclass(frozen=True)
+class WorldPaths:
+    root: Path  # the world directory
+    tokenizer_dir: Path  # HF tokenizer (save_pretrained)
+    base_model_dir: Path  # random-init tiny Qwen3 + tokenizer, the common base of both roles
+    corpus: Path  # corpus.jsonl, {"id", "text"}
+    sft_proposer: Path  # sft_proposer.jsonl, {"prompt", "completion"}
+    sft_solver: Path  # sft_solver.jsonl, {"prompt", "completion"}
+    tiers: Path  # tiers.jsonl, {"id", "tier", "question", "answer"}
+
+    @classmethod
+    def under(cls, root: Path) -> WorldPaths:
+        root = Path(root)
+        return cls(
+            root=root,
+            tokenizer_dir=root / "tokenizer",
+            base_model_dir=root / "base_model",
+            corpus=root / "corpus.jsonl",
+            sft_proposer=root / "sft_proposer.jsonl",
+            sft_solver=root / "sft_solver.jsonl",
+            tiers=root / "tiers.jsonl",
+        )
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Write rows atomically (temp file, then rename), so a killed build never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    os.replace(tmp, path)
+
+
+def manifest(config: WorldConfig) -> dict:
+    """What `world.json` holds: the config and the format version."""
+    return {"format_version": FORMAT_VERSION, "config": asdict(config)}
+
+
+def _tier_rows(config: WorldConfig) -> list[dict]:
+    rows = []
+    for tier in problems.TIERS:
+        for i, (question, answer) in enumerate(problems.held_out(tier, config.tier_size, config.seed)):
+            rows.append({"id": f"{tier}-{i:04d}", "tier": tier, "question": question, "answer": str(answer)})
+    return rows
+
+
+def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
+    """Write every world file under `out_dir` (no-op when `world.json` there matches `config`)."""
+    config = config or WorldConfig()
+    config.validate()
+    paths = WorldPaths.under(Path(out_dir))
+    stamp = paths.root / "world.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == manifest(config):
+        return paths
+    paths.root.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(f"world/{config.seed}")
+    corpus = [{"id": f"p{i:05d}", "text": random_passage(rng)} for i in range(config.corpus_size)]
+    solver = teacher.solver_examples(config.sft_solver_examples, config.mix(config.next_tier_share), rng)
+    proposer = teacher.proposer_examples(
+        config.sft_proposer_examples, config.mix(config.proposer_next_tier_share), rng
+    )
+    texts = [f"user\n{e['prompt']}\nassistant\n{e['completion']}" for e in solver + proposer]
+    tokenizer = build_tokenizer(
+        texts + [row["text"] for row in corpus] + [formats.PROPOSER_TEMPLATE_NO_PASSAGE], config.vocab_size
+    )
+    tokenizer.save_pretrained(paths.tokenizer_dir)
+    model = build_model(config.model, tokenizer, config.seed)
+    model.save_pretrained(paths.base_model_dir)
+    tokenizer.save_pretrained(paths.base_model_dir)
+    _write_jsonl(paths.corpus, corpus)
+    _write_jsonl(paths.sft_solver, solver)
+    _write_jsonl(paths.sft_proposer, proposer)
+    _write_jsonl(paths.tiers, _tier_rows(config))
+    stamp.write_text(json.dumps(manifest(config), indent=2) + "\n")
+    return paths

@@ -1,0 +1,172 @@
+"""`pasodoble eval` / `eval-table` in-process, and once as a subprocess that is killed and resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pasodoble.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def own_set(tmp_path):
+    """A set with its own field names, as a new user would bring it."""
+    rows = [
+        {
+            "Body": f"Tom has {i} pens.",
+            "Ask": "How many pens?",
+            "Sol": f"He has \\boxed{{{i}}}",
+            "uid": f"p{i}",
+        }
+        for i in range(4)
+    ]
+    path = tmp_path / "pens.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _eval_args(model_path, data, out, *extra):
+    return [
+        "eval",
+        "--model",
+        str(model_path),
+        "--dataset",
+        str(data),
+        "--question-template",
+        "{Body} {Ask}",
+        "--answer-field",
+        "Sol",
+        "--id-field",
+        "uid",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
+
+
+def test_eval_with_flags_alone_writes_samples_results_and_table(tiny_lm, own_set, tmp_path, capsys):
+    out = tmp_path / "run"
+    sampled = ("--num-samples", "2", "--temperature", "0.7", "--label", "tiny")
+    assert main(_eval_args(tiny_lm[2], own_set, out, *sampled)) == 0
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {r["id"] for r in rows} == {"p0", "p1", "p2", "p3"}
+    assert rows[0]["gold"] == ["0"] and "Tom has 0 pens. How many pens?" in rows[0]["prompt"]
+    result = json.loads((out / "results.json").read_text())
+    assert result["settings"]["temperature"] == 0.7 and result["per_source"]["pens"]["n"] == 4
+    assert "| Model | pens | AVG |" in capsys.readouterr().out
+    assert "| tiny |" in (out / "results.md").read_text()
+    # the same command again resumes (nothing to do); a different one on the same directory is refused
+    assert main(_eval_args(tiny_lm[2], own_set, out, *sampled)) == 0
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 8
+    assert main(_eval_args(tiny_lm[2], own_set, out, "--num-samples", "3")) == 2
+    assert "holds a different run (differs in: settings)" in capsys.readouterr().err
+    other = tmp_path / "run2"
+    assert main(_eval_args(tiny_lm[2], own_set, other, "--label", "greedy")) == 0
+    capsys.readouterr()
+    assert main(["eval-table", str(out), str(other), "--out", str(tmp_path / "t.md")]) == 0
+    table = (tmp_path / "t.md").read_text()
+    assert "| tiny |" in table and "| greedy |" in table and "Settings differ between runs" in table
+
+
+def test_user_mistakes_are_one_line_errors(tiny_lm, own_set, tmp_path, capsys):
+    assert main(_eval_args(tiny_lm[2], own_set, tmp_path / "x", "--answer-field", "Answer")) == 2
+    assert "field(s) 'Answer' not in the data; available: Ask, Body, Sol, uid" in capsys.readouterr().err
+    assert (
+        main(["eval", "--model", str(tiny_lm[2]), "--benchmarks", "aime2099", "--out", str(tmp_path / "y")])
+        == 2
+    )
+    assert "--benchmarks: unknown aime2099" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(tmp_path / "nomodel"),
+                "--dataset",
+                str(own_set),
+                "--out",
+                str(tmp_path / "z"),
+                "--question-template",
+                "{Body}",
+                "--answer-field",
+                "Sol",
+            ]
+        )
+        == 2
+    )
+    assert "--model: cannot load" in capsys.readouterr().err
+
+
+def test_subprocess_reports_a_user_error_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "pasodoble", "eval-table", str(tmp_path / "missing")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"pasodoble eval-table: error: {tmp_path / 'missing' / 'results.json'}: not found; "
+        "pass directories written by 'pasodoble eval --out DIR'"
+    ]
+
+
+@pytest.mark.slow  # two interpreter starts with torch + transformers: ~30 s on 2 busy cores
+def test_killed_subprocess_resumes_without_duplicates_or_losses(tiny_lm, tmp_path):
+    data = tmp_path / "many.jsonl"
+    data.write_text("".join(json.dumps({"q": f"{i}+1?", "a": i + 1}) + "\n" for i in range(12)))
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pasodoble",
+        "eval",
+        "--model",
+        str(tiny_lm[2]),
+        "--dataset",
+        str(data),
+        "--question-field",
+        "q",
+        "--answer-field",
+        "a",
+        "--num-samples",
+        "2",
+        "--temperature",
+        "1.0",
+        "--max-new-tokens",
+        "24",
+        "--chunk-size",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    samples, deadline = out / "samples.jsonl", time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if samples.exists() and len(samples.read_text().splitlines()) >= 4:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    killed_at = len(samples.read_text().splitlines())
+    assert killed_at < 24, "the run finished before it could be killed; make it longer"
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    keys = [(r["id"], r["sample"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 24
+    assert json.loads((out / "results.json").read_text())["per_source"]["many"]["n"] == 12

@@ -1,0 +1,60 @@
+"""results.json, the paper-layout Markdown table and the merge of several runs."""
+
+import pytest
+
+from pasodoble.errors import UserError
+from pasodoble.evals.metrics import average_sources
+from pasodoble.evals.report import build_results, merge_tables, read_results, scores_table, write_run_outputs
+from pasodoble.evals.runner import EvalReport, EvalSettings, settings_dict
+
+
+def _result(label, scores, **settings):
+    per = {
+        s: {"avg@k": v, "pass@k": v, "maj@k": v, "ci95": 0.01, "n": 10.0, "k": 2.0} for s, v in scores.items()
+    }
+    report = EvalReport(per_source=per, average=average_sources(per), seconds=1.5, samples_generated=40)
+    return build_results(
+        report, settings_dict(EvalSettings(**settings)), label=label, model=f"models/{label}"
+    )
+
+
+def test_table_has_paper_layout_and_fixed_column_order():
+    table = scores_table([_result("base", {"olympiadbench": 0.1, "gsm8k": 0.5})])
+    header, rule, row = table.splitlines()
+    assert header == "| Model | GSM8K | OlympiadBench | AVG |"
+    assert row == "| base | 50.00 | 10.00 | 30.00 |"
+    with pytest.raises(UserError):
+        scores_table([_result("base", {"gsm8k": 0.5})], metric="acc")
+
+
+def test_run_outputs_record_template_sampling_seed_and_versions(tmp_path):
+    result = _result(
+        "sft", {"aime24": 0.25}, num_samples=6, temperature=0.6, seed=7, prompt_template="Q: {question}"
+    )
+    write_run_outputs(tmp_path, result)
+    back = read_results(tmp_path)
+    assert back["settings"]["seed"] == 7 and back["settings"]["prompt_template"] == "Q: {question}"
+    assert {"python", "torch", "transformers", "pasodoble"} <= set(back["versions"])
+    md = (tmp_path / "results.md").read_text()
+    for needle in (
+        "| sft | 25.00 | 25.00 |",
+        "temperature=0.6",
+        "seed=7",
+        "Q: {question}",
+        "avg@6",
+        "transformers",
+    ):
+        assert needle in md
+
+
+def test_merge_lists_rows_missing_cells_and_differing_settings(tmp_path):
+    a = _result("base", {"gsm8k": 0.2, "aime24": 0.0})
+    b = _result("online", {"gsm8k": 0.4}, temperature=0.6)
+    merged = merge_tables([a, b])
+    lines = merged.splitlines()
+    assert lines[0] == "| Model | AIME24 | GSM8K | AVG |"
+    assert lines[2] == "| base | 0.00 | 20.00 | 10.00 |"
+    assert lines[3] == "| online | - | 40.00 | 40.00 |"
+    assert "Settings differ between runs: temperature" in merged
+    with pytest.raises(UserError, match="results.json: not found"):
+        read_results(tmp_path / "nope")

@@ -1,0 +1,54 @@
+"""`pasodoble demo` end to end at minimal size: every file of the run directory, and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import yaml
+
+from pasodoble.demo import DemoConfig, DemoEvalConfig, band_shares, register, run_demo
+from pasodoble.io import append_jsonl, read_jsonl
+from pasodoble.sft import SFTConfig
+from pasodoble.world import WorldConfig
+
+
+def test_band_shares(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    rates = {"a": [1, 1, 1, 1], "b": [1, 0, 0, 0], "c": [1, 1, 0, 0], "d": [0, 0, 0, 0]}
+    append_jsonl(path, [{"source": "t3", "id": i, "correct": bool(c)} for i, cs in rates.items() for c in cs])
+    assert band_shares(path) == {"t3": 0.5}  # b (0.25) and c (0.5) are inside (0.2, 1); a and d are not
+
+
+def test_demo_minimal_end_to_end(tmp_path):
+    config = DemoConfig(
+        world=WorldConfig.minimal(),
+        sft=SFTConfig(max_steps=4, batch_size=8, log_every=2, num_threads=None),
+        eval=DemoEvalConfig(num_samples=2, max_new_tokens=12, problems_per_tier=2),
+        run_dir=str(tmp_path / "run"),
+        cache_dir=str(tmp_path / "cache"),
+    )
+    run = run_demo(config, progress=False)
+    assert yaml.safe_load((run / "config.yaml").read_text())["sft"]["max_steps"] == 4
+    rows = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in rows if "both/sft/loss" in r] == [2, 4]
+    assert "solver/eval_t1/greedy_acc" in rows[-1]
+    assert (run / "checkpoints" / "sft" / "model.safetensors").is_file()
+    results = json.loads((run / "eval" / "results.json").read_text())
+    assert set(results["per_tier"]) == {"t1", "t2", "t3", "t4"}
+    assert all(r["n"] == 2 for r in results["per_tier"].values())
+    assert "| t3 |" in (run / "eval" / "results.md").read_text()
+    assert len(read_jsonl(run / "eval" / "sampled" / "samples.jsonl")) == 8 * 2
+    assert (run / "eval" / "greedy" / "results.md").is_file()
+    assert (run / "sft_loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_overrides(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr("pasodoble.demo.run_demo", lambda config, progress: seen.update(config=config))
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["demo", "--out", str(tmp_path), "sft.max_steps=7", "eval.num_samples=4"])
+    assert args.func(args) == 0
+    assert seen["config"].sft.max_steps == 7 and seen["config"].eval.num_samples == 4
+    assert seen["config"].run_dir == str(tmp_path)

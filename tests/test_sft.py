@@ -1,0 +1,133 @@
+"""SFT: completion-only labels, the same prompt ids generation uses, a falling loss, a loadable checkpoint, the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pasodoble.errors import ConfigError, UserError
+from pasodoble.io import read_jsonl
+from pasodoble.sft import SFTConfig, batch_order, collate, encode_examples, lr_at, register, train_sft
+from pasodoble.world import WorldConfig, build_world
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("world"), WorldConfig.minimal())
+
+
+def test_collate_masks_prompt_and_padding():
+    batch = collate([[5, 6, 7, 8], [5, 9]], [2, 1], pad_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8], [5, 9, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, -100, 7, 8], [-100, 9, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+
+
+def test_prompt_ids_match_generation_prompt_and_end_in_eos(world):
+    tok = AutoTokenizer.from_pretrained(world.tokenizer_dir)
+    example = read_jsonl(world.sft_proposer)[0]
+    (ids,), (plen,), truncated = encode_examples(tok, [example], max_length=256)
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": example["prompt"]}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+    )["input_ids"]
+    assert ids[:plen] == chat and truncated == 0
+    assert ids[-1] == tok.eos_token_id
+    assert tok.decode(ids[plen:-1]) == example["completion"]
+    (short,), _, truncated = encode_examples(tok, [example], max_length=10)
+    assert len(short) == 10 and truncated == 1
+
+
+def test_batch_order_covers_each_example_once():
+    lengths = [random.Random(i).randint(5, 50) for i in range(1000)]
+    batches = batch_order(lengths, 64, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread < 10  # sorted within a window: little padding
+
+
+def test_lr_schedule():
+    config = SFTConfig(max_steps=100, warmup_steps=10, lr=1.0)
+    assert lr_at(0, config) == pytest.approx(0.1)
+    assert lr_at(9, config) == pytest.approx(1.0)
+    assert lr_at(99, config) == pytest.approx(0.1, abs=0.01)
+
+
+class Rows:
+    def __init__(self):
+        self.rows = []
+
+    def log(self, metrics, step):
+        self.rows.append({"step": step, **metrics})
+
+
+def test_sft_lowers_loss_and_saves_a_loadable_checkpoint(world, tmp_path):
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(world.tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(world.base_model_dir)
+    before = [p.detach().clone() for p in model.parameters()]
+    tracker = Rows()
+    config = SFTConfig(max_steps=40, batch_size=16, warmup_steps=5, log_every=5, num_threads=None)
+    summary = train_sft(
+        model, tok, read_jsonl(world.sft_solver), config, tracker=tracker, progress=False, role="solver"
+    )
+    assert summary["solver/sft/loss_last"] < 0.7 * summary["solver/sft/loss_first"]
+    assert [r["step"] for r in tracker.rows] == list(range(5, 41, 5))
+    assert all(
+        set(r) == {"step", "solver/sft/loss", "solver/sft/lr", "solver/sft/tokens_per_s"}
+        for r in tracker.rows
+    )
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt")
+    ids = torch.tensor([tok("What is 1 + 2?")["input_ids"]])
+    assert torch.allclose(loaded(ids).logits, model(ids).logits, atol=1e-5)
+
+
+def test_config_and_data_errors(world):
+    with pytest.raises(ConfigError, match="roles"):
+        SFTConfig(roles="both").validate()
+    tok = AutoTokenizer.from_pretrained(world.tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(world.base_model_dir)
+    with pytest.raises(UserError, match="empty"):
+        train_sft(model, tok, [], SFTConfig(max_steps=1), progress=False)
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_trains_and_reports_bad_rows(world, tmp_path):
+    out = tmp_path / "out"
+    argv = [
+        "sft",
+        "--model",
+        str(world.base_model_dir),
+        "--data",
+        str(world.sft_solver),
+        "--out",
+        str(out),
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "8",
+        "--no-progress",
+    ]
+    assert _cli(argv) == 0
+    assert AutoModelForCausalLM.from_pretrained(out) is not None
+    assert len(read_jsonl(out / "metrics.jsonl")) == 1  # log_every=10 > 3 steps: the last step is logged
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n" + json.dumps({"prompt": "x"}) + "\n")
+    with pytest.raises(UserError, match=r"bad.jsonl:2: .*'completion'"):
+        _cli([*argv[:4], str(bad), *argv[5:]])

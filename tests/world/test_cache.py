@@ -1,0 +1,49 @@
+"""ensure_sft_models: built once per config (atomic), reused after; `tiny:` specs."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from pasodoble.errors import UserError
+from pasodoble.io import read_jsonl
+from pasodoble.sft import SFTConfig
+from pasodoble.world import WorldConfig
+from pasodoble.world.cache import cache_key, default_cache_dir, ensure_sft_models, resolve_model
+
+
+def test_built_once_then_reused(tmp_path):
+    world, sft = WorldConfig.minimal(), SFTConfig(max_steps=2, batch_size=8, log_every=1, num_threads=None)
+    models = ensure_sft_models(tmp_path, world, sft, progress=False)
+    assert models.proposer_dir == models.solver_dir == tmp_path / cache_key(world, sft) / "sft"
+    assert AutoModelForCausalLM.from_pretrained(models.solver_dir) is not None
+    assert [r["step"] for r in read_jsonl(models.sft_metrics)] == [1, 2]
+    assert models.world.tiers.is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [cache_key(world, sft)]  # no temp dir left behind
+    stamp = (models.solver_dir / "model.safetensors").stat().st_mtime_ns
+    assert ensure_sft_models(tmp_path, world, sft, progress=False) == models
+    assert (models.solver_dir / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_separate_roles_get_their_own_models(tmp_path):
+    sft = SFTConfig(max_steps=1, batch_size=8, roles="separate", num_threads=None)
+    models = ensure_sft_models(tmp_path, WorldConfig.minimal(), sft, progress=False)
+    assert models.proposer_dir.name == "proposer" and models.solver_dir.name == "solver"
+    assert {r["step"] for r in read_jsonl(models.sft_metrics)} == {1}
+    assert {k for r in read_jsonl(models.sft_metrics) for k in r} >= {"proposer/sft/loss", "solver/sft/loss"}
+
+
+def test_key_depends_on_both_configs():
+    base = cache_key(WorldConfig(), SFTConfig())
+    assert cache_key(WorldConfig(seed=1), SFTConfig()) != base
+    assert cache_key(WorldConfig(), SFTConfig(max_steps=1)) != base
+    assert cache_key(WorldConfig(), SFTConfig()) == base
+
+
+def test_resolve_model_passes_other_specs_through(monkeypatch, tmp_path):
+    assert resolve_model("Qwen/Qwen3-1.7B-Base") == "Qwen/Qwen3-1.7B-Base"
+    assert resolve_model("/models/mine") == "/models/mine"
+    with pytest.raises(UserError, match="tiny:solver"):
+        resolve_model("tiny:teacher")
+    monkeypatch.setenv("PASODOBLE_CACHE", str(tmp_path))
+    assert default_cache_dir() == tmp_path
