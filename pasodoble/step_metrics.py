@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 # Grader counters whose values depend on the process's cache (a resumed process starts cold); logged under proc/.
-PROCESS_LOCAL_COUNTERS = frozenset({"cache_hits", "fast_path", "math_verify"})
+PROCESS_LOCAL_COUNTERS = frozenset({"cache_hits", "fast_path", "math_verify", "worker_restarts"})
 NON_DETERMINISTIC_PREFIXES = ("time/", "proc/")
 
 
