@@ -207,8 +207,11 @@ def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | No
             if role is not None:
                 role.save(tmp / role.name)
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-        state = {"loop": loop.state.state_dict(), "sampler": sampler.state_dict() if sampler else None,
-                 "evaluator": _evaluator_state(loop.evaluator)}
+        state = {
+            "loop": loop.state.state_dict(),
+            "sampler": sampler.state_dict() if sampler else None,
+            "evaluator": _evaluator_state(loop.evaluator),
+        }
         (tmp / "state.json").write_text(json.dumps(state), encoding="utf-8")
 
     return checkpoint.save_checkpoint(run_dir, loop.state.step, write, keep_last=keep_last)

@@ -45,8 +45,10 @@ def seeded_script(options):
 
 
 def proposer_options(prompt: str) -> list[str]:
-    return [f"<problem>What is {a}+{b}?</problem><answer>\\boxed{{{a + b}}}</answer>" for a, b in
-            ((1, 2), (3, 4), (5, 6), (7, 1))] + ["no tags"]
+    return [
+        f"<problem>What is {a}+{b}?</problem><answer>\\boxed{{{a + b}}}</answer>"
+        for a, b in ((1, 2), (3, 4), (5, 6), (7, 1))
+    ] + ["no tags"]
 
 
 def solver_options(prompt: str) -> list[str]:
@@ -65,21 +67,51 @@ def build_loop(run_dir: Path, steps: int) -> tuple[DualPlay, PassageSampler]:
     for name, options, seed in (("proposer", proposer_options, 1), ("solver", solver_options, 2)):
         tok = make_tokenizer()
         model = make_model(tok, seed=seed)
-        cfg = RoleConfig(model="test", num_generations=4, temperature=1.0, max_completion_length=64, lr=1e-2,
-                         micro_batch_size=8)
-        roles.append(Role(name, cfg, model, tok, engine=SeededEngine(model, tok, seeded_script(options)),
-                          total_updates=steps))
+        cfg = RoleConfig(
+            model="test",
+            num_generations=4,
+            temperature=1.0,
+            max_completion_length=64,
+            lr=1e-2,
+            micro_batch_size=8,
+        )
+        roles.append(
+            Role(
+                name,
+                cfg,
+                model,
+                tok,
+                engine=SeededEngine(model, tok, seeded_script(options)),
+                total_updates=steps,
+            )
+        )
     sampler = PassageSampler(KnowledgeConfig(seed=3), passages=PASSAGES)
-    schedule = ScheduleConfig(steps=steps, checkpoint_every=1, keep_last=2, samples_every=1, passages_per_step=2)
-    loop = DualPlay(roles[0], roles[1], ExactGrader(), schedule=schedule, rewards=RewardConfig(use_diversity=False),
-                    prompts=PROMPTS, sampler=sampler, seed=7, run_dir=run_dir, tracker=Tracker(run_dir),
-                    verbose=False)
+    schedule = ScheduleConfig(
+        steps=steps, checkpoint_every=1, keep_last=2, samples_every=1, passages_per_step=2
+    )
+    loop = DualPlay(
+        roles[0],
+        roles[1],
+        ExactGrader(),
+        schedule=schedule,
+        rewards=RewardConfig(use_diversity=False),
+        prompts=PROMPTS,
+        sampler=sampler,
+        seed=7,
+        run_dir=run_dir,
+        tracker=Tracker(run_dir),
+        verbose=False,
+    )
     loop.on_checkpoint = lambda dp: write_checkpoint(dp, sampler, run_dir, 2)
     return loop, sampler
 
 
 def weights(loop: DualPlay) -> dict[str, torch.Tensor]:
-    return {f"{r.name}.{k}": v.clone() for r in (loop.proposer, loop.solver) for k, v in r.model.state_dict().items()}
+    return {
+        f"{r.name}.{k}": v.clone()
+        for r in (loop.proposer, loop.solver)
+        for k, v in r.model.state_dict().items()
+    }
 
 
 def test_in_process_resume_matches_uninterrupted_run(tmp_path):
@@ -113,11 +145,29 @@ def minimal_models(tmp_path_factory):
 
 def train_cmd(models, run_dir: Path, mode: str, steps: int) -> list[str]:
     m = models.solver_dir
-    return [sys.executable, "-m", "pasodoble", "train", "--config", str(ROOT / "recipes" / "tiny-online.yaml"),
-            f"run_dir={run_dir}", f"proposer.model={m}", f"solver.model={m}", f"knowledge.path={models.world.corpus}",
-            f"schedule.mode={mode}", f"schedule.steps={steps}", "schedule.checkpoint_every=1", "schedule.keep_last=2",
-            "schedule.samples_every=1", "schedule.oracle_questions=32", "oracle.tiers=[t1]", "num_threads=1",
-            "proposer.max_completion_length=48", "solver.max_completion_length=32", "logging.quiet=true"]
+    return [
+        sys.executable,
+        "-m",
+        "pasodoble",
+        "train",
+        "--config",
+        str(ROOT / "recipes" / "tiny-online.yaml"),
+        f"run_dir={run_dir}",
+        f"proposer.model={m}",
+        f"solver.model={m}",
+        f"knowledge.path={models.world.corpus}",
+        f"schedule.mode={mode}",
+        f"schedule.steps={steps}",
+        "schedule.checkpoint_every=1",
+        "schedule.keep_last=2",
+        "schedule.samples_every=1",
+        "schedule.oracle_questions=32",
+        "oracle.tiers=[t1]",
+        "num_threads=1",
+        "proposer.max_completion_length=48",
+        "solver.max_completion_length=48",
+        "logging.quiet=true",
+    ]
 
 
 def run(cmd: list[str]) -> None:
@@ -132,8 +182,13 @@ def test_sigkill_at_random_step_then_resume_matches(minimal_models, tmp_path, mo
     run(train_cmd(minimal_models, tmp_path / "full", mode, steps))
     kill_after = random.randint(1, steps - 1)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(train_cmd(minimal_models, tmp_path / "cut", mode, steps), env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        train_cmd(minimal_models, tmp_path / "cut", mode, steps),
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     metrics = tmp_path / "cut" / "metrics.jsonl"
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
@@ -154,4 +209,6 @@ def test_sigkill_at_random_step_then_resume_matches(minimal_models, tmp_path, mo
         a = load_file(latest_checkpoint(tmp_path / "full") / role / "model" / "model.safetensors")
         b = load_file(latest_checkpoint(tmp_path / "cut") / role / "model" / "model.safetensors")
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert json.loads((latest_checkpoint(tmp_path / "cut") / "state.json").read_text())["loop"]["step"] == steps
+    assert (
+        json.loads((latest_checkpoint(tmp_path / "cut") / "state.json").read_text())["loop"]["step"] == steps
+    )
