@@ -8,7 +8,6 @@ import re
 
 import pytest
 import torch
-from loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
 
 from pasodoble.buffer import BufferItem
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
@@ -18,6 +17,7 @@ from pasodoble.prompts import PromptConfig
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.tracking import Tracker
+from tests.loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
 
 PROMPTS = PromptConfig(
     proposer_template="Fact: {passage}\nAsk.",

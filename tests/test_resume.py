@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
 from safetensors.torch import load_file
 
 from pasodoble.checkpoint import latest_checkpoint, list_checkpoints
@@ -29,6 +28,7 @@ from pasodoble.roles import Role, RoleConfig
 from pasodoble.step_metrics import deterministic
 from pasodoble.tracking import Tracker
 from pasodoble.train import prepare_resume, write_checkpoint
+from tests.loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = PromptConfig(proposer_template="{passage}?", solver_template="{question}=")

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import pytest
 import torch
-from loop_helpers import make_model, make_tokenizer
 
 from pasodoble.errors import ConfigError
-from pasodoble.rollout import Completion
 from pasodoble.roles import Role, RoleConfig, Sample, collate
+from pasodoble.rollout import Completion
+from tests.loop_helpers import make_model, make_tokenizer
 
 
 def make_role(seed: int = 0, **overrides) -> Role:
     tokenizer = make_tokenizer()
-    cfg = RoleConfig(**{"model": "test", "num_generations": 3, "temperature": 1.0, "max_completion_length": 8,
-                        "lr": 1e-2, "micro_batch_size": 4, **overrides})
+    cfg = RoleConfig(
+        **{
+            "model": "test",
+            "num_generations": 3,
+            "temperature": 1.0,
+            "max_completion_length": 8,
+            "lr": 1e-2,
+            "micro_batch_size": 4,
+            **overrides,
+        }
+    )
     return Role("solver", cfg, make_model(tokenizer, seed=seed), tokenizer)
 
 
