@@ -130,7 +130,7 @@ def main() -> int:
 
     cold_runs, counters = [], {}
     for _ in range(args.repeats):
-        grader = Grader(GraderConfig(num_workers=1))
+        grader = Grader(GraderConfig(num_workers=1)).start()
         grader.grade(*warmup)  # starts and warms the worker outside the timing
         grader.clear_cache()
         fastpath.normalised.cache_clear()

@@ -19,7 +19,13 @@ from pasodoble import __version__
 from pasodoble.errors import UserError
 
 # Order is the order of `pasodoble --help`.
-COMMAND_MODULES = ("pasodoble.train", "pasodoble.experiment", "pasodoble.evals.cli", "pasodoble.plotting")
+COMMAND_MODULES = (
+    "pasodoble.train",
+    "pasodoble.experiment",
+    "pasodoble.evals.cli",
+    "pasodoble.grader.cli",
+    "pasodoble.plotting",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,9 @@ finished problems are kept, the rest are generated; a different command on the s
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 from pasodoble.errors import UserError
@@ -45,6 +47,7 @@ def register(subparsers) -> None:
     data.add_argument("--answer-field", default="answer", help="field with the gold answer(s)")
     data.add_argument("--answer-format", choices=ANSWER_FORMATS, default="auto", help="how to read the gold")
     data.add_argument("--id-field", help="field with a unique problem id (default: row number)")
+    data.add_argument("--group-field", help="report per value of this field (e.g. tier, level, subject)")
     data.add_argument("--split", default="test", help="split of a Hub --dataset")
     data.add_argument("--dataset-config", help="config name of a Hub --dataset")
     data.add_argument("--limit", type=int, help="only the first N problems of each set (smoke runs)")
@@ -106,6 +109,8 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
 def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     if not args.benchmarks and not args.dataset:
         raise UserError("give --benchmarks NAMES and/or --dataset FILE")
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {args.limit}")
     problems: list[Problem] = []
     for name in parse_benchmark_names(args.benchmarks) if args.benchmarks else []:
         problems += load_benchmark(name, args.data_dir, limit=args.limit)
@@ -116,6 +121,7 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
             answer_field=args.answer_field,
             answer_format=args.answer_format,
             id_field=args.id_field,
+            source_field=args.group_field,
         )
         if Path(args.dataset).exists() or Path(args.dataset).suffix in (".jsonl", ".json", ".parquet"):
             problems += load_problems_file(args.dataset, fields, limit=args.limit)
@@ -124,6 +130,12 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
                 args.dataset, fields, split=args.split, config_name=args.dataset_config, limit=args.limit
             )
     return problems
+
+
+def problems_digest(problems: list[Problem]) -> str:
+    """Fingerprint of the problem set, so a resumed run cannot mix samples of edited data files."""
+    text = json.dumps([[p.source, p.id, p.question, list(p.answers)] for p in problems], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _check_run_identity(out: Path, identity: dict, overwrite: bool) -> None:
@@ -177,10 +189,13 @@ def run_eval(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     problems = problems_from_args(args)
-    counts: dict[str, int] = {}
-    for p in problems:
-        counts[p.source] = counts.get(p.source, 0) + 1
-    identity = {"model": args.model, "sources": counts, "settings": settings_dict(settings)}
+    counts = dict(Counter(p.source for p in problems))
+    identity = {
+        "model": args.model,
+        "sources": counts,
+        "problems_sha256": problems_digest(problems),
+        "settings": settings_dict(settings),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     _check_run_identity(args.out, identity, args.overwrite)
     model, tokenizer = load_model(args)

@@ -31,9 +31,7 @@ class EvalConfig:
     problems_file: str | None = None  # held-out JSONL/Parquet (fields below); preferred for checkpoint choice
     question_field: str = "question"  # question field of problems_file
     answer_field: str = "answer"  # gold answer field of problems_file
-    benchmarks: list[str] = field(
-        default_factory=list
-    )  # built-in sets to watch as well (not for model choice)
+    benchmarks: list[str] = field(default_factory=list)  # built-in sets to watch (never pick the best)
     data_dir: str | None = None  # where the built-in sets live (else PASODOBLE_DATA_DIR, else the Hub)
     limit: int | None = 64  # first N problems of each set; None: all
     num_samples: int = 1  # k samples per problem
@@ -75,7 +73,12 @@ def load_eval_problems(config: EvalConfig) -> list[Problem]:
 
 
 class SolverEvaluator:
-    """`evaluator(role) -> {"<source>/<metric>": value}` for the dual-play loop; remembers the best call."""
+    """`evaluator(role) -> {"<source>/<metric>": value}` for the dual-play loop; remembers the best call.
+
+    The best call is decided on the held-out file alone when one is given (benchmarks are only watched), else on
+    the average. `best` lives in memory; every call's scores are also in the run's metrics.jsonl (`eval/...`),
+    which is where a resumed run or a later script picks the checkpoint from.
+    """
 
     def __init__(
         self,
@@ -84,9 +87,11 @@ class SolverEvaluator:
         grader,
         *,
         metric: str = "avg@k",
+        select_source: str | None = None,
         samples_dir: str | Path | None = None,
     ):
         self.problems, self.settings, self.grader, self.metric = problems, settings, grader, metric
+        self.select_source = select_source  # the source that decides the best call; None: the average
         self.samples_dir = Path(samples_dir) if samples_dir else None
         self.calls = 0
         self.best: tuple[int, float] | None = None  # (call number, score)
@@ -100,6 +105,7 @@ class SolverEvaluator:
             config.settings(),
             grader,
             metric=config.metric,
+            select_source=Path(config.problems_file).stem if config.problems_file else None,
             samples_dir=config.samples_dir,
         )
 
@@ -117,7 +123,8 @@ class SolverEvaluator:
             samples_path=path,
             progress=False,
         )
-        score = report.average[self.metric]
+        scores = report.per_source[self.select_source] if self.select_source else report.average
+        score = scores[self.metric]
         self.last_is_best = self.best is None or score > self.best[1]
         if self.last_is_best:
             self.best = (self.calls, score)

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ class FieldMap:
     )
     answer_format: str = "auto"  # "auto" (detect), "text" (verbatim), "boxed", "hashes" (after `####`)
     id_field: str | None = None  # field holding a unique id; None: the row number
-    extra_fields: tuple[str, ...] = field(default_factory=tuple)  # unused by the loader; documents the schema
+    source_field: str | None = None  # field that splits the set into reported groups (e.g. "tier"); None: one
 
     def validate(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
@@ -148,7 +148,8 @@ def rows_to_problems(rows: Iterable[Mapping[str, Any]], fields: FieldMap, source
             raise UserError(
                 f"{source}: row {index} (id {pid}) has no readable gold answer in {fields.answer_field!r}"
             )
-        problems.append(Problem(id=pid, question=question, answers=answers, source=source))
+        group = f"{source}/{row[fields.source_field]}" if fields.source_field else source
+        problems.append(Problem(id=pid, question=question, answers=answers, source=group))
     return problems
 
 
@@ -157,13 +158,12 @@ def _check_fields(row: Mapping[str, Any], fields: FieldMap, source: str) -> None
     wanted += (
         _template_fields(fields.question_template) if fields.question_template else [fields.question_field]
     )
-    if fields.id_field:
-        wanted.append(fields.id_field)
+    wanted += [name for name in (fields.id_field, fields.source_field) if name]
     missing = [name for name in wanted if name not in row]
     if missing:
         raise UserError(
             f"{source}: field(s) {', '.join(map(repr, missing))} not in the data; "
-            f"available: {', '.join(sorted(row))} (set --question-field / --answer-field / --id-field)"
+            f"available: {', '.join(sorted(row))} (set --question-field / --answer-field / --id-field / --group-field)"
         )
 
 

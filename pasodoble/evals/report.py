@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pasodoble.errors import UserError
-from pasodoble.evals.benchmarks import BENCHMARKS
+from pasodoble.evals.benchmarks import BENCHMARKS, PAPER_BENCHMARKS
 from pasodoble.io import write_json_atomic, write_text_atomic
 
 DISPLAY_NAMES = {
@@ -75,17 +75,30 @@ def _ordered_sources(results: Sequence[dict]) -> list[str]:
 
 
 def scores_table(results: Sequence[dict], metric: str = "avg@k") -> str:
-    """Markdown: one row per run (its label), one column per benchmark, then AVG over that row's benchmarks."""
+    """Markdown: one row per run (its label), one column per benchmark, then AVG over that row's benchmarks.
+
+    When a row has the paper's six sets and more (Minerva), an extra "AVG (paper 6)" column keeps the paper's
+    average comparable.
+    """
     if metric not in METRICS:
         raise UserError(f"--metric: {metric!r} is not one of {', '.join(METRICS)}")
     sources = _ordered_sources(results)
-    header = ["Model", *(DISPLAY_NAMES.get(s, s) for s in sources), "AVG"]
+    paper6 = any(set(PAPER_BENCHMARKS) < set(r["per_source"]) for r in results)
+    header = [
+        "Model",
+        *(DISPLAY_NAMES.get(s, s) for s in sources),
+        "AVG",
+        *(["AVG (paper 6)"] if paper6 else []),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
-        cells = [r["label"]]
-        for s in sources:
-            cells.append(f"{100 * r['per_source'][s][metric]:.2f}" if s in r["per_source"] else "-")
+        per = r["per_source"]
+        cells = [r["label"], *(f"{100 * per[s][metric]:.2f}" if s in per else "-" for s in sources)]
         cells.append(f"{100 * r['average'][metric]:.2f}" if r["average"] else "-")
+        if paper6:
+            has_six = set(PAPER_BENCHMARKS) <= set(per)
+            six = sum(per[s][metric] for s in PAPER_BENCHMARKS) / len(PAPER_BENCHMARKS) if has_six else None
+            cells.append(f"{100 * six:.2f}" if six is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

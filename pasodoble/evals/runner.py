@@ -54,8 +54,9 @@ class EvalSettings:
             raise ConfigError("temperature", f"must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError("top_p", f"must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens < 1 or self.chunk_size < 1:
-            raise ConfigError("max_new_tokens", "max_new_tokens and chunk_size must be >= 1")
+        for name in ("max_new_tokens", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
         if "{question}" not in self.prompt_template:
             raise ConfigError("prompt_template", "must contain the placeholder {question}")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
@@ -84,7 +85,7 @@ class EvalReport:
 
 
 def render_prompt(question: str, settings: EvalSettings, tokenizer) -> tuple[str, list[int], bool]:
-    """(prompt text, prompt ids, truncated?) for one question."""
+    """(prompt text, prompt ids, truncated?) for one question; the text is what the ids say."""
     user = settings.prompt_template.replace("{question}", question)
     if settings.use_chat_template:
         messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
@@ -96,7 +97,8 @@ def render_prompt(question: str, settings: EvalSettings, tokenizer) -> tuple[str
         ids = tokenizer(text)["input_ids"]
     limit = settings.max_prompt_length
     if limit is not None and len(ids) > limit:
-        return text, ids[-limit:], True  # the end holds the instruction and the assistant header
+        ids = ids[-limit:]  # the end holds the instruction and the assistant header
+        return tokenizer.decode(ids), ids, True
     return text, ids, False
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.io import write_text_atomic
+from pasodoble.io import truncate_jsonl
 
 Key = tuple[str, str]  # (source, problem id)
 
@@ -62,6 +62,11 @@ def load_resume_state(path: Path, num_samples: int) -> ResumeState:
         else:
             state.partial_rows += len(rows)
     if state.torn_lines or state.partial_rows:
-        kept = [row for rows in state.finished.values() for row in rows]
-        write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+        # Repair before anything is appended: a new row written after a torn line would be glued onto it.
+        try:
+            truncate_jsonl(path, lambda row: row_key(row) in state.finished)
+        except ValueError as err:  # a broken line before the last one: not a crash mid-append, so not ours
+            raise UserError(
+                f"{err}; the samples file was edited or corrupted: fix or remove that line"
+            ) from err
     return state

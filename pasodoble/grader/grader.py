@@ -13,12 +13,17 @@ runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`).
 route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
 same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
 
+Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
+settings. One departure from plain math-verify: its own timeouts are per parse and per comparison (and need the
+main thread); ours is one wall-clock limit per check, and a check past it is status "timeout", correct=False.
+
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import Counter, OrderedDict
@@ -29,6 +34,8 @@ from pasodoble.errors import ConfigError
 from pasodoble.grader.extract import FALLBACKS, extract_answer
 from pasodoble.grader.fastpath import fast_verdict
 from pasodoble.grader.pool import WorkerPool
+
+logger = logging.getLogger(__name__)
 
 STATUSES = ("ok", "no_answer", "timeout", "error")
 COUNTER_NAMES = (
@@ -151,6 +158,11 @@ class Grader:
                 self._finalizer = weakref.finalize(self, self._pool.close)
             return self._pool
 
+    def start(self) -> Grader:
+        """Start the worker processes now (about a second of CPU each) rather than at the first deferred check."""
+        self._workers().start()
+        return self
+
     def clear_cache(self) -> None:
         """Forget every cached verdict (benchmarks use it to time a cold cache)."""
         self._cache = _LRU(self.config.cache_size)
@@ -237,5 +249,8 @@ class Grader:
                 self._cache.put(key, (result.correct and result.status == "ok", result.status))
             if result.status != "ok":
                 counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
+                logger.warning(
+                    "grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message
+                )
             for index in waiting[key]:
                 verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])

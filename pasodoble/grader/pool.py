@@ -34,6 +34,7 @@ from typing import Any
 WORKER_MODULE = "pasodoble.grader.worker"
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_IDLE_POLL_S = 0.05  # how often a caller with waiting checks looks for a free worker
 
 
 @dataclass
@@ -82,12 +83,16 @@ class _Worker:
         child_end.close()
         self.conn, self.ready = Connection(parent_end.detach()), False
 
-    def wait_ready(self, startup_timeout_s: float) -> None:
+    def wait_ready(self, startup_timeout_s: float) -> bool:
+        """Wait up to the limit for the ready message; 0 s asks without waiting. False if not ready yet."""
         if self.process is None:
             self.start()
         if self.ready:
-            return
-        if not self.conn.poll(startup_timeout_s):
+            return True
+        if startup_timeout_s == 0:
+            if not self.conn.poll(0):
+                return False
+        elif not self.conn.poll(startup_timeout_s):
             self.kill()
             raise RuntimeError(f"grader worker did not start within {startup_timeout_s:.0f} s")
         try:
@@ -96,6 +101,7 @@ class _Worker:
             self.kill()
             raise RuntimeError("grader worker died while starting (is math-verify installed?)") from error
         self.ready = True
+        return True
 
     def kill(self) -> None:
         if self.process is not None:
@@ -134,16 +140,28 @@ class WorkerPool:
         self._closed = False
         self.restarts = 0  # workers killed and replaced (timeouts and crashes)
 
+    def start(self) -> None:
+        """Start every worker now and wait until each is ready (instead of lazily at the first check)."""
+        for worker in self._workers:
+            if worker.process is None:
+                worker.start()
+        for worker in self._workers:
+            worker.wait_ready(self._startup_timeout_s)
+
     def _acquire(self, block: bool) -> _Worker | None:
+        """An idle ready worker; without `block`, None rather than wait (checks in flight have deadlines)."""
         try:
             worker = self._idle.get(block=block)
         except queue.Empty:
             return None
         try:
-            worker.wait_ready(self._startup_timeout_s)
+            ready = worker.wait_ready(self._startup_timeout_s if block else 0)
         except RuntimeError:
             self._idle.put(worker)
             raise
+        if not ready:
+            self._idle.put(worker)
+            return None
         return worker
 
     def _replace(self, worker: _Worker) -> None:
@@ -183,8 +201,10 @@ class WorkerPool:
                 index = pending.popleft()
                 worker.conn.send((index, *pairs[index]))
                 in_flight[worker.conn] = (worker, index, time.monotonic() + timeout_s)
-            next_deadline = min(deadline for _, _, deadline in in_flight.values())
-            for conn in wait_for_pipes(list(in_flight), timeout=max(0.0, next_deadline - time.monotonic())):
+            wait_s = min(deadline for _, _, deadline in in_flight.values()) - time.monotonic()
+            if pending:
+                wait_s = min(wait_s, _IDLE_POLL_S)  # a worker may become free or ready meanwhile
+            for conn in wait_for_pipes(list(in_flight), timeout=max(0.0, wait_s)):
                 worker, index, _ = in_flight.pop(conn)
                 results[index] = self._receive(worker)
             now = time.monotonic()

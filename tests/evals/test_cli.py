@@ -76,6 +76,9 @@ def test_eval_with_flags_alone_writes_samples_results_and_table(tiny_lm, own_set
     assert main(["eval-table", str(out), str(other), "--out", str(tmp_path / "t.md")]) == 0
     table = (tmp_path / "t.md").read_text()
     assert "| tiny |" in table and "| greedy |" in table and "Settings differ between runs" in table
+    own_set.write_text(own_set.read_text().replace("Tom has 3 pens.", "Tom has 30 pens."))  # edited data
+    assert main(_eval_args(tiny_lm[2], own_set, out, *sampled)) == 2
+    assert "differs in: problems_sha256" in capsys.readouterr().err
 
 
 def test_user_mistakes_are_one_line_errors(tiny_lm, own_set, tmp_path, capsys):

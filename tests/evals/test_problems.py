@@ -72,3 +72,11 @@ def test_jsonl_json_and_parquet_files_load_alike(tmp_path):
     assert loaded[0] == loaded[1] == loaded[2]
     assert [(p.id, p.answers, p.source) for p in loaded[0]] == [("a", ("2",), "s"), ("b", ("5",), "s")]
     assert len(load_problems_file(tmp_path / "s.jsonl", fields, limit=1)) == 1
+
+
+def test_group_field_splits_a_set_into_reported_sources():
+    rows = [{"question": "1+1?", "answer": 2, "tier": "t1"}, {"question": "9*9?", "answer": 81, "tier": "t2"}]
+    problems = rows_to_problems(rows, FieldMap(source_field="tier"), "tiers")
+    assert [p.source for p in problems] == ["tiers/t1", "tiers/t2"]
+    with pytest.raises(UserError, match="'level' not in the data"):
+        rows_to_problems(rows, FieldMap(source_field="level"), "tiers")

@@ -58,3 +58,12 @@ def test_merge_lists_rows_missing_cells_and_differing_settings(tmp_path):
     assert "Settings differ between runs: temperature" in merged
     with pytest.raises(UserError, match="results.json: not found"):
         read_results(tmp_path / "nope")
+
+
+def test_paper_average_column_when_minerva_is_added():
+    six = {"aime24": 0.1, "aime25": 0.1, "amc23": 0.1, "gsm8k": 0.1, "math500": 0.1, "olympiadbench": 0.1}
+    table = scores_table([_result("m", {**six, "minerva_math": 0.8}), _result("p", six)])
+    header, _, with_minerva, paper_only = table.splitlines()
+    assert header.endswith("| Minerva | OlympiadBench | AVG | AVG (paper 6) |")
+    assert with_minerva.endswith("| 80.00 | 10.00 | 20.00 | 10.00 |")
+    assert paper_only.endswith("| - | 10.00 | 10.00 | 10.00 |")

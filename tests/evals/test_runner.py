@@ -44,7 +44,7 @@ def test_render_prompt_chat_plain_system_and_truncation(tiny_lm):
     assert tok.decode(ids) == text and not cut
     plain = EvalSettings(prompt_template="Q: {question}", use_chat_template=False, max_prompt_length=4)
     text, ids, cut = render_prompt("1+1?", plain, tok)
-    assert text == "Q: 1+1?" and cut and tok.decode(ids) == "1+1?"  # the end of the prompt is kept
+    assert text == "1+1?" and cut and tok.decode(ids) == "1+1?"  # the end of the prompt is kept
 
 
 def test_streams_every_sample_with_its_verdict(engine, tiny_lm, grader, tmp_path):
