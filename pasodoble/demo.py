@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
@@ -43,6 +44,7 @@ from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.problems import TIER_DESCRIPTIONS
+from pasodoble.world.tiers import load_tier_problems
 
 log = logging.getLogger("pasodoble.demo")
 BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (METHOD.md, step 10)
@@ -72,19 +74,6 @@ class DemoConfig:
     run_dir: str | None = None  # output directory (None: runs/demo-<date>-<time>)
     cache_dir: str | None = None  # SFT model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
     fresh: bool = False  # ignore the cache: build the world and SFT inside the run directory
-
-
-def tier_problems(tiers_path: Path, per_tier: int | None) -> list[Problem]:
-    """Held-out tier problems as evaluation problems (source = tier name)."""
-    counts: dict[str, int] = defaultdict(int)
-    problems = []
-    for row in read_jsonl(tiers_path):
-        counts[row["tier"]] += 1
-        if per_tier is None or counts[row["tier"]] <= per_tier:
-            problems.append(
-                Problem(id=row["id"], question=row["question"], answers=(row["answer"],), source=row["tier"])
-            )
-    return problems
 
 
 def band_shares(samples_path: Path) -> dict[str, float]:
@@ -219,6 +208,8 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
     """Run every phase (module docstring); returns the run directory."""
     run_dir = Path(config.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if config.sft.num_threads is not None:
+        torch.set_num_threads(config.sft.num_threads)  # evaluation too, not only SFT (a cache hit skips SFT)
     save_config(config, run_dir / "config.yaml")
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     started = time.perf_counter()
@@ -232,7 +223,7 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
             solver_dir = _copy_checkpoints(models, run_dir)
             phase.note = f"models in {models.solver_dir.parent}"
         with _Phase("eval") as phase:
-            problems = tier_problems(models.world.tiers, config.eval.problems_per_tier)
+            problems = load_tier_problems(models.world.tiers, config.eval.problems_per_tier)
             summary = evaluate_solver(solver_dir, problems, config.eval, run_dir / "eval", progress=progress)
             metrics = {
                 f"solver/eval_{tier}/{name}": value

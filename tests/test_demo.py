@@ -52,3 +52,12 @@ def test_cli_overrides(tmp_path, monkeypatch):
     assert args.func(args) == 0
     assert seen["config"].sft.max_steps == 7 and seen["config"].eval.num_samples == 4
     assert seen["config"].run_dir == str(tmp_path)
+
+
+def test_recipe_spells_out_the_defaults():
+    from pathlib import Path
+
+    from pasodoble.config import load_config
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"
+    assert load_config(DemoConfig, recipe) == DemoConfig()

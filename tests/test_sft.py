@@ -47,7 +47,9 @@ def test_prompt_ids_match_generation_prompt_and_end_in_eos(world):
 
 def test_batch_order_covers_each_example_once():
     lengths = [random.Random(i).randint(5, 50) for i in range(1000)]
-    batches = batch_order(lengths, 64, random.Random(0))
+    plain = batch_order(lengths, 64, random.Random(0))
+    assert sorted(i for b in plain for i in b) == list(range(1000))
+    batches = batch_order(lengths, 64, random.Random(0), group=True)
     assert sorted(i for b in batches for i in b) == list(range(1000))
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
     assert spread < 10  # sorted within a window: little padding

@@ -11,6 +11,16 @@ Usage:
 """
 
 from pasodoble.world.build import WorldConfig, WorldPaths, build_world
+from pasodoble.world.cache import TinyModels, default_cache_dir, ensure_sft_models, resolve_model
 from pasodoble.world.model import ModelConfig
 
-__all__ = ["ModelConfig", "WorldConfig", "WorldPaths", "build_world"]
+__all__ = [
+    "ModelConfig",
+    "TinyModels",
+    "WorldConfig",
+    "WorldPaths",
+    "build_world",
+    "default_cache_dir",
+    "ensure_sft_models",
+    "resolve_model",
+]

@@ -36,7 +36,7 @@ class WorldConfig:
     corpus_size: int = 2000  # passages in corpus.jsonl
     tier_size: int = 100  # held-out problems per tier in tiers.jsonl
     sft_solver_examples: int = 20_000  # Solver SFT examples
-    sft_proposer_examples: int = 6_000  # Proposer SFT examples
+    sft_proposer_examples: int = 3_000  # Proposer SFT examples (about 13% of the joint SFT data)
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers the SFT data is mostly made of
     next_tier: str | None = "t3"  # the tier above the SFT data that gets a small share (None: no bridge)
     next_tier_share: float = 0.04  # share of next-tier examples in the Solver SFT data

@@ -130,3 +130,12 @@ def test_validate(change, field):
     with pytest.raises(ConfigError) as info:
         replace(WorldConfig(), **change).validate()
     assert info.value.where == field
+
+
+def test_tier_problems_for_the_evaluation_harness(world):
+    from pasodoble.world.tiers import load_tier_problems
+
+    problems = load_tier_problems(world.tiers)
+    assert len(problems) == 16 and {p.source for p in problems} == {"t1", "t2", "t3", "t4"}
+    assert all(p.answers == (str(arith.solve(p.question)),) for p in problems)
+    assert [p.source for p in load_tier_problems(world.tiers, per_tier=1)] == ["t1", "t2", "t3", "t4"]

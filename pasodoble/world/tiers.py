@@ -1,0 +1,28 @@
+"""Held-out tier problems as evaluation problems, so per-tier tables come from the evaluation harness.
+
+Why: the demo, the dual-play loop's periodic evaluation and any ablation score the Solver per tier with
+`pasodoble.evals.evaluate`; this turns `tiers.jsonl` rows into `Problem`s whose `source` is the tier name.
+
+Usage: `evaluate(engine, tok, load_tier_problems(paths.tiers), settings, grader).per_source["t3"]`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from pasodoble.evals import Problem
+from pasodoble.io import read_jsonl
+
+
+def load_tier_problems(tiers_path: Path, per_tier: int | None = None) -> list[Problem]:
+    """Problems of `tiers.jsonl` (source = tier name), optionally only the first `per_tier` of each tier."""
+    counts: dict[str, int] = defaultdict(int)
+    problems = []
+    for row in read_jsonl(tiers_path):
+        counts[row["tier"]] += 1
+        if per_tier is None or counts[row["tier"]] <= per_tier:
+            problems.append(
+                Problem(id=row["id"], question=row["question"], answers=(row["answer"],), source=row["tier"])
+            )
+    return problems
