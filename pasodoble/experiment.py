@@ -102,13 +102,13 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, 
     """Greedy accuracy per held-out tier of the Solver in `model_dir` (prompted with the training template)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pasodoble.demo import tier_problems
     from pasodoble.evals import EvalSettings, evaluate
     from pasodoble.grader import Grader
     from pasodoble.rollout import HFEngine
     from pasodoble.train import _tiny_models
+    from pasodoble.world.tiers import load_tier_problems
 
-    problems = tier_problems(_tiny_models(train).world.tiers, cfg.eval_limit)
+    problems = load_tier_problems(_tiny_models(train).world.tiers, cfg.eval_limit)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
     settings = EvalSettings(

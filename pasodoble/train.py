@@ -163,9 +163,9 @@ def build_evaluator(cfg: TrainConfig, grader) -> SolverEvaluator | None:
         return None
     ev = cfg.eval
     if ev.problems_file == TINY_TIERS:
-        from pasodoble.demo import tier_problems
+        from pasodoble.world.tiers import load_tier_problems
 
-        problems = tier_problems(_tiny_models(cfg).world.tiers, ev.limit)
+        problems = load_tier_problems(_tiny_models(cfg).world.tiers, ev.limit)
     else:
         ev.validate()
         problems = load_eval_problems(ev)
