@@ -287,10 +287,11 @@ class DualPlay:
         updates = {}
         if decision["skip"] is None:
             with timer("update"):
-                updates["proposer"] = self.proposer.update(
-                    [Sample(prompt_ids[g], c) for g, group in enumerate(groups) for c in group],
-                    decision["proposer_advantages"],
-                )
+                if self.proposer.cfg.trainable:
+                    updates["proposer"] = self.proposer.update(
+                        [Sample(prompt_ids[g], c) for g, group in enumerate(groups) for c in group],
+                        decision["proposer_advantages"],
+                    )
                 if train_solver:
                     updates["solver"] = self._update_solver(attempts, decision["learnable"], s)
             if to_buffer:
