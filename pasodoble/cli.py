@@ -21,6 +21,8 @@ from pasodoble.errors import UserError
 # Order is the order of `pasodoble --help`.
 COMMAND_MODULES = (
     "pasodoble.demo",
+    "pasodoble.train",
+    "pasodoble.experiment",
     "pasodoble.sft",
     "pasodoble.evals.cli",
     "pasodoble.grader.cli",

@@ -1,0 +1,565 @@
+"""The dual-play loop: online and offline schedules (and the oracle control), readable top to bottom.
+
+What: `DualPlay` runs METHOD.md's steps with two `Role`s, a grader and a passage sampler:
+  online step   passage(s) -> Proposer (I per passage) -> parse + validity gate -> Solver (J per valid question)
+                -> grade -> pass rates -> diversity -> Proposer rewards -> group advantages -> skip rule
+                -> Proposer update on all its completions, Solver update on the learnable questions (0.2 < p < 1).
+  offline       (A) Proposer phase: online steps with the Solver frozen until `proposer_phase_updates` successful
+                Proposer updates; learnable questions enter the question buffer. (B) Solver phase: up to
+                `solver_phase_updates` updates, each on the next `solver_batch_questions` buffer questions,
+                re-answered J times and kept if learnable.
+  oracle        (experiment control, not the method) Solver-only GRPO on questions with TRUE answers.
+Every inner step writes one row to metrics.jsonl (`step` = inner-step counter); rollout samples go to
+samples.jsonl every `samples_every` steps.
+
+State that a multi-rank version must keep identical on every rank (step counters, diversity history, question
+buffer, sampler position, skip decisions) lives in ONE place, `LoopState`, and every decision passes through
+`Collective.broadcast` (rank 0's value wins). `SingleProcess` is the only implementation today.
+
+Determinism: every stochastic choice is seeded from (seed, inner step, tag) (`derive_seed`), so a run resumed from
+a checkpoint reproduces the uninterrupted one exactly on CPU.
+
+Departures from the reference code: the diversity history is one shared object (the reference kept it on rank 0
+only); the offline skip flag is a local of each attempt (the reference never reset it: an infinite loop); grader
+failures are counted per answer (the reference zeroed the whole batch on any exception); a Proposer phase may be
+bounded by `proposer_phase_max_attempts`; several passages per step (`passages_per_step`, 1 = the paper) with
+Proposer advantages normalised per passage group. Questions of a step are scored against the history before the
+step and then appended (skipped steps included: they were still proposed), so a step's own questions do not
+penalise each other. In the random-reward ablation only the Solver's reward is random; pass rates (and so the
+Proposer's reward and the question selection) still come from real grading, which isolates the Solver signal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from pasodoble.buffer import BufferItem, QuestionBuffer
+from pasodoble.diversity import QuestionHistory
+from pasodoble.errors import ConfigError
+from pasodoble.grpo import group_advantages
+from pasodoble.io import append_jsonl
+from pasodoble.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
+from pasodoble.rewards import (
+    RewardConfig,
+    learnable,
+    pass_rates,
+    proposer_rewards,
+    skip_reason,
+    solver_rewards,
+)
+from pasodoble.roles import Role, Sample
+from pasodoble.step_metrics import console_line, grader_metrics, mean, proposer_metrics, role_update_metrics
+
+MODES = ("online", "offline", "oracle")
+
+
+@dataclass
+class ScheduleConfig:
+    mode: str = "online"  # "online" | "offline" | "oracle" (Solver-only GRPO on true answers: a control)
+    steps: int = 2000  # online/oracle steps, or offline outer iterations (paper: 2000 online, 200 offline)
+    proposer_phase_updates: int = 10  # offline: successful Proposer updates per Proposer phase
+    proposer_phase_max_attempts: int | None = (
+        None  # offline: cap on Proposer-phase steps (None: unbounded, as paper)
+    )
+    solver_phase_updates: int = 5  # offline: Solver updates per Solver phase
+    solver_batch_questions: int = 6  # offline: buffer questions per Solver update
+    buffer_max_size: int | None = (
+        None  # offline: question buffer capacity (None: unbounded, as the reference)
+    )
+    buffer_eviction: str = "none"  # offline: "none" (reference) | "fifo"
+    passages_per_step: int = 1  # passages (Proposer groups) per step; 1 = paper, more for small models
+    oracle_questions: int = 32  # oracle mode: true-answer questions per step
+    history_size: int = 100  # diversity: questions kept in the history (H)
+    similarity_threshold: float = 0.8  # diversity: Jaccard above this counts as a repeat
+    no_knowledge: bool = False  # ablation: Proposer prompt without a passage
+    eval_every: int | None = None  # outer steps between evaluations (None: off)
+    checkpoint_every: int | None = 40  # outer steps between checkpoints (None: only at the end)
+    keep_last: int | None = 3  # checkpoints kept (None: all)
+    samples_every: int | None = 10  # inner steps between rollout-sample dumps to samples.jsonl (None: off)
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError("schedule.mode", f"unknown {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.steps < 0:
+            raise ConfigError("schedule.steps", "must be >= 0")
+        if self.buffer_eviction not in ("none", "fifo"):
+            raise ConfigError("schedule.buffer_eviction", "use 'none' or 'fifo'")
+        if self.buffer_eviction == "fifo" and self.buffer_max_size is None:
+            raise ConfigError("schedule.buffer_max_size", "fifo eviction needs a buffer_max_size")
+        for name in (
+            "proposer_phase_updates",
+            "solver_phase_updates",
+            "solver_batch_questions",
+            "passages_per_step",
+            "oracle_questions",
+            "history_size",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"schedule.{name}", "must be >= 1")
+        for name in (
+            "proposer_phase_max_attempts",
+            "eval_every",
+            "checkpoint_every",
+            "keep_last",
+            "samples_every",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"schedule.{name}", "must be >= 1, or null to switch it off")
+        if not 0 <= self.similarity_threshold <= 1:
+            raise ConfigError("schedule.similarity_threshold", "must be in [0, 1]")
+
+
+class Collective(Protocol):
+    """Where rank-dependent decisions are made identical on every rank."""
+
+    rank: int
+    world_size: int
+
+    def broadcast(self, obj: Any) -> Any:
+        """Return rank 0's `obj` on every rank."""
+        ...
+
+
+class SingleProcess:
+    rank, world_size = 0, 1
+
+    def broadcast(self, obj: Any) -> Any:
+        return obj
+
+
+@dataclass
+class LoopState:
+    """Everything besides the two roles that a resume needs; identical on every rank."""
+
+    history: QuestionHistory
+    buffer: QuestionBuffer
+    step: int = 0  # completed outer steps (online/oracle steps, offline iterations)
+    inner_step: int = 0  # completed inner steps (= rows of metrics.jsonl, excluding eval rows)
+    skipped: int = 0  # inner steps skipped by the skip rule
+    counters: dict[str, int] = field(default_factory=dict)  # cumulative skip reasons etc.
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "inner_step": self.inner_step,
+            "skipped": self.skipped,
+            "counters": dict(self.counters),
+            "history": self.history.state_dict(),
+            "buffer": self.buffer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.inner_step, self.skipped = state["step"], state["inner_step"], state["skipped"]
+        self.counters = dict(state["counters"])
+        self.history.load_state_dict(state["history"])
+        self.buffer.load_state_dict(state["buffer"])
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 31-bit seed from (seed, parts...), stable across processes (unlike Python's salted `hash`)."""
+    digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
+@dataclass
+class Attempts:
+    """Solver answers to some questions, graded against the given gold answers."""
+
+    questions: list[str]
+    golds: list[str]
+    prompts: list[list[int]]
+    completions: list[list[Any]]  # (Q, J) Completion
+    correct: list[list[bool]]  # (Q, J)
+    answered: list[list[bool]]  # (Q, J) an answer could be extracted
+    counters: dict[str, int]
+
+
+class DualPlay:
+    """The loop. `run()` drives the schedule; `online_step` / `offline_iteration` / `oracle_step` are the steps."""
+
+    def __init__(
+        self,
+        proposer: Role | None,
+        solver: Role,
+        grader,
+        *,
+        schedule: ScheduleConfig,
+        rewards: RewardConfig,
+        prompts: PromptConfig,
+        sampler=None,
+        seed: int = 0,
+        run_dir: str | Path | None = None,
+        tracker=None,
+        collective: Collective | None = None,
+        question_source: Callable[[int, int], list[tuple[str, str]]] | None = None,
+        evaluator: Callable[[Role], dict[str, float]] | None = None,
+        on_checkpoint: Callable[[DualPlay], None] | None = None,
+        verbose: bool = True,
+    ):
+        self.proposer, self.solver, self.grader = proposer, solver, grader
+        self.schedule, self.rewards, self.prompts = schedule, rewards, prompts
+        self.sampler, self.seed, self.tracker = sampler, seed, tracker
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.collective = collective or SingleProcess()
+        self.question_source, self.evaluator, self.on_checkpoint = question_source, evaluator, on_checkpoint
+        self.verbose = verbose
+        self.state = LoopState(
+            history=QuestionHistory(schedule.history_size, schedule.similarity_threshold),
+            buffer=QuestionBuffer(schedule.buffer_max_size, schedule.buffer_eviction),
+        )
+        if schedule.mode != "oracle" and proposer is None:
+            raise ConfigError("proposer", f"schedule.mode={schedule.mode} needs a Proposer model")
+        if schedule.mode == "oracle" and question_source is None:
+            raise ConfigError("schedule.mode", "oracle mode needs a source of questions with true answers")
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> None:
+        """Run outer steps until `schedule.steps`, evaluating and checkpointing on schedule."""
+        sched, start = self.schedule, time.perf_counter()
+        if self.state.step == 0 and sched.eval_every is not None:
+            self._evaluate()
+        first = self.state.step
+        while self.state.step < sched.steps:
+            t0 = time.perf_counter()
+            {"online": self.online_step, "offline": self.offline_iteration, "oracle": self.oracle_step}[
+                sched.mode
+            ]()
+            self.state.step += 1
+            done = self.state.step
+            if sched.eval_every is not None and done % sched.eval_every == 0:
+                self._evaluate()
+            if self.on_checkpoint is not None and (
+                done == sched.steps
+                or (sched.checkpoint_every is not None and done % sched.checkpoint_every == 0)
+            ):
+                self.on_checkpoint(self)
+            if self.verbose and sched.mode == "offline":
+                elapsed = time.perf_counter() - start
+                eta = elapsed / (done - first) * (sched.steps - done)
+                print(
+                    f"iteration {done}/{sched.steps} done in {time.perf_counter() - t0:.1f}s, ETA {eta / 60:.1f}m",
+                    flush=True,
+                )
+
+    def _evaluate(self) -> None:
+        if self.evaluator is None:
+            return
+        metrics = {f"eval/{k}": v for k, v in self.evaluator(self.solver).items()}
+        if self.tracker is not None:
+            self.tracker.log(metrics, step=self.state.inner_step)
+        if self.verbose:
+            print(
+                "eval " + " ".join(f"{k}={v:.3f}" for k, v in metrics.items() if "acc" in k or "avg" in k),
+                flush=True,
+            )
+
+    # ------------------------------------------------------------------ online
+    def online_step(self, *, train_solver: bool = True, to_buffer: bool = False) -> dict[str, float]:
+        """One dual-play step (METHOD.md 1-10). Returns the metrics row it logged."""
+        s, timer = self.state.inner_step, Timer()
+        passages = self._passages(s)
+        with timer("propose"):
+            prompt_ids = [self.proposer.prompt_ids(proposer_messages(p, self.prompts)) for p in passages]
+            groups = self.proposer.generate(prompt_ids, derive_seed(self.seed, s, "proposer"))
+        proposals = [parse_proposal(c.text) for group in groups for c in group]
+        valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
+        attempts = self.solve(
+            [proposals[i].question for i in valid_idx], [proposals[i].answer for i in valid_idx], s, timer
+        )
+        rates = [0.0] * len(proposals)
+        for i, p in zip(valid_idx, pass_rates(attempts.correct)):
+            rates[i] = p
+        diversity = [0.0] * len(proposals)
+        question_ids = [self._question_ids(proposals[i].question) for i in valid_idx]
+        for i, d in zip(valid_idx, self.state.history.scores(question_ids)):
+            diversity[i] = d
+        self.state.history.extend(question_ids)
+        decision = self.collective.broadcast(self._decide(groups, proposals, rates, diversity, valid_idx))
+        updates = {}
+        if decision["skip"] is None:
+            with timer("update"):
+                if self.proposer.cfg.trainable:
+                    updates["proposer"] = self.proposer.update(
+                        [Sample(prompt_ids[g], c) for g, group in enumerate(groups) for c in group],
+                        decision["proposer_advantages"],
+                    )
+                if train_solver:
+                    updates["solver"] = self._update_solver(attempts, decision["learnable"], s)
+            if to_buffer:
+                self.state.buffer.add(
+                    BufferItem(attempts.questions[q], attempts.golds[q], rates[valid_idx[q]], s)
+                    for q in decision["learnable"]
+                )
+        row = self._online_metrics(groups, proposals, rates, diversity, decision, attempts, updates, timer)
+        texts = [c.text for group in groups for c in group]
+        self._dump_samples(
+            s, passages, proposals, texts, rates, diversity, decision["proposer_rewards"], attempts, valid_idx
+        )
+        return self._finish_inner_step(row, decision["skip"])
+
+    def _decide(self, groups, proposals, rates, diversity, valid_idx) -> dict:
+        """Rewards, advantages and the skip decision of an online step (rank 0's result is broadcast)."""
+        valid = [p.invalid_reason is None for p in proposals]
+        rewards = proposer_rewards(rates, diversity, valid, self.rewards)
+        advantages, lo = [], 0
+        for group in groups:
+            advantages += group_advantages(torch.tensor(rewards[lo : lo + len(group)])).tolist()
+            lo += len(group)
+        learn = [q for q, i in enumerate(valid_idx) if learnable(rates[i], self.rewards)]
+        skip = skip_reason(rates, valid, advantages, self.rewards)
+        return {
+            "proposer_rewards": rewards,
+            "proposer_advantages": advantages,
+            "learnable": learn,
+            "skip": skip,
+        }
+
+    def _update_solver(
+        self, attempts: Attempts, questions: Sequence[int], step: int
+    ) -> dict[str, float] | None:
+        """GRPO update of the Solver on the answers to `questions` (indices into attempts)."""
+        if not questions or not self.solver.cfg.trainable:
+            return None
+        correct = [attempts.correct[q] for q in questions]
+        rng = random.Random(derive_seed(self.seed, step, "solver_reward"))
+        rewards = solver_rewards(
+            correct, self.rewards, rng, answered=[attempts.answered[q] for q in questions]
+        )
+        samples, advantages = [], []
+        for q, group_rewards in zip(questions, rewards):
+            advantages += group_advantages(torch.tensor(group_rewards, dtype=torch.float32)).tolist()
+            samples += [Sample(attempts.prompts[q], c) for c in attempts.completions[q]]
+        stats = self.solver.update(samples, advantages)
+        stats["reward_mean"] = mean([r for group in rewards for r in group])
+        return stats
+
+    # ------------------------------------------------------------------ offline
+    def offline_iteration(self) -> None:
+        """(A) Proposer phase feeding the buffer, Solver frozen; (B) Solver phase from the buffer."""
+        sched = self.schedule
+        successes = attempts = 0
+        while successes < sched.proposer_phase_updates and (
+            sched.proposer_phase_max_attempts is None or attempts < sched.proposer_phase_max_attempts
+        ):
+            row = self.online_step(train_solver=False, to_buffer=True)
+            attempts += 1
+            successes += int(row["proposer/update/applied"])
+        for _ in range(sched.solver_phase_updates):
+            items = self.state.buffer.take(sched.solver_batch_questions)
+            if not items:
+                break
+            self.buffer_step(items)
+
+    def buffer_step(self, items: Sequence[BufferItem]) -> dict[str, float]:
+        """Offline Solver update: re-answer buffer questions J times, keep the learnable ones, update."""
+        s, timer = self.state.inner_step, Timer()
+        attempts = self.solve([it.question for it in items], [it.answer for it in items], s, timer)
+        return self._solver_only_step(
+            attempts, timer, phase="solver", keep=lambda p: learnable(p, self.rewards)
+        )
+
+    # ------------------------------------------------------------------ oracle
+    def oracle_step(self) -> dict[str, float]:
+        """Control: Solver-only GRPO on questions with true answers (every group with 0 < p < 1 is used)."""
+        s, timer = self.state.inner_step, Timer()
+        pairs = self.question_source(s, self.schedule.oracle_questions)
+        attempts = self.solve([q for q, _ in pairs], [a for _, a in pairs], s, timer)
+        return self._solver_only_step(attempts, timer, phase="oracle", keep=lambda p: 0 < p < 1)
+
+    def _solver_only_step(self, attempts: Attempts, timer: Timer, *, phase: str, keep) -> dict[str, float]:
+        s = self.state.inner_step
+        rates = pass_rates(attempts.correct)
+        chosen = self.collective.broadcast([q for q, p in enumerate(rates) if keep(p)])
+        skip = None if chosen else "no_learnable_question"
+        stats = None
+        if skip is None:
+            with timer("update"):
+                stats = self._update_solver(attempts, chosen, s)
+        row = {
+            "phase": phase,
+            "solver/pass_rate/mean": mean(rates),
+            "solver/questions": float(len(rates)),
+            "solver/learnable/fraction": len(chosen) / max(len(rates), 1),
+            **self._solver_metrics(attempts, stats),
+            **timer.metrics(),
+        }
+        self._dump_samples(
+            s,
+            [None] * len(rates),
+            None,
+            None,
+            rates,
+            [0.0] * len(rates),
+            [0.0] * len(rates),
+            attempts,
+            list(range(len(rates))),
+        )
+        return self._finish_inner_step(row, skip)
+
+    # ------------------------------------------------------------------ shared pieces
+    def solve(self, questions: list[str], golds: list[str], step: int, timer: Timer) -> Attempts:
+        """J Solver answers per question, graded against `golds` (grader failures are counted, not fatal)."""
+        prompt_ids = [self.solver.prompt_ids(solver_messages(q, self.prompts)) for q in questions]
+        with timer("solve"):
+            completions = self.solver.generate(prompt_ids, derive_seed(self.seed, step, "solver"))
+        correct, answered, counters = [], [], {}
+        with timer("grade"):
+            if questions:
+                flat_golds = [g for g, group in zip(golds, completions) for _ in group]
+                batch = self.grader.grade(flat_golds, [c.text for group in completions for c in group])
+                verdicts = iter(batch.verdicts)
+                for group in completions:
+                    row = [next(verdicts) for _ in group]
+                    correct.append([v.correct for v in row])
+                    answered.append([v.extracted is not None for v in row])
+                counters = dict(batch.counters)
+        timer.add_tokens("solver", sum(len(c.token_ids) for group in completions for c in group))
+        return Attempts(list(questions), list(golds), prompt_ids, completions, correct, answered, counters)
+
+    def _passages(self, step: int) -> list:
+        k = self.schedule.passages_per_step
+        if self.schedule.no_knowledge or self.sampler is None:
+            return [None] * k
+        return [p.text for p in self.sampler.sample(step, k)]
+
+    def _question_ids(self, question: str) -> list[int]:
+        return list(self.proposer.tokenizer(question, add_special_tokens=False)["input_ids"])
+
+    def _solver_metrics(self, attempts: Attempts, stats: dict | None) -> dict[str, float]:
+        flat = [c for group in attempts.completions for c in group]
+        out = {
+            "solver/correct/mean": mean([float(x) for row in attempts.correct for x in row]),
+            "solver/completion_len_tokens/mean": mean([len(c.token_ids) for c in flat]),
+            # Monte-Carlo entropy estimate: mean negative log-prob of the sampled tokens.
+            "solver/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
+            **grader_metrics(attempts.counters),
+            **role_update_metrics("solver", stats),
+        }
+        if stats:
+            out["solver/reward/mean"] = stats["reward_mean"]
+            del out["solver/update/reward_mean"]
+        return out
+
+    def _online_metrics(
+        self, groups, proposals, rates, diversity, decision, attempts, updates, timer
+    ) -> dict:
+        flat = [c for group in groups for c in group]
+        timer.add_tokens("proposer", sum(len(c.token_ids) for c in flat))
+        question_lens = [len(self._question_ids(p.question)) for p in proposals if p.invalid_reason is None]
+        return {
+            "phase": "online" if self.schedule.mode == "online" else "proposer",
+            **proposer_metrics(
+                proposals,
+                rates,
+                diversity,
+                decision["proposer_rewards"],
+                question_lens,
+                [len(c.token_ids) for c in flat],
+                pass_rate_low=self.rewards.pass_rate_low,
+            ),
+            "proposer/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
+            "proposer/learnable/count": float(len(decision["learnable"])),
+            **role_update_metrics("proposer", updates.get("proposer")),
+            **self._solver_metrics(attempts, updates.get("solver")),
+            "buffer/size": float(len(self.state.buffer)),
+            **timer.metrics(),
+        }
+
+    def _finish_inner_step(self, row: dict, skip: str | None) -> dict:
+        st = self.state
+        if skip is not None:
+            st.skipped += 1
+            st.counters[f"skip/{skip}"] = st.counters.get(f"skip/{skip}", 0) + 1
+        st.inner_step += 1
+        row.update(
+            {
+                "skip/skipped": float(skip is not None),
+                "skip/rate": st.skipped / st.inner_step,
+                **{k: float(v) for k, v in st.counters.items()},
+            }
+        )
+        if self.tracker is not None:
+            self.tracker.log(row, step=st.inner_step)
+        if self.verbose:
+            total = self.schedule.steps if self.schedule.mode != "offline" else st.inner_step
+            print(
+                console_line(
+                    st.inner_step,
+                    total,
+                    row,
+                    row.get("time/step_s", 0.0),
+                    row.get("time/step_s", 0.0) * max(total - st.inner_step, 0),
+                ),
+                flush=True,
+            )
+        return row
+
+    def _dump_samples(
+        self, step, passages, proposals, texts, rates, diversity, rewards, attempts, valid_idx
+    ) -> None:
+        every = self.schedule.samples_every
+        if self.run_dir is None or every is None or (step + 1) % every != 0:
+            return
+        group_size = len(rates) // max(len(passages), 1)
+        by_index = {i: q for q, i in enumerate(valid_idx)}
+        rows = []
+        for i in range(len(rates)):
+            q = by_index.get(i)
+            prop = proposals[i] if proposals is not None else None
+            rows.append(
+                {
+                    "step": step + 1,
+                    "passage": passages[i // max(group_size, 1)] if passages else None,
+                    "question": prop.question if prop else attempts.questions[i],
+                    "answer": prop.answer if prop else attempts.golds[i],
+                    "invalid_reason": prop.invalid_reason if prop else None,
+                    "proposer_completion": texts[i] if texts else None,
+                    "pass_rate": rates[i],
+                    "diversity": diversity[i],
+                    "proposer_reward": rewards[i],
+                    "solver_answers": [c.text for c in attempts.completions[q]] if q is not None else [],
+                    "solver_correct": attempts.correct[q] if q is not None else [],
+                }
+            )
+        append_jsonl(self.run_dir / "samples.jsonl", rows)
+
+
+class Timer:
+    """Wall-clock seconds per phase and generated tokens per role, reported under time/."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}
+        self.start = time.perf_counter()
+
+    def __call__(self, phase: str):
+        timer = self
+
+        class _Span:
+            def __enter__(self):
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + time.perf_counter() - self.t0
+
+        return _Span()
+
+    def add_tokens(self, role: str, n: int) -> None:
+        self.tokens[role] = self.tokens.get(role, 0) + n
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"time/{k}_s": v for k, v in self.seconds.items()}
+        for role, phase in (("proposer", "propose"), ("solver", "solve")):
+            if role in self.tokens and self.seconds.get(phase):
+                out[f"time/{role}/tokens_per_s"] = self.tokens[role] / self.seconds[phase]
+        out["time/step_s"] = time.perf_counter() - self.start
+        return out

@@ -1,0 +1,343 @@
+"""`pasodoble experiment`: the tiny-world experiment, one command.
+
+What: for each condition and seed, train from the same SFT start for the same number of steps, then evaluate the
+Solver greedily on the world's held-out tiers. Conditions:
+    sft            no RL (the start; evaluated once, it is the same model for every seed)
+    online         dual-play, both roles every step (the method)
+    offline        dual-play, alternating phases with a question buffer
+    random_reward  online, but the Solver's reward is a coin flip (control: is the signal in the reward?)
+    no_diversity   online without the diversity gate and term (ablation)
+    no_knowledge   online, Proposer prompted without a passage (ablation; not in the default list)
+    oracle         Solver-only GRPO on true-answer questions (the supervised upper bound)
+Reported (`OUT/results.md`, `OUT/results.json`): greedy accuracy per tier (mean and std over seeds), the mean on
+the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition recovers, and
+the Proposer's label accuracy (its answers checked with the world's own arithmetic, `world.arith.solve`: only the
+experiment sees true answers, never the training). `OUT/difficulty.png` plots the Proposer's question difficulty
+over steps (mean Solver pass rate, share of questions with 3+ operands).
+
+"Same number of steps": online/oracle runs take `steps` updates; an offline iteration holds
+`proposer_phase_updates + solver_phase_updates` updates, so offline runs `steps // that` iterations.
+
+Run: `pasodoble experiment recipes/tiny-ablation.yaml [steps=10 seeds=[0]]`. Finished runs (their `eval.json`)
+are reused, so a killed experiment continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pasodoble.config import load_config, save_config, to_dict
+from pasodoble.errors import ConfigError
+from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
+
+CONDITIONS = {
+    "sft": [],
+    "online": ["schedule.mode=online"],
+    "offline": ["schedule.mode=offline"],
+    "random_reward": ["schedule.mode=online", "rewards.solver_reward=random"],
+    "no_diversity": ["schedule.mode=online", "rewards.use_diversity=false"],
+    "no_knowledge": ["schedule.mode=online", "schedule.no_knowledge=true"],
+    "oracle": ["schedule.mode=oracle"],
+}
+
+
+@dataclass
+class ExperimentConfig:
+    recipe: str = "recipes/tiny-online.yaml"  # training recipe of every condition but offline
+    offline_recipe: str = (
+        "recipes/tiny-offline.yaml"  # training recipe of the offline condition (phase sizes)
+    )
+    out_dir: str = "runs/experiment"  # results folder (runs under OUT/runs/<condition>-s<seed>)
+    conditions: list[str] = field(
+        default_factory=lambda: ["sft", "online", "offline", "random_reward", "no_diversity", "oracle"]
+    )  # names in CONDITIONS
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # one run per seed and condition
+    steps: int = 30  # updates per run (offline: converted to iterations, see module docstring)
+    overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
+    sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
+    eval_limit: int | None = 50  # held-out problems per tier (None: all)
+    eval_max_new_tokens: int = 96  # greedy completion budget
+
+    def validate(self) -> None:
+        unknown = [c for c in self.conditions if c not in CONDITIONS]
+        if unknown:
+            raise ConfigError("conditions", f"unknown {unknown}; use names from {', '.join(CONDITIONS)}")
+        if not self.seeds:
+            raise ConfigError("seeds", "give at least one seed, e.g. [0, 1, 2]")
+        if self.steps < 1:
+            raise ConfigError("steps", "must be >= 1")
+
+
+def train_config(cfg: ExperimentConfig, condition: str, seed: int):
+    """The TrainConfig of one run: recipe + experiment overrides + the condition's switches."""
+    from pasodoble.train import TrainConfig
+
+    run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
+    overrides = [
+        *cfg.overrides,
+        *CONDITIONS[condition],
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        "schedule.samples_every=1",
+        "schedule.eval_every=null",
+        "logging.quiet=true",
+    ]
+    train = load_config(TrainConfig, cfg.offline_recipe if condition == "offline" else cfg.recipe, overrides)
+    if condition == "offline":
+        per_iteration = train.schedule.proposer_phase_updates + train.schedule.solver_phase_updates
+        train.schedule.steps = max(1, cfg.steps // per_iteration)
+    else:
+        train.schedule.steps = cfg.steps
+    train.schedule.checkpoint_every = None  # one checkpoint at the end: the weights to evaluate
+    return train
+
+
+def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, float]:
+    """Greedy accuracy per held-out tier of the Solver in `model_dir` (prompted with the training template)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pasodoble.evals import EvalSettings, evaluate
+    from pasodoble.grader import Grader
+    from pasodoble.rollout import HFEngine
+    from pasodoble.train import _tiny_models
+    from pasodoble.world.tiers import load_tier_problems
+
+    problems = load_tier_problems(_tiny_models(train).world.tiers, cfg.eval_limit)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
+    settings = EvalSettings(
+        num_samples=1,
+        temperature=0.0,
+        max_new_tokens=cfg.eval_max_new_tokens,
+        prompt_template=train.prompts.solver_template,
+        system_prompt=train.prompts.solver_system,
+        max_prompt_length=train.solver.max_prompt_length,
+        chunk_size=256,
+    )
+    with Grader(train.grader) as grader:
+        report = evaluate(engine, tokenizer, problems, settings, grader, progress=False)
+    return {tier: scores["avg@k"] for tier, scores in report.per_source.items()}
+
+
+def operand_count(question: str) -> int:
+    return len(re.findall(r"\d+", question))
+
+
+def proposer_stats(run_dir: Path) -> dict:
+    """Label accuracy of valid proposals (against world.arith) and per-step difficulty, from samples.jsonl."""
+    from pasodoble.world import arith
+
+    path = run_dir / "samples.jsonl"
+    if not path.exists():
+        return {}
+    checked = right = 0
+    per_step: dict[int, list[int]] = {}
+    for row in read_jsonl(path):
+        if row.get("invalid_reason") is not None or row.get("proposer_completion") is None:
+            continue
+        truth = arith.solve(row["question"])
+        checked += 1
+        right += truth is not None and row["answer"].strip() == str(truth)
+        per_step.setdefault(row["step"], []).append(operand_count(row["question"]))
+    hard = {s: sum(n >= 3 for n in counts) / len(counts) for s, counts in sorted(per_step.items())}
+    return {
+        "label_accuracy": right / checked if checked else None,
+        "labels_checked": checked,
+        "share_3plus_operands": hard,
+    }
+
+
+def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
+    """Train (unless sft) and evaluate one run; reuses a finished run's eval.json."""
+    from pasodoble.checkpoint import latest_checkpoint
+    from pasodoble.train import resolve, run_train
+
+    train = train_config(cfg, condition, seed)
+    run_dir = Path(train.run_dir)
+    done = run_dir / "eval.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    start = time.perf_counter()
+    if condition == "sft":
+        run_dir.mkdir(parents=True, exist_ok=True)
+        model_dir = Path(resolve(train.solver.model, train))
+    else:
+        if run_dir.exists():
+            import shutil
+
+            shutil.rmtree(run_dir)  # an unfinished run starts over: its eval.json is the completion mark
+        run_train(train)
+        model_dir = latest_checkpoint(run_dir) / "solver" / "model"
+    train_s = time.perf_counter() - start
+    result = {
+        "condition": condition,
+        "seed": seed,
+        "accuracy": evaluate_solver(train, model_dir, cfg),
+        "train_s": train_s,
+        "eval_s": time.perf_counter() - start - train_s,
+        "steps": 0 if condition == "sft" else train.schedule.steps,
+        **proposer_stats(run_dir),
+    }
+    write_json_atomic(done, result)
+    return result
+
+
+def summarise(cfg: ExperimentConfig, results: list[dict]) -> dict:
+    """Mean/std per condition and tier, the above-SFT mean, gains, oracle share, label accuracy."""
+    tiers = sorted({t for r in results for t in r["accuracy"]})
+    above = [t for t in tiers if t not in cfg.sft_tiers]
+    summary = {}
+    for condition in cfg.conditions:
+        runs = [r for r in results if r["condition"] == condition]
+        row = {}
+        for tier in [*tiers, "above"]:
+            values = [
+                statistics.mean(r["accuracy"][t] for t in above) if tier == "above" else r["accuracy"][tier]
+                for r in runs
+            ]
+            row[tier] = {
+                "mean": statistics.mean(values),
+                "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+            }
+        labels = [r["label_accuracy"] for r in runs if r.get("label_accuracy") is not None]
+        row["label_accuracy"] = statistics.mean(labels) if labels else None
+        row["train_s"] = statistics.mean(r["train_s"] for r in runs)
+        summary[condition] = row
+    base = summary.get("sft", {}).get("above", {}).get("mean")
+    oracle = summary.get("oracle", {}).get("above", {}).get("mean")
+    for row in summary.values():
+        row["gain_above"] = None if base is None else row["above"]["mean"] - base
+        gap = None if base is None or oracle is None else oracle - base
+        row["oracle_share"] = row["gain_above"] / gap if gap and row["gain_above"] is not None else None
+    return {"tiers": tiers, "above_tiers": above, "conditions": summary}
+
+
+def _fmt(cell: dict) -> str:
+    return f"{100 * cell['mean']:.1f} ± {100 * cell['std']:.1f}"
+
+
+def results_markdown(cfg: ExperimentConfig, summary: dict, elapsed_s: float) -> str:
+    tiers, above = summary["tiers"], summary["above_tiers"]
+    head = [
+        "Condition",
+        *tiers,
+        f"above SFT ({'+'.join(above)})",
+        "gain vs SFT",
+        "oracle share",
+        "label acc",
+        "train s/run",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for condition, row in summary["conditions"].items():
+        share = "" if row["oracle_share"] is None else f"{100 * row['oracle_share']:.0f}%"
+        gain = "" if row["gain_above"] is None else f"{100 * row['gain_above']:+.1f}"
+        label = "" if row["label_accuracy"] is None else f"{100 * row['label_accuracy']:.1f}"
+        cells = [
+            condition,
+            *[_fmt(row[t]) for t in tiers],
+            _fmt(row["above"]),
+            gain,
+            share,
+            label,
+            f"{row['train_s']:.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    online = summary["conditions"].get("online", {}).get("gain_above")
+    control = summary["conditions"].get("random_reward", {}).get("gain_above")
+    verdict = ""
+    if online is not None and control is not None:
+        verdict = (
+            f"\nAcceptance (online >= +5 points above SFT on {'+'.join(above)}, random reward not): online "
+            f"{100 * online:+.1f}, random_reward {100 * control:+.1f} -> "
+            f"{'met' if online >= 0.05 and control < 0.05 else 'NOT met'}.\n"
+        )
+    return (
+        f"# Tiny-world experiment\n\nGreedy Solver accuracy (%) on held-out tiers, mean ± std over seeds "
+        f"{cfg.seeds}; {cfg.steps} updates per run; recipe `{cfg.recipe}`; overrides {cfg.overrides}.\n\n"
+        + "\n".join(lines)
+        + "\n"
+        + verdict
+        + f"\nTotal wall time {elapsed_s / 60:.1f} min. Difficulty over "
+        "steps: difficulty.png.\n"
+    )
+
+
+def plot_difficulty(cfg: ExperimentConfig, out: Path) -> None:
+    """Mean Solver pass rate of valid proposals and the share of 3+-operand questions, per step (seed mean)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for condition in cfg.conditions:
+        if condition in ("sft", "oracle"):
+            continue
+        rates: dict[int, list[float]] = {}
+        shares: dict[int, list[float]] = {}
+        for seed in cfg.seeds:
+            run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
+            if not (run_dir / "metrics.jsonl").exists():
+                continue
+            for row in read_jsonl(run_dir / "metrics.jsonl"):
+                if "proposer/pass_rate/mean" in row:
+                    rates.setdefault(row["step"], []).append(row["proposer/pass_rate/mean"])
+            for step, share in proposer_stats(run_dir).get("share_3plus_operands", {}).items():
+                shares.setdefault(int(step), []).append(share)
+        for ax, series in ((axes[0], rates), (axes[1], shares)):
+            steps = sorted(series)
+            ax.plot(steps, [statistics.mean(series[s]) for s in steps], label=condition)
+    axes[0].set_title("Solver pass rate on proposed questions")
+    axes[1].set_title("share of proposed questions with 3+ operands")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def run_experiment(cfg: ExperimentConfig) -> Path:
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    started, results = time.perf_counter(), []
+    for condition in cfg.conditions:
+        for seed in cfg.seeds if condition != "sft" else cfg.seeds[:1]:
+            t0 = time.perf_counter()
+            result = run_one(cfg, condition, seed)
+            results.append(result)
+            acc = " ".join(f"{t}={100 * v:.0f}" for t, v in sorted(result["accuracy"].items()))
+            print(
+                f"[experiment] {condition} seed {seed}: {acc} ({time.perf_counter() - t0:.0f}s)", flush=True
+            )
+    results += [{**r, "seed": s} for r in results if r["condition"] == "sft" for s in cfg.seeds[1:]]
+    summary = summarise(cfg, results)
+    write_json_atomic(out / "results.json", {"config": to_dict(cfg), "summary": summary, "runs": results})
+    plot_difficulty(cfg, out / "difficulty.png")
+    write_text_atomic(out / "results.md", results_markdown(cfg, summary, time.perf_counter() - started))
+    print((out / "results.md").read_text(), flush=True)
+    return out
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "experiment", help="tiny-world experiment: SFT vs dual-play vs controls vs oracle"
+    )
+    p.add_argument("config", type=Path, help="experiment YAML, e.g. recipes/tiny-ablation.yaml")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. steps=10 seeds=[0]"
+    )
+    p.set_defaults(func=run_experiment_cmd)
+
+
+def run_experiment_cmd(args: argparse.Namespace) -> int:
+    run_experiment(load_config(ExperimentConfig, args.config, args.overrides))
+    return 0

@@ -1,0 +1,299 @@
+"""A trainable role: one class for both the Proposer and the Solver.
+
+What: `Role` bundles a Hugging Face causal LM, its tokenizer, an AdamW optimizer, a learning-rate schedule, a
+rollout engine and (only when `beta > 0`) a frozen reference model. The dual-play loop talks to both roles through
+the same four calls: `prompt_ids(messages)`, `generate(prompt_ids, seed)`, `update(samples, advantages)` and
+`save(dir)` / `load_state(dir)`. `RoleConfig` holds one role's settings; the recipe gives the Proposer and the
+Solver different values (prompt budgets 1280 vs 512 in the paper).
+
+Why one class: the method trains two policies with the same GRPO recipe; forking a trainer per role is the
+failure mode the project exists to avoid.
+
+How to run: built by `pasodoble.train`; tests in `tests/test_roles.py`.
+
+Departures from the reference code:
+- Prompts are tokenised once (chat template applied) and left-truncated to `max_prompt_length`, keeping the END
+  (the generation header and the end of the instruction); the very same ids feed generation and the loss, so the
+  two can never disagree (the reference truncated them differently).
+- The importance ratio is taken against the log-probs the rollout engine reported for the sampled tokens (the
+  policy that generated them), not against a fresh forward pass of the current weights.
+- Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
+  (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+
+from pasodoble import grpo
+from pasodoble.errors import ConfigError
+from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
+
+LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
+LR_SCHEDULERS = ("constant", "linear", "cosine")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class RoleConfig:
+    model: str = (
+        "tiny:solver"  # HF model folder / hub id, or `tiny:proposer` / `tiny:solver` (the tiny world)
+    )
+    num_generations: int = 6  # completions per prompt (I for the Proposer, J for the Solver)
+    temperature: float = 0.6  # sampling temperature (0 = greedy)
+    top_p: float = 1.0  # nucleus sampling mass
+    max_prompt_length: int = 512  # prompt tokens kept (left-truncated, keeping the end); Proposer: 1280
+    max_completion_length: int = 6144  # new tokens per completion; also the dr_grpo normaliser
+    lr: float = 1e-6  # AdamW learning rate
+    lr_scheduler: str = "constant"  # "constant" | "linear" | "cosine"
+    warmup_steps: int = 0  # linear warm-up updates
+    weight_decay: float = 0.0  # AdamW weight decay
+    max_grad_norm: float | None = 1.0  # gradient clipping norm (None: off)
+    loss_type: str = "dr_grpo"  # "dr_grpo" | "grpo" | "dapo"
+    epsilon: float = 0.2  # lower clip range of the importance ratio
+    epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
+    beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
+    micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
+    generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
+    dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+    gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
+    trainable: bool = True  # False: the role only generates (no optimizer is built)
+
+    def validate(self) -> None:
+        if self.num_generations < 1:
+            raise ConfigError("num_generations", "must be >= 1 (GRPO needs a group; the paper uses 6)")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ConfigError("temperature", "temperature must be >= 0 and top_p in (0, 1]")
+        if self.max_prompt_length < 1 or self.max_completion_length < 1:
+            raise ConfigError("max_prompt_length", "prompt and completion lengths must be >= 1")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError("loss_type", f"unknown {self.loss_type!r}; use one of {', '.join(LOSS_TYPES)}")
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            raise ConfigError("lr_scheduler", f"unknown {self.lr_scheduler!r}; use one of {LR_SCHEDULERS}")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"unknown {self.dtype!r}; use one of {', '.join(DTYPES)}")
+        if self.lr < 0 or self.beta < 0 or self.epsilon <= 0:
+            raise ConfigError("lr", "lr and beta must be >= 0 and epsilon > 0")
+        if self.micro_batch_size < 1 or self.generation_batch_size < 1:
+            raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One trajectory to learn from: the exact prompt ids and the engine's completion (ids + log-probs)."""
+
+    prompt_ids: list[int]
+    completion: Completion
+
+
+class Role:
+    """A trainable (or frozen) policy: model + tokenizer + optimizer + scheduler + rollout engine."""
+
+    def __init__(
+        self,
+        name: str,
+        cfg: RoleConfig,
+        model: torch.nn.Module,
+        tokenizer,
+        *,
+        engine: RolloutEngine | None = None,
+        total_updates: int | None = None,
+    ):
+        self.name, self.cfg, self.model, self.tokenizer = name, cfg, model, tokenizer
+        self.engine = (
+            engine if engine is not None else HFEngine(model, tokenizer, batch_size=cfg.generation_batch_size)
+        )
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler = None
+        self.reference: torch.nn.Module | None = None
+        self.updates = 0
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if cfg.trainable:
+            self._build_optimizer(total_updates)
+        if cfg.trainable and cfg.beta > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, **kwargs) -> Role:
+        """Load the model and tokenizer from a Hugging Face folder (or hub id)."""
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[cfg.dtype])
+        return cls(name, cfg, model, tokenizer, **kwargs)
+
+    def _build_optimizer(self, total_updates: int | None) -> None:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        name = self.cfg.lr_scheduler
+        if name == "constant" and self.cfg.warmup_steps > 0:
+            name = "constant_with_warmup"
+        self.scheduler = get_scheduler(
+            name,
+            self.optimizer,
+            num_warmup_steps=self.cfg.warmup_steps,
+            num_training_steps=total_updates or 1,
+        )
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Chat template applied once; left-truncated to max_prompt_length, keeping the end."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids[-self.cfg.max_prompt_length :])
+
+    def sampling(self, seed: int | None, *, n: int | None = None, greedy: bool = False) -> SamplingParams:
+        return SamplingParams(
+            n=1 if greedy else (n or self.cfg.num_generations),
+            temperature=0.0 if greedy else self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            max_new_tokens=self.cfg.max_completion_length,
+            seed=seed,
+        )
+
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], seed: int | None, *, n: int | None = None
+    ) -> list[list[Completion]]:
+        """Sample `n` (default num_generations) completions per prompt with the role's sampling settings."""
+        if not prompt_ids:
+            return []
+        self.model.eval()
+        return self.engine.generate(prompt_ids, self.sampling(seed, n=n))
+
+    def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
+        """One optimizer step on `samples` (accumulated over micro-batches); returns loss/grad statistics."""
+        if self.optimizer is None:
+            raise RuntimeError(f"role {self.name} is frozen (trainable: false) and cannot be updated")
+        if len(samples) != len(advantages) or not samples:
+            raise ValueError("update() needs one advantage per sample and at least one sample")
+        start = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total_tokens = sum(max(len(s.completion.token_ids), 1) for s in samples)
+        mb = self.cfg.micro_batch_size
+        sums: dict[str, float] = {}
+        for lo in range(0, len(samples), mb):
+            chunk, adv = samples[lo : lo + mb], advantages[lo : lo + mb]
+            if self.cfg.loss_type == "dapo":
+                weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
+            else:
+                weight = len(chunk) / len(samples)
+            loss, stats = self._micro_batch_loss(chunk, adv)
+            (loss * weight).backward()
+            for key, value in {"loss": loss.item(), **stats}.items():
+                sums[key] = sums.get(key, 0.0) + weight * float(value)
+        grad_norm = self._clip_and_step()
+        self.updates += 1
+        self.engine.update_weights(self.model)
+        return {
+            **sums,
+            "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
+            "samples": float(len(samples)),
+            "update_s": time.perf_counter() - start,
+        }
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def _micro_batch_loss(
+        self, samples: Sequence[Sample], advantages: Sequence[float]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        batch = collate(samples, self.tokenizer.pad_token_id)
+        device = next(self.model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
+        logps = grpo.token_logprobs(
+            self.model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["completion_mask"],
+            temperature=temperature,
+        )
+        ref_logps = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logps = grpo.token_logprobs(
+                    self.reference,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    batch["completion_mask"],
+                    temperature=temperature,
+                )
+        return grpo.policy_loss(
+            logps,
+            batch["old_logps"],
+            torch.tensor(list(advantages), dtype=torch.float32, device=device),
+            batch["completion_mask"],
+            epsilon_low=self.cfg.epsilon,
+            epsilon_high=self.cfg.epsilon_high,
+            loss_type=self.cfg.loss_type,
+            max_completion_length=self.cfg.max_completion_length,
+            ref_logps=ref_logps,
+            beta=self.cfg.beta,
+        )
+
+    def save(self, dirpath: str | Path) -> None:
+        """Weights + tokenizer (Hugging Face format, under `model/`), optimizer and scheduler states."""
+        dirpath = Path(dirpath)
+        self.model.save_pretrained(dirpath / "model")
+        self.tokenizer.save_pretrained(dirpath / "model")
+        if self.optimizer is not None:
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "updates": self.updates,
+                },
+                dirpath / "trainer_state.pt",
+            )
+
+    def load_state(self, dirpath: str | Path) -> None:
+        """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter."""
+        dirpath = Path(dirpath)
+        saved = AutoModelForCausalLM.from_pretrained(str(dirpath / "model"), dtype=DTYPES[self.cfg.dtype])
+        self.model.load_state_dict(saved.state_dict())
+        del saved
+        state_path = dirpath / "trainer_state.pt"
+        if self.optimizer is not None and state_path.exists():
+            state = torch.load(state_path, weights_only=False)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.updates = int(state["updates"])
+        self.engine.update_weights(self.model)
+
+
+def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded (B, T) tensors: prompt + completion ids, attention mask, completion mask and the generating
+    policy's log-probs placed at the completion tokens' positions (0 elsewhere)."""
+    width = max(len(s.prompt_ids) + len(s.completion.token_ids) for s in samples)
+    shape = (len(samples), width)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    attention = torch.zeros(shape, dtype=torch.long)
+    completion_mask = torch.zeros(shape, dtype=torch.float32)
+    old_logps = torch.zeros(shape, dtype=torch.float32)
+    for row, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion.token_ids)
+        input_ids[row, : p + c] = torch.tensor(list(s.prompt_ids) + list(s.completion.token_ids))
+        attention[row, : p + c] = 1
+        completion_mask[row, p : p + c] = 1.0
+        old_logps[row, p : p + c] = torch.tensor(s.completion.logprobs[:c], dtype=torch.float32)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "completion_mask": completion_mask,
+        "old_logps": old_logps,
+    }

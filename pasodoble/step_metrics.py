@@ -1,0 +1,111 @@
+"""Per-step metrics of the dual-play loop, as plain functions of one step's values.
+
+What: turns a step's proposals, pass rates, diversities, rewards and completions into the flat `role/group/name`
+dictionary that goes to `metrics.jsonl` and the console line. Wall-clock numbers live under `time/` and
+process-local counters (caches) under `proc/`: those two prefixes legitimately differ between an uninterrupted run
+and a resumed one; every other key must match exactly.
+
+Why a separate module: keeps `dualplay.py` readable as the algorithm, and these functions testable on literals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+# Grader counters whose values depend on the process's cache (a resumed process starts cold); logged under proc/.
+PROCESS_LOCAL_COUNTERS = frozenset({"cache_hits", "fast_path", "math_verify", "worker_restarts"})
+NON_DETERMINISTIC_PREFIXES = ("time/", "proc/")
+
+
+def mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def pass_rate_bins(rates: Sequence[float], low: float) -> dict[str, float]:
+    """Histogram of pass rates in the bands the method acts on: 0, (0, low], (low, 1), 1."""
+    bins = Counter()
+    for p in rates:
+        if p <= 0:
+            bins["eq0"] += 1
+        elif p <= low:
+            bins["low"] += 1
+        elif p < 1:
+            bins["learnable"] += 1
+        else:
+            bins["eq1"] += 1
+    total = max(len(rates), 1)
+    return {f"proposer/pass_rate_hist/{k}": bins[k] / total for k in ("eq0", "low", "learnable", "eq1")}
+
+
+def proposer_metrics(
+    proposals: Sequence,
+    rates: Sequence[float],
+    diversity: Sequence[float],
+    rewards: Sequence[float],
+    question_lens: Sequence[int],
+    completion_lens: Sequence[int],
+    *,
+    pass_rate_low: float,
+) -> dict[str, float]:
+    """Proposer side of a step: reward and its parts, validity with reasons, lengths, pass-rate histogram."""
+    valid = [p.invalid_reason is None for p in proposals]
+    valid_rates = [r for r, v in zip(rates, valid) if v]
+    out = {
+        "proposer/reward/mean": mean(rewards),
+        "proposer/reward/max": max(rewards) if rewards else 0.0,
+        "proposer/valid/fraction": mean([float(v) for v in valid]),
+        "proposer/pass_rate/mean": mean(valid_rates),
+        "proposer/diversity/mean": mean([d for d, v in zip(diversity, valid) if v]),
+        "proposer/question_len_tokens/mean": mean(question_lens),
+        "proposer/completion_len_tokens/mean": mean(completion_lens),
+        **pass_rate_bins(valid_rates, pass_rate_low),
+    }
+    reasons = Counter(p.invalid_reason for p in proposals if p.invalid_reason is not None)
+    for reason, count in sorted(reasons.items()):
+        out[f"proposer/invalid/{reason}"] = float(count)
+    return out
+
+
+def grader_metrics(counters: dict[str, int]) -> dict[str, float]:
+    """Grader counters: deterministic ones under grader/, cache-dependent ones under proc/grader/."""
+    out = {}
+    for name, value in sorted(counters.items()):
+        prefix = "proc/grader/" if name in PROCESS_LOCAL_COUNTERS else "grader/"
+        out[prefix + name] = float(value)
+    return out
+
+
+def role_update_metrics(role: str, stats: dict[str, float] | None) -> dict[str, float]:
+    """An update's statistics as `<role>/update/<name>`; its duration under time/."""
+    if not stats:
+        return {f"{role}/update/applied": 0.0}
+    out = {f"{role}/update/applied": 1.0}
+    for name, value in stats.items():
+        key = f"time/{role}/update_s" if name == "update_s" else f"{role}/update/{name}"
+        out[key] = float(value)
+    return out
+
+
+def deterministic(row: dict) -> dict:
+    """The part of a metrics row that must be identical between an uninterrupted and a resumed run."""
+    return {k: v for k, v in row.items() if not k.startswith(NON_DETERMINISTIC_PREFIXES)}
+
+
+def console_line(step: int, total: int, row: dict, elapsed_s: float, eta_s: float) -> str:
+    """One concise line per step: step, rewards, pass rate, valid fraction, skips, seconds, ETA."""
+    parts = [f"step {step}/{total}"]
+    if "phase" in row:
+        parts.append(str(row["phase"]))
+    for key, label in (
+        ("proposer/reward/mean", "P.r"),
+        ("proposer/pass_rate/mean", "p"),
+        ("proposer/valid/fraction", "valid"),
+        ("proposer/diversity/mean", "div"),
+        ("solver/reward/mean", "S.r"),
+        ("skip/rate", "skip"),
+    ):
+        if key in row:
+            parts.append(f"{label}={row[key]:.2f}")
+    parts.append(f"{elapsed_s:.1f}s ETA {eta_s / 60:.1f}m")
+    return " | ".join(parts)

@@ -1,0 +1,325 @@
+"""`pasodoble train`: build both roles from a recipe, run the dual-play loop, checkpoint, resume.
+
+What: `TrainConfig` (one dataclass per concern: proposer/solver `RoleConfig`, `ScheduleConfig`, `RewardConfig`,
+`PromptConfig`, `KnowledgeConfig`, `GraderConfig`, optional in-training `EvalConfig`, logging) and `run_train`,
+which resolves the models (`tiny:proposer` / `tiny:solver` build and cache the tiny world on first use), wires
+sampler, grader, evaluator and tracker into `DualPlay`, and writes the run directory:
+
+    RUN_DIR/config.yaml        the resolved config (`--resume` reads it back)
+    RUN_DIR/metrics.jsonl      one row per inner step (+ eval rows); `pasodoble plot RUN_DIR` renders it
+    RUN_DIR/samples.jsonl      rollout samples every `schedule.samples_every` steps
+    RUN_DIR/checkpoints/       step-N/{proposer,solver}/model (Hugging Face format) + optimizer/scheduler states,
+                               state.json (loop state, sampler), rng.pt; `latest`
+
+Resume: `pasodoble train --resume RUN_DIR [overrides]` loads RUN_DIR/config.yaml, restores the latest complete
+checkpoint, cuts metrics.jsonl / samples.jsonl back to its step and continues; on CPU the result equals an
+uninterrupted run with the same seed (tests/test_resume.py).
+
+Run: `pasodoble train --config recipes/tiny-online.yaml schedule.steps=20 solver.lr=1e-5`.
+
+Departures: the oracle mode (Solver-only GRPO on the tiny world's true answers) is an experiment control, not
+part of the method; its questions come from `oracle.tiers` of the tiny world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from pasodoble import checkpoint
+from pasodoble.config import load_config, save_config
+from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
+from pasodoble.errors import ConfigError, UserError
+from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
+from pasodoble.grader import Grader, GraderConfig
+from pasodoble.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.prompts import PromptConfig
+from pasodoble.rewards import RewardConfig
+from pasodoble.roles import Role, RoleConfig
+from pasodoble.sft import SFTConfig
+from pasodoble.tracking import Tracker
+from pasodoble.world import WorldConfig
+from pasodoble.world.cache import ensure_sft_models
+
+TINY = "tiny:"
+TINY_TIERS = "tiny:tiers"  # eval.problems_file value: the tiny world's held-out tier problems
+
+
+@dataclass
+class OracleConfig:
+    tiers: list[str] = field(
+        default_factory=lambda: ["t1", "t2", "t3", "t4"]
+    )  # tiny-world tiers to draw from
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = False  # also write TensorBoard event files
+    wandb_project: str | None = None  # also log to Weights & Biases (None: off)
+    quiet: bool = False  # no per-step console line
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str | None = None  # output folder (None: runs/train-<date>-<time>)
+    seed: int = 0  # seeds every stochastic choice: sampling, passages, random rewards
+    num_threads: int | None = 2  # torch CPU threads (None: torch's default)
+    cache_dir: str | None = None  # tiny-world model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
+    proposer: RoleConfig = field(
+        default_factory=lambda: RoleConfig(model="tiny:proposer", max_prompt_length=1280)
+    )
+    solver: RoleConfig = field(default_factory=lambda: RoleConfig(model="tiny:solver", max_prompt_length=512))
+    schedule: ScheduleConfig = field(
+        default_factory=ScheduleConfig
+    )  # online/offline/oracle, steps, checkpoints
+    rewards: RewardConfig = field(default_factory=RewardConfig)  # reward names and thresholds
+    prompts: PromptConfig = field(default_factory=PromptConfig)  # both roles' prompt templates
+    knowledge: KnowledgeConfig = field(
+        default_factory=KnowledgeConfig
+    )  # corpus (path None + tiny models: world's)
+    grader: GraderConfig = field(default_factory=GraderConfig)  # answer checking
+    eval: EvalConfig | None = (
+        None  # in-training Solver evaluation every schedule.eval_every steps (None: off)
+    )
+    oracle: OracleConfig = field(default_factory=OracleConfig)  # oracle mode's question source
+    world: WorldConfig = field(default_factory=WorldConfig)  # the tiny world behind tiny: model specs
+    sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up behind tiny: model specs
+    logging: LoggingConfig = field(default_factory=LoggingConfig)  # metric sinks
+
+    def validate(self) -> None:
+        if self.schedule.eval_every is not None and self.eval is None:
+            raise ConfigError("schedule.eval_every", "needs an eval section (eval.problems_file)")
+        uses_tiny = any(m.startswith(TINY) for m in (self.proposer.model, self.solver.model))
+        needs_corpus = self.schedule.mode != "oracle" and not self.schedule.no_knowledge
+        if self.knowledge.path is None and not uses_tiny and needs_corpus:
+            raise ConfigError(
+                "knowledge.path", "give a corpus (JSONL/Parquet/text/hf:...) or set no_knowledge"
+            )
+
+
+def total_updates(cfg: TrainConfig) -> tuple[int, int]:
+    """Optimizer steps each role will take at most (sizes the learning-rate schedule)."""
+    s = cfg.schedule
+    if s.mode == "offline":
+        return s.steps * s.proposer_phase_updates, s.steps * s.solver_phase_updates
+    return s.steps, s.steps
+
+
+def _tiny_models(cfg: TrainConfig):
+    """The SFT-warmed tiny models of (cfg.world, cfg.sft), built and cached on first use."""
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else None
+    return ensure_sft_models(cache, cfg.world, cfg.sft, progress=not cfg.logging.quiet)
+
+
+def resolve(spec: str, cfg: TrainConfig) -> str:
+    """`tiny:proposer` / `tiny:solver` / `tiny:base` -> a local folder; any other spec unchanged."""
+    if not spec.startswith(TINY):
+        return spec
+    models = _tiny_models(cfg)
+    role = spec[len(TINY) :]
+    folders = {
+        "proposer": models.proposer_dir,
+        "solver": models.solver_dir,
+        "base": models.world.base_model_dir,
+    }
+    if role not in folders:
+        raise ConfigError(
+            "model", f"unknown tiny model {spec!r}; use tiny:proposer, tiny:solver or tiny:base"
+        )
+    return str(folders[role])
+
+
+def build_roles(cfg: TrainConfig) -> tuple[Role | None, Role]:
+    p_updates, s_updates = total_updates(cfg)
+    proposer = None
+    if cfg.schedule.mode != "oracle":
+        proposer = Role.from_pretrained(
+            "proposer", cfg.proposer, resolve(cfg.proposer.model, cfg), total_updates=p_updates
+        )
+    solver = Role.from_pretrained(
+        "solver", cfg.solver, resolve(cfg.solver.model, cfg), total_updates=s_updates
+    )
+    return proposer, solver
+
+
+def build_sampler(cfg: TrainConfig, proposer: Role | None) -> PassageSampler | None:
+    if cfg.schedule.mode == "oracle" or cfg.schedule.no_knowledge:
+        return None
+    knowledge = cfg.knowledge
+    if knowledge.path is None:
+        knowledge = KnowledgeConfig(**{**knowledge.__dict__, "path": str(_tiny_models(cfg).world.corpus)})
+    return PassageSampler(knowledge, tokenizer=proposer.tokenizer)
+
+
+def build_evaluator(cfg: TrainConfig, grader) -> SolverEvaluator | None:
+    """The in-training Solver evaluation; it prompts with the Solver's training template (prompts.solver_*)."""
+    if cfg.eval is None:
+        return None
+    ev = cfg.eval
+    if ev.problems_file == TINY_TIERS:
+        from pasodoble.world.tiers import load_tier_problems
+
+        problems = load_tier_problems(_tiny_models(cfg).world.tiers, ev.limit)
+    else:
+        ev.validate()
+        problems = load_eval_problems(ev)
+    settings = ev.settings()
+    settings.prompt_template = cfg.prompts.solver_template
+    settings.system_prompt = cfg.prompts.solver_system
+    settings.max_prompt_length = cfg.solver.max_prompt_length
+    return SolverEvaluator(problems, settings, grader, metric=ev.metric, samples_dir=ev.samples_dir)
+
+
+def oracle_source(cfg: TrainConfig):
+    """Tiny-world questions with true answers, a pure function of (seed, step)."""
+    from pasodoble.world import problems
+
+    tiers = cfg.oracle.tiers
+
+    def source(step: int, n: int) -> list[tuple[str, str]]:
+        pairs = []
+        for i, tier in enumerate(tiers):
+            count = n // len(tiers) + (1 if i < n % len(tiers) else 0)
+            pairs += [
+                (q, str(a)) for q, a in problems.generate(tier, count, derive_seed(cfg.seed, step, tier))
+            ]
+        return pairs
+
+    return source
+
+
+def _evaluator_state(evaluator) -> dict | None:
+    """The evaluator's call counter and best score, so `eval/average/is_best` survives a resume."""
+    if evaluator is None:
+        return None
+    return {"calls": evaluator.calls, "best": list(evaluator.best) if evaluator.best else None}
+
+
+def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | None) -> Path:
+    def write(tmp: Path) -> None:
+        for role in (loop.proposer, loop.solver):
+            if role is not None:
+                role.save(tmp / role.name)
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+        state = {
+            "loop": loop.state.state_dict(),
+            "sampler": sampler.state_dict() if sampler else None,
+            "evaluator": _evaluator_state(loop.evaluator),
+        }
+        (tmp / "state.json").write_text(json.dumps(state), encoding="utf-8")
+
+    return checkpoint.save_checkpoint(run_dir, loop.state.step, write, keep_last=keep_last)
+
+
+def restore(loop: DualPlay, sampler, ckpt: Path) -> None:
+    for role in (loop.proposer, loop.solver):
+        if role is not None:
+            role.load_state(ckpt / role.name)
+    state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
+    loop.state.load_state_dict(state["loop"])
+    if sampler is not None and state["sampler"] is not None:
+        sampler.load_state_dict(state["sampler"])
+    if loop.evaluator is not None and state.get("evaluator"):
+        loop.evaluator.calls = state["evaluator"]["calls"]
+        loop.evaluator.best = tuple(state["evaluator"]["best"]) if state["evaluator"]["best"] else None
+    rng = torch.load(ckpt / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+
+
+def prepare_resume(run_dir: Path, loop: DualPlay, sampler) -> int:
+    """Restore the latest checkpoint (if any) and cut the logs back to it; returns the inner step resumed at."""
+    checkpoint.clean_partial(run_dir)
+    ckpt = checkpoint.latest_checkpoint(run_dir)
+    if ckpt is not None:
+        restore(loop, sampler, ckpt)
+    step = loop.state.inner_step
+    keep_step = step if ckpt is not None else -1  # no checkpoint: the run starts over
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        checkpoint.truncate_jsonl(run_dir / name, keep_step)
+    return step
+
+
+def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
+    """Train per `cfg` into cfg.run_dir (continuing it when `resume`); returns the run directory."""
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
+    if not resume:
+        if (run_dir / "metrics.jsonl").exists():
+            raise UserError(
+                f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run_dir"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+    proposer, solver = build_roles(cfg)
+    sampler = build_sampler(cfg, proposer)
+    with (
+        Grader(cfg.grader) as grader,
+        Tracker(
+            run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project
+        ) as tracker,
+    ):
+        loop = DualPlay(
+            proposer,
+            solver,
+            grader,
+            schedule=cfg.schedule,
+            rewards=cfg.rewards,
+            prompts=cfg.prompts,
+            sampler=sampler,
+            seed=cfg.seed,
+            run_dir=run_dir,
+            tracker=tracker,
+            question_source=oracle_source(cfg) if cfg.schedule.mode == "oracle" else None,
+            evaluator=build_evaluator(cfg, grader),
+            on_checkpoint=lambda dp: write_checkpoint(dp, sampler, run_dir, cfg.schedule.keep_last),
+            verbose=not cfg.logging.quiet,
+        )
+        if resume:
+            at = prepare_resume(run_dir, loop, sampler)
+            if not cfg.logging.quiet:
+                print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
+        loop.run()
+    return run_dir
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="dual-play RL of a Proposer and a Solver (online/offline schedules)"
+    )
+    p.add_argument("--config", type=Path, help="YAML recipe, e.g. recipes/tiny-online.yaml")
+    p.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. schedule.steps=20"
+    )
+    p.set_defaults(func=run_train_cmd)
+
+
+def run_train_cmd(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        saved = args.resume / "config.yaml"
+        if not saved.exists():
+            raise UserError(
+                f"--resume {args.resume}: no config.yaml there; pass the folder a train run wrote"
+            )
+        if args.config is not None:
+            raise UserError("--resume reads RUN_DIR/config.yaml; give overrides instead of --config")
+        cfg = load_config(TrainConfig, saved, args.overrides)
+        cfg.run_dir = str(args.resume)
+        run_train(cfg, resume=True)
+        return 0
+    if args.config is None:
+        raise UserError("pass --config RECIPE (e.g. recipes/tiny-online.yaml) or --resume RUN_DIR")
+    run_train(load_config(TrainConfig, args.config, args.overrides))
+    return 0

@@ -1,0 +1,214 @@
+"""Resume reproduces an uninterrupted run: in process (fast, scripted rollouts) and with SIGKILL (slow, real CLI).
+
+Both compare every metric outside `time/` and `proc/` (wall clock and process-local caches) and every weight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pasodoble.checkpoint import latest_checkpoint, list_checkpoints
+from pasodoble.dualplay import DualPlay, ScheduleConfig
+from pasodoble.io import read_jsonl
+from pasodoble.knowledge import KnowledgeConfig, Passage, PassageSampler
+from pasodoble.prompts import PromptConfig
+from pasodoble.rewards import RewardConfig
+from pasodoble.roles import Role, RoleConfig
+from pasodoble.step_metrics import deterministic
+from pasodoble.tracking import Tracker
+from pasodoble.train import prepare_resume, write_checkpoint
+from tests.loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = PromptConfig(proposer_template="{passage}?", solver_template="{question}=")
+PASSAGES = [Passage(f"p{i}", f"passage number {i} about sums and products") for i in range(5)]
+
+
+def seeded_script(options):
+    """Completion j of a call is drawn from `options` with torch's RNG, which the engine seeds per call."""
+
+    def script(prompt: str, j: int) -> str:
+        return options(prompt)[int(torch.randint(len(options(prompt)), (1,)))]
+
+    return script
+
+
+def proposer_options(prompt: str) -> list[str]:
+    return [
+        f"<problem>What is {a}+{b}?</problem><answer>\\boxed{{{a + b}}}</answer>"
+        for a, b in ((1, 2), (3, 4), (5, 6), (7, 1))
+    ] + ["no tags"]
+
+
+def solver_options(prompt: str) -> list[str]:
+    return ["\\boxed{3}", "\\boxed{7}", "\\boxed{11}", "\\boxed{8}", "\\boxed{0}"]
+
+
+class SeededEngine(ScriptedEngine):
+    def generate(self, prompt_ids, sampling):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sampling.seed)
+            return super().generate(prompt_ids, sampling)
+
+
+def build_loop(run_dir: Path, steps: int) -> tuple[DualPlay, PassageSampler]:
+    roles = []
+    for name, options, seed in (("proposer", proposer_options, 1), ("solver", solver_options, 2)):
+        tok = make_tokenizer()
+        model = make_model(tok, seed=seed)
+        cfg = RoleConfig(
+            model="test",
+            num_generations=4,
+            temperature=1.0,
+            max_completion_length=64,
+            lr=1e-2,
+            micro_batch_size=8,
+        )
+        roles.append(
+            Role(
+                name,
+                cfg,
+                model,
+                tok,
+                engine=SeededEngine(model, tok, seeded_script(options)),
+                total_updates=steps,
+            )
+        )
+    sampler = PassageSampler(KnowledgeConfig(seed=3), passages=PASSAGES)
+    schedule = ScheduleConfig(
+        steps=steps, checkpoint_every=1, keep_last=2, samples_every=1, passages_per_step=2
+    )
+    loop = DualPlay(
+        roles[0],
+        roles[1],
+        ExactGrader(),
+        schedule=schedule,
+        rewards=RewardConfig(use_diversity=False),
+        prompts=PROMPTS,
+        sampler=sampler,
+        seed=7,
+        run_dir=run_dir,
+        tracker=Tracker(run_dir),
+        verbose=False,
+    )
+    loop.on_checkpoint = lambda dp: write_checkpoint(dp, sampler, run_dir, 2)
+    return loop, sampler
+
+
+def weights(loop: DualPlay) -> dict[str, torch.Tensor]:
+    return {
+        f"{r.name}.{k}": v.clone()
+        for r in (loop.proposer, loop.solver)
+        for k, v in r.model.state_dict().items()
+    }
+
+
+def test_in_process_resume_matches_uninterrupted_run(tmp_path):
+    full, _ = build_loop(tmp_path / "full", steps=4)
+    full.run()
+    interrupted, _ = build_loop(tmp_path / "cut", steps=4)
+    interrupted.schedule.steps = 2  # stops after step 2's checkpoint, as a crash right after it would
+    interrupted.run()
+    resumed, sampler = build_loop(tmp_path / "cut", steps=4)
+    assert prepare_resume(tmp_path / "cut", resumed, sampler) == 2
+    resumed.run()
+    rows_full = [deterministic(r) for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
+    rows_cut = [deterministic(r) for r in read_jsonl(tmp_path / "cut" / "metrics.jsonl")]
+    assert rows_full == rows_cut and len(rows_full) == 4
+    assert sum(r["solver/update/applied"] for r in rows_full) >= 1  # the comparison covers real updates
+    a, b = weights(full), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert read_jsonl(tmp_path / "full" / "samples.jsonl") == read_jsonl(tmp_path / "cut" / "samples.jsonl")
+    assert resumed.proposer.updates == full.proposer.updates
+
+
+@pytest.fixture(scope="module")
+def minimal_models(tmp_path_factory):
+    from pasodoble.sft import SFTConfig
+    from pasodoble.world import WorldConfig
+    from pasodoble.world.cache import ensure_sft_models
+
+    sft = SFTConfig(max_steps=150, batch_size=16, lr=1e-2, log_every=50, num_threads=1)
+    return ensure_sft_models(tmp_path_factory.mktemp("cache"), WorldConfig.minimal(), sft, progress=False)
+
+
+def train_cmd(models, run_dir: Path, mode: str, steps: int) -> list[str]:
+    m = models.solver_dir
+    return [
+        sys.executable,
+        "-m",
+        "pasodoble",
+        "train",
+        "--config",
+        str(ROOT / "recipes" / "tiny-online.yaml"),
+        f"run_dir={run_dir}",
+        f"proposer.model={m}",
+        f"solver.model={m}",
+        f"knowledge.path={models.world.corpus}",
+        f"schedule.mode={mode}",
+        f"schedule.steps={steps}",
+        "schedule.checkpoint_every=1",
+        "schedule.keep_last=2",
+        "schedule.samples_every=1",
+        "schedule.oracle_questions=32",
+        "oracle.tiers=[t1]",
+        "num_threads=1",
+        "proposer.max_completion_length=48",
+        "solver.max_completion_length=48",
+        "logging.quiet=true",
+    ]
+
+
+def run(cmd: list[str]) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=600, capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["oracle", "online"])
+def test_sigkill_at_random_step_then_resume_matches(minimal_models, tmp_path, mode):
+    steps = 5
+    run(train_cmd(minimal_models, tmp_path / "full", mode, steps))
+    kill_after = random.randint(1, steps - 1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        train_cmd(minimal_models, tmp_path / "cut", mode, steps),
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= kill_after:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for _, ckpt in list_checkpoints(tmp_path / "cut"):  # never a half-written checkpoint under a step-N name
+        assert (ckpt / "state.json").exists() and (ckpt / "solver" / "model" / "model.safetensors").exists()
+    run([*train_cmd(minimal_models, tmp_path / "cut", mode, steps)[:4], "--resume", str(tmp_path / "cut")])
+    full = [deterministic(r) for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
+    cut = [deterministic(r) for r in read_jsonl(metrics)]
+    assert full == cut and len(full) == steps, f"killed after {kill_after} steps"
+    if mode == "oracle":
+        assert sum(r["solver/update/applied"] for r in full) >= 1
+    for role in ("solver",) if mode == "oracle" else ("proposer", "solver"):
+        a = load_file(latest_checkpoint(tmp_path / "full") / role / "model" / "model.safetensors")
+        b = load_file(latest_checkpoint(tmp_path / "cut") / role / "model" / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (
+        json.loads((latest_checkpoint(tmp_path / "cut") / "state.json").read_text())["loop"]["step"] == steps
+    )
