@@ -63,6 +63,7 @@ class RoleConfig:
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
     dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+    device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
     gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
     trainable: bool = True  # False: the role only generates (no optimizer is built)
 
@@ -81,8 +82,21 @@ class RoleConfig:
             raise ConfigError("dtype", f"unknown {self.dtype!r}; use one of {', '.join(DTYPES)}")
         if self.lr < 0 or self.beta < 0 or self.epsilon <= 0:
             raise ConfigError("lr", "lr and beta must be >= 0 and epsilon > 0")
+        if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
+            raise ConfigError("device", f"unknown {self.device!r}; use auto, cpu, cuda or cuda:N")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(
+                "device", f"{self.device!r} asked for but no CUDA device is visible; use auto or cpu"
+            )
         if self.micro_batch_size < 1 or self.generation_batch_size < 1:
             raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> the first CUDA device when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 @dataclass(frozen=True)
@@ -128,7 +142,7 @@ class Role:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[cfg.dtype])
-        return cls(name, cfg, model, tokenizer, **kwargs)
+        return cls(name, cfg, model.to(resolve_device(cfg.device)), tokenizer, **kwargs)
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -269,7 +283,8 @@ class Role:
         del saved
         state_path = dirpath / "trainer_state.pt"
         if self.optimizer is not None and state_path.exists():
-            state = torch.load(state_path, weights_only=False)
+            device = next(self.model.parameters()).device
+            state = torch.load(state_path, weights_only=False, map_location=device)
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.updates = int(state["updates"])
