@@ -229,6 +229,8 @@ def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None) ->
     from pasodoble.train import TrainConfig, run_train
 
     recipe = Path(config.dualplay.recipe)
+    if not recipe.is_file() and not recipe.is_absolute():  # from a clone, run from another folder
+        recipe = Path(__file__).resolve().parents[1] / recipe
     if not recipe.is_file():
         raise ConfigError(
             "dualplay.recipe", f"{recipe} not found; run from the repository root or give its path"
