@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from pasodoble.errors import ConfigError
+from pasodoble.grader.extract import extract_boxed
 
 DEFAULT_PROPOSER_TEMPLATE = (
     "You are the proposer in a proposer-solver game. Your task is to create a challenging, well-structured, "
@@ -111,33 +112,16 @@ class Proposal:
         return self.invalid_reason is None
 
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOX_WORD_RE = re.compile(r"\\(?:boxed|fbox)")
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last balanced `\\boxed{...}` / `\\fbox{...}` in `text` (unstripped), or None.
+    """Content of the last balanced `\\boxed{...}` / `\\fbox{...}` (unstripped), or None.
 
-    "Last" is the balanced box that closes last, so of nested boxes the outer one wins (as with the reference's
-    left-to-right regex). One linear pass with a brace stack; `\\{` and `\\}` are not braces.
+    The grader's extractor, so a Proposer's answer and a Solver's answer are read by one implementation; of nested
+    boxes the inner one wins (`\\boxed{\\boxed{1}}` -> `1`).
     """
-    box_starts = {match.end() for match in _BOX_RE.finditer(text)}  # index just after a box's "{"
-    stack: list[int] = []  # per open brace: where its box content starts, or -1 for a plain brace
-    found: tuple[int, int] | None = None
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            stack.append(i + 1 if i + 1 in box_starts else -1)
-        elif ch == "}" and stack:
-            start = stack.pop()
-            if start >= 0:
-                found = (start, i)
-        i += 1
-    return text[found[0] : found[1]] if found else None
+    return extract_boxed(text, "last")
 
 
 def _strip_thinking(text: str) -> str | None:

@@ -88,7 +88,7 @@ def test_validate_defaults():
         ("\\boxed {x^{2}}", "x^{2}"),
         ("\\fbox{7}", "7"),
         ("\\boxed{3} \\boxed{4", "3"),  # the last one is unbalanced: fall back to the last balanced one
-        ("\\boxed{\\boxed{1}}", "\\boxed{1}"),  # nested: the outer box closes last
+        ("\\boxed{\\boxed{1}}", "1"),  # nested: the inner box (the grader's rule)
         ("\\boxed{", None),
         ("no box", None),
     ],
@@ -166,7 +166,7 @@ def test_garbage_inputs_never_raise():
     unclosed = "<problem>Q?</problem><answer>" + "\\boxed{" * 2000 + "</answer>"
     assert parse_proposal(unclosed).invalid_reason == "no_boxed_answer"
     nested = "<problem>Q?</problem><answer>" + "\\boxed{" * 2000 + "7" + "}" * 2000 + "</answer>"
-    assert parse_proposal(nested).answer.startswith("\\boxed{\\boxed{")  # the outermost box wins
+    assert parse_proposal(nested).answer == "7"  # nested boxes: the innermost content, read in linear time
 
 
 # ---- answer_leaked
