@@ -59,7 +59,7 @@ BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (
 class DemoEvalConfig:
     num_samples: int = 8  # sampled answers per problem (pass-rate band and avg@k)
     temperature: float = 1.0  # temperature of the sampled evaluation (greedy runs too)
-    max_new_tokens: int = 128  # completion budget; the longest tier needs about 90 tokens
+    max_new_tokens: int = 192  # completion budget; the longest worked t4 answer takes 172 tokens
     problems_per_tier: int | None = None  # evaluate only the first N problems of each tier (None: all)
     batch_size: int = 128  # sequences per generate call
     seed: int = 0  # sampling seed
