@@ -13,9 +13,17 @@ Grammar (whitespace anywhere between tokens):
 
 Usage: `solve("What is 12 + 47 * 6?") -> 294`; `solve("hello") -> None`.
 
-Worked steps are the column method the tiny models learn: `47+38: 7+8=15, 4+3+1=8, so 85.` for a sum and
-`47*6: 7*6=42, 4*6+4=28, so 282.` for a product by a one-digit number. `steps()` writes them for sums and products
-of non-negative numbers (multi-digit factors fall back to a one-line step); the world's tiers stay inside that.
+Worked steps are the column method the tiny models learn, one fact per step: `47+38: 7+8=15, 4+3=7, 7+1=8, so 85.`
+for a sum and `47*6: 7*6=42, 4*6=24, 24+4=28, so 282.` for a product by a one-digit number. `steps()` writes them
+for sums and products of non-negative numbers (multi-digit factors fall back to a one-line step); the world's tiers
+stay inside that. An expression with products and sums gets a substitution line between them (`12+47*6 = 12+282.`).
+
+Why these scratchpads (measured, 100 held-out problems per tier, same SFT budget): a column written as one fused
+step `4*6+4=28` left the tiny Solver at 64% greedy on `A * d`; one fact per step (`4*6=24, 24+4=28`) lifted it to
+90-93%. Without the substitution line, three-operand problems failed mostly by copying the wrong addend from the
+question into the final sum (products right, 8% greedy); with it they reached 49-74%: every copy is a local one.
+Sums with a carry are written one fact per step too (`4+3=7, 7+1=8`): the fused `4+3+1=8` was where the remaining
+two-digit-sum errors were (91-93% greedy), and splitting it gave 100%. Table in `build.py`.
 """
 
 from __future__ import annotations
@@ -130,29 +138,36 @@ def solve(question: str) -> int | None:
 
 
 def add_steps(a: int, b: int) -> str:
-    """Column addition of two non-negative ints, units first: `47+38: 7+8=15, 4+3+1=8, so 85.`"""
+    """Column addition of two non-negative ints, units first: `47+38: 7+8=15, 4+3=7, 7+1=8, so 85.`"""
     da, db = str(a)[::-1], str(b)[::-1]
     columns, carry = [], 0
     for i in range(max(len(da), len(db))):
         x = int(da[i]) if i < len(da) else 0
         y = int(db[i]) if i < len(db) else 0
         total = x + y + carry
-        columns.append(f"{x}+{y}+{carry}={total}" if carry else f"{x}+{y}={total}")
+        columns.append(f"{x}+{y}={x + y}, {x + y}+{carry}={total}" if carry else f"{x}+{y}={total}")
         carry = total // 10
     return f"{a}+{b}: {', '.join(columns)}, so {a + b}."
 
 
 def mul_steps(a: int, b: int) -> str:
-    """Column product of a non-negative int by a one-digit int: `47*6: 7*6=42, 4*6+4=28, so 282.`"""
+    """Column product of a non-negative int by a one-digit int: `47*6: 7*6=42, 4*6=24, 24+4=28, so 282.`"""
     if not 0 <= b <= 9:
         return f"{a}*{b}: so {a * b}."
     columns, carry = [], 0
     for digit in str(a)[::-1]:
         x = int(digit)
-        total = x * b + carry
-        columns.append(f"{x}*{b}+{carry}={total}" if carry else f"{x}*{b}={total}")
+        product = x * b
+        total = product + carry
+        columns.append(f"{x}*{b}={product}, {product}+{carry}={total}" if carry else f"{x}*{b}={total}")
         carry = total // 10
     return f"{a}*{b}: {', '.join(columns)}, so {a * b}."
+
+
+def substitution(operands: list[int], ops: list[str], summands: list[int]) -> str:
+    """The expression with its products replaced by their values: `52+49*7 = 52+343.`"""
+    expr = "".join(str(operands[0]) + "".join(op + str(v) for op, v in zip(ops, operands[1:])))
+    return f"{expr} = {'+'.join(map(str, summands))}."
 
 
 def steps(operands: list[int], ops: list[str]) -> list[str]:
@@ -173,6 +188,8 @@ def steps(operands: list[int], ops: list[str]) -> list[str]:
             summands.append(left * value)
         else:
             summands.append(value)
+    if lines and len(summands) > 1:
+        lines.append(substitution(operands, ops, summands))
     total = summands[0]
     for value in summands[1:]:
         lines.append(add_steps(total, value))

@@ -59,20 +59,24 @@ def test_solve_rejects_non_strings():
 
 
 def test_add_and_mul_steps_literal():
-    assert arith.add_steps(47, 38) == "47+38: 7+8=15, 4+3+1=8, so 85."
+    assert arith.add_steps(47, 38) == "47+38: 7+8=15, 4+3=7, 7+1=8, so 85."
     assert arith.add_steps(12, 282) == "12+282: 2+2=4, 1+8=9, 0+2=2, so 294."
-    assert arith.add_steps(95, 7) == "95+7: 5+7=12, 9+0+1=10, so 102."
-    assert arith.mul_steps(47, 6) == "47*6: 7*6=42, 4*6+4=28, so 282."
+    assert arith.add_steps(95, 7) == "95+7: 5+7=12, 9+0=9, 9+1=10, so 102."
+    assert arith.mul_steps(47, 6) == "47*6: 7*6=42, 4*6=24, 24+4=28, so 282."
     assert arith.mul_steps(90, 2) == "90*2: 0*2=0, 9*2=18, so 180."
 
 
 def test_steps_products_before_sums():
     assert arith.steps([12, 47, 6], ["+", "*"]) == [
-        "47*6: 7*6=42, 4*6+4=28, so 282.",
+        "47*6: 7*6=42, 4*6=24, 24+4=28, so 282.",
+        "12+47*6 = 12+282.",
         "12+282: 2+2=4, 1+8=9, 0+2=2, so 294.",
     ]
+    assert arith.steps([47, 6, 12], ["*", "+"])[1] == "47*6+12 = 282+12."
+    assert arith.steps([20, 3, 11, 2], ["*", "+", "*"])[2] == "20*3+11*2 = 60+22."
+    assert len(arith.steps([12, 30], ["+"])) == 1  # no products, no substitution line
     # a one-digit left factor is worked with the digit second
-    assert arith.steps([6, 47], ["*"]) == ["47*6: 7*6=42, 4*6+4=28, so 282."]
+    assert arith.steps([6, 47], ["*"]) == ["47*6: 7*6=42, 4*6=24, 24+4=28, so 282."]
     with pytest.raises(ValueError):
         arith.steps([1, 2], ["-"])
 

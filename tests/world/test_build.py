@@ -124,12 +124,21 @@ def test_default_model_size():
         ({"next_tier_share": 1.5}, "world.next_tier_share"),
         ({"tier_size": 0}, "world.tier_size"),
         ({"vocab_size": 100}, "world.vocab_size"),
+        ({"sft_tier_weights": [1.0]}, "world.sft_tier_weights"),
+        ({"sft_tier_weights": [1.0, 0.0]}, "world.sft_tier_weights"),
     ],
 )
 def test_validate(change, field):
     with pytest.raises(ConfigError) as info:
         replace(WorldConfig(), **change).validate()
     assert info.value.where == field
+
+
+def test_mix_weights_the_sft_tiers():
+    even = replace(WorldConfig(), sft_tier_weights=None).mix(0.1, 0.2)
+    assert even == pytest.approx({"t1": 0.35, "t2": 0.35, "t3": 0.1, "t1b": 0.2})
+    skewed = replace(WorldConfig(), sft_tier_weights=[1.0, 3.0]).mix(0.1, 0.2)
+    assert skewed == pytest.approx({"t1": 0.175, "t2": 0.525, "t3": 0.1, "t1b": 0.2})
 
 
 def test_tier_problems_for_the_evaluation_harness(world):
@@ -147,4 +156,4 @@ def test_solver_sft_mix_holds_the_bridge(world):
         numbers = [int(n) for n in re.findall(r"\d+", r["prompt"])]
         counts["bridge"] += len(numbers) == 2 and max(numbers) >= 100
         counts["all"] += 1
-    assert 0.1 < counts["bridge"] / counts["all"] < 0.3  # bridge_share = 0.2
+    assert 0.03 < counts["bridge"] / counts["all"] < 0.25  # bridge_share = 0.12 of 200 examples
