@@ -58,7 +58,11 @@ def token_logprobs(
     next-token distributions, masked the same way.
     """
     temperature = temperature if temperature > 0 else 1.0
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # (B, T-1, V)
+    # Positions follow the mask, so a left-padded batch (the rollout engine's) scores like an unpadded one.
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits[
+        :, :-1
+    ]
     logits = logits.float() / temperature
     targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
     # gather - logsumexp avoids materialising a second (B, T, V) tensor of log-probs.

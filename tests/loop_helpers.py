@@ -73,8 +73,8 @@ class ScriptedEngine:
         self.model = model
 
     def generate(self, prompt_ids, sampling):
+        from pasodoble.grpo import token_logprobs
         from pasodoble.rollout import Completion
-        from pasodoble.rollout.hf import sequence_logprobs
 
         self.calls += 1
         out = []
@@ -92,10 +92,10 @@ class ScriptedEngine:
                 [[1] * (len(ids) + len(c)) + [0] * (width - len(ids) - len(c)) for c in comps]
             )
             with torch.no_grad():
-                lps = sequence_logprobs(self.model, seq, mask, temperature=sampling.temperature or 1.0)
+                lps = token_logprobs(self.model, seq, mask, mask, temperature=sampling.temperature)
             out.append(
                 [
-                    Completion(t, c, lps[row, len(ids) - 1 : len(ids) - 1 + len(c)].tolist(), "stop")
+                    Completion(t, c, lps[row, len(ids) : len(ids) + len(c)].tolist(), "stop")
                     for row, (t, c) in enumerate(zip(texts, comps))
                 ]
             )

@@ -3,7 +3,7 @@
 It samples from the live training model (no copy, so `update_weights` is a no-op) in batches of `batch_size`
 sequences with left padding. Log-probs of the sampled tokens are not taken from `generate`'s per-step logits, whose
 memory grows with vocabulary x length (151k x 6k for Qwen); they are recomputed afterwards with one forward pass
-per micro-batch, using the same position ids as a padded training batch. That makes them the log-probs the loss
+per micro-batch through `grpo.token_logprobs`, the function the loss uses. That makes them the log-probs the loss
 sees for the generating weights, so the first importance ratio of an update is exactly 1.
 
 Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temperature=0.6))`.
@@ -14,24 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from transformers import GenerationConfig
 
+from pasodoble.grpo import token_logprobs
 from pasodoble.rollout.base import Completion, SamplingParams
-
-
-def sequence_logprobs(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float = 1.0
-) -> torch.Tensor:
-    """Log-prob of every next token under softmax(logits / temperature).
-
-    input_ids, attention_mask: (B, T), any padding side. Returns (B, T - 1): entry t scores input_ids[:, t + 1].
-    Position ids follow the attention mask so left-padded rows get the same positions as unpadded ones.
-    """
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, :-1].float() / (temperature if temperature > 0 else 1.0)  # (B, T-1, V)
-    return torch.gather(F.log_softmax(logits, dim=-1), 2, input_ids[:, 1:, None]).squeeze(-1)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
@@ -109,7 +95,7 @@ class HFEngine:
             < torch.tensor(lengths, device=device)[:, None]
         )
         mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
-        logps = self._logprobs(sequences, mask, sampling.temperature)[:, width - 1 :]  # (B, C)
+        logps = self._logprobs(sequences, mask, sampling.temperature)[:, width:]  # (B, C)
         results = []
         for i, n in enumerate(lengths):
             ids = completion[i, :n].tolist()
@@ -121,5 +107,7 @@ class HFEngine:
         chunks = []
         for s in range(0, sequences.shape[0], self.logprob_batch_size):
             sl = slice(s, s + self.logprob_batch_size)
-            chunks.append(sequence_logprobs(self.model, sequences[sl], mask[sl], temperature=temperature))
+            chunks.append(
+                token_logprobs(self.model, sequences[sl], mask[sl], mask[sl], temperature=temperature)
+            )
         return torch.cat(chunks)
