@@ -1,7 +1,8 @@
 """`pasodoble experiment`: the tiny-world experiment, one command.
 
 What: for each condition and seed, train from the same SFT start for the same number of steps, then evaluate the
-Solver greedily on the world's held-out tiers. Conditions:
+Solver on the world's held-out tiers twice: greedily, and with the paper's protocol (pass@1 as the mean of
+`eval_samples` samples at `eval_temperature`; METHOD.md: mean of 6 samples at 0.6). Conditions:
     sft            no RL (the start; evaluated once, it is the same model for every seed)
     online         dual-play, both roles every step (the method)
     offline        dual-play, alternating phases with a question buffer
@@ -9,7 +10,7 @@ Solver greedily on the world's held-out tiers. Conditions:
     no_diversity   online without the diversity gate and term (ablation)
     no_knowledge   online, Proposer prompted without a passage (ablation; not in the default list)
     oracle         Solver-only GRPO on true-answer questions (the supervised upper bound)
-Reported (`OUT/results.md`, `OUT/results.json`): greedy accuracy per tier (mean and std over seeds), the mean on
+Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the mean on
 the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition recovers, and
 the Proposer's label accuracy (its answers checked with the world's own arithmetic, `world.arith.solve`: only the
 experiment sees true answers, never the training). `OUT/difficulty.png` plots the Proposer's question difficulty
@@ -62,7 +63,9 @@ class ExperimentConfig:
     overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
     eval_limit: int | None = 50  # held-out problems per tier (None: all)
-    eval_max_new_tokens: int = 96  # greedy completion budget
+    eval_max_new_tokens: int = 96  # completion budget of both evaluations
+    eval_samples: int = 6  # sampled evaluation: samples per problem (the paper: 6; 0 = greedy only)
+    eval_temperature: float = 0.6  # sampled evaluation: temperature (the paper: 0.6)
 
     def validate(self) -> None:
         unknown = [c for c in self.conditions if c not in CONDITIONS]
@@ -72,6 +75,10 @@ class ExperimentConfig:
             raise ConfigError("seeds", "give at least one seed, e.g. [0, 1, 2]")
         if self.steps < 1:
             raise ConfigError("steps", "must be >= 1")
+        if self.eval_samples < 0:
+            raise ConfigError("eval_samples", "must be >= 0 (0: greedy evaluation only)")
+        if self.eval_temperature <= 0:
+            raise ConfigError("eval_temperature", "must be > 0, e.g. 0.6 (greedy is evaluated anyway)")
 
 
 def train_config(cfg: ExperimentConfig, condition: str, seed: int):
@@ -98,8 +105,11 @@ def train_config(cfg: ExperimentConfig, condition: str, seed: int):
     return train
 
 
-def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, float]:
-    """Greedy accuracy per held-out tier of the Solver in `model_dir` (prompted with the training template)."""
+def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, dict[str, float]]:
+    """Accuracy per held-out tier of the Solver in `model_dir` (prompted with the training template).
+
+    Returns `{"greedy": {tier: acc}, "sampled": {tier: avg@k}}` ("sampled" only when `cfg.eval_samples` > 0).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pasodoble.evals import EvalSettings, evaluate
@@ -111,18 +121,25 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, 
     problems = load_tier_problems(_tiny_models(train).world.tiers, cfg.eval_limit)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
-    settings = EvalSettings(
-        num_samples=1,
-        temperature=0.0,
-        max_new_tokens=cfg.eval_max_new_tokens,
-        prompt_template=train.prompts.solver_template,
-        system_prompt=train.prompts.solver_system,
-        max_prompt_length=train.solver.max_prompt_length,
-        chunk_size=256,
-    )
+    protocols = {"greedy": (1, 0.0)}
+    if cfg.eval_samples > 0:
+        protocols["sampled"] = (cfg.eval_samples, cfg.eval_temperature)
+    scores = {}
     with Grader(train.grader) as grader:
-        report = evaluate(engine, tokenizer, problems, settings, grader, progress=False)
-    return {tier: scores["avg@k"] for tier, scores in report.per_source.items()}
+        for name, (samples, temperature) in protocols.items():
+            settings = EvalSettings(
+                num_samples=samples,
+                temperature=temperature,
+                max_new_tokens=cfg.eval_max_new_tokens,
+                seed=train.seed,
+                prompt_template=train.prompts.solver_template,
+                system_prompt=train.prompts.solver_system,
+                max_prompt_length=train.solver.max_prompt_length,
+                chunk_size=max(1, 256 // samples),
+            )
+            report = evaluate(engine, tokenizer, problems, settings, grader, progress=False)
+            scores[name] = {tier: result["avg@k"] for tier, result in report.per_source.items()}
+    return scores
 
 
 def operand_count(question: str) -> int:
@@ -175,10 +192,12 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
         run_train(train)
         model_dir = latest_checkpoint(run_dir) / "solver" / "model"
     train_s = time.perf_counter() - start
+    scores = evaluate_solver(train, model_dir, cfg)
     result = {
         "condition": condition,
         "seed": seed,
-        "accuracy": evaluate_solver(train, model_dir, cfg),
+        "accuracy": scores["greedy"],
+        "sampled": scores.get("sampled"),
         "train_s": train_s,
         "eval_s": time.perf_counter() - start - train_s,
         "steps": 0 if condition == "sft" else train.schedule.steps,
@@ -188,9 +207,15 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
     return result
 
 
-def summarise(cfg: ExperimentConfig, results: list[dict]) -> dict:
-    """Mean/std per condition and tier, the above-SFT mean, gains, oracle share, label accuracy."""
-    tiers = sorted({t for r in results for t in r["accuracy"]})
+METRICS = {
+    "accuracy": "Greedy accuracy",
+    "sampled": "Sampled accuracy (the paper's protocol: pass@1 as the mean of k samples)",
+}
+
+
+def summarise(cfg: ExperimentConfig, results: list[dict], metric: str = "accuracy") -> dict:
+    """Mean/std per condition and tier of one metric, the above-SFT mean, gains, oracle share, label accuracy."""
+    tiers = sorted({t for r in results for t in r[metric]})
     above = [t for t in tiers if t not in cfg.sft_tiers]
     summary = {}
     for condition in cfg.conditions:
@@ -198,7 +223,7 @@ def summarise(cfg: ExperimentConfig, results: list[dict]) -> dict:
         row = {}
         for tier in [*tiers, "above"]:
             values = [
-                statistics.mean(r["accuracy"][t] for t in above) if tier == "above" else r["accuracy"][tier]
+                statistics.mean(r[metric][t] for t in above) if tier == "above" else r[metric][tier]
                 for r in runs
             ]
             row[tier] = {
@@ -215,14 +240,24 @@ def summarise(cfg: ExperimentConfig, results: list[dict]) -> dict:
         row["gain_above"] = None if base is None else row["above"]["mean"] - base
         gap = None if base is None or oracle is None else oracle - base
         row["oracle_share"] = row["gain_above"] / gap if gap and row["gain_above"] is not None else None
-    return {"tiers": tiers, "above_tiers": above, "conditions": summary}
+    return {"metric": metric, "tiers": tiers, "above_tiers": above, "conditions": summary}
+
+
+def summarise_all(cfg: ExperimentConfig, results: list[dict]) -> dict[str, dict]:
+    """`summarise` for every metric all runs have (greedy always; sampled when it was evaluated)."""
+    return {
+        metric: summarise(cfg, results, metric)
+        for metric in METRICS
+        if all(r.get(metric) is not None for r in results)
+    }
 
 
 def _fmt(cell: dict) -> str:
     return f"{100 * cell['mean']:.1f} ± {100 * cell['std']:.1f}"
 
 
-def results_markdown(cfg: ExperimentConfig, summary: dict, elapsed_s: float) -> str:
+def metric_table(summary: dict) -> str:
+    """One markdown table: a row per condition, a column per tier plus the above-SFT summary columns."""
     tiers, above = summary["tiers"], summary["above_tiers"]
     head = [
         "Condition",
@@ -257,15 +292,22 @@ def results_markdown(cfg: ExperimentConfig, summary: dict, elapsed_s: float) -> 
             f"{100 * online:+.1f}, random_reward {100 * control:+.1f} -> "
             f"{'met' if online >= 0.05 and control < 0.05 else 'NOT met'}.\n"
         )
-    return (
-        f"# Tiny-world experiment\n\nGreedy Solver accuracy (%) on held-out tiers, mean ± std over seeds "
-        f"{cfg.seeds}; {cfg.steps} updates per run; recipe `{cfg.recipe}`; overrides {cfg.overrides}.\n\n"
-        + "\n".join(lines)
-        + "\n"
-        + verdict
-        + f"\nTotal wall time {elapsed_s / 60:.1f} min. Difficulty over "
-        "steps: difficulty.png.\n"
-    )
+    return "\n".join(lines) + "\n" + verdict
+
+
+def results_markdown(cfg: ExperimentConfig, summaries: dict[str, dict], elapsed_s: float) -> str:
+    parts = [
+        f"# Tiny-world experiment\n\nSolver accuracy (%) on held-out tiers ({cfg.eval_limit or 'all'} problems per "
+        f"tier), mean ± std over seeds {cfg.seeds}; {cfg.steps} updates per run; recipe `{cfg.recipe}`; "
+        f"overrides {cfg.overrides}.\n"
+    ]
+    for metric, summary in summaries.items():
+        title = METRICS[metric]
+        if metric == "sampled":
+            title += f", k = {cfg.eval_samples}, temperature {cfg.eval_temperature}"
+        parts.append(f"\n## {title}\n\n{metric_table(summary)}")
+    parts.append(f"\nTotal wall time {elapsed_s / 60:.1f} min. Difficulty over steps: difficulty.png.\n")
+    return "".join(parts)
 
 
 def plot_difficulty(cfg: ExperimentConfig, out: Path) -> None:
@@ -315,14 +357,21 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
             result = run_one(cfg, condition, seed)
             results.append(result)
             acc = " ".join(f"{t}={100 * v:.0f}" for t, v in sorted(result["accuracy"].items()))
+            if result.get("sampled"):
+                acc += " | sampled " + " ".join(
+                    f"{t}={100 * v:.0f}" for t, v in sorted(result["sampled"].items())
+                )
             print(
                 f"[experiment] {condition} seed {seed}: {acc} ({time.perf_counter() - t0:.0f}s)", flush=True
             )
     results += [{**r, "seed": s} for r in results if r["condition"] == "sft" for s in cfg.seeds[1:]]
-    summary = summarise(cfg, results)
-    write_json_atomic(out / "results.json", {"config": to_dict(cfg), "summary": summary, "runs": results})
+    summaries = summarise_all(cfg, results)
+    write_json_atomic(
+        out / "results.json",
+        {"config": to_dict(cfg), "summary": summaries["accuracy"], "summaries": summaries, "runs": results},
+    )
     plot_difficulty(cfg, out / "difficulty.png")
-    write_text_atomic(out / "results.md", results_markdown(cfg, summary, time.perf_counter() - started))
+    write_text_atomic(out / "results.md", results_markdown(cfg, summaries, time.perf_counter() - started))
     print((out / "results.md").read_text(), flush=True)
     return out
 

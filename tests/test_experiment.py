@@ -13,6 +13,7 @@ from pasodoble.experiment import (
     proposer_stats,
     results_markdown,
     summarise,
+    summarise_all,
     train_config,
 )
 from pasodoble.io import append_jsonl
@@ -23,6 +24,7 @@ def result(condition, seed, t3, t4, label=None):
         "condition": condition,
         "seed": seed,
         "accuracy": {"t1": 0.9, "t2": 0.8, "t3": t3, "t4": t4},
+        "sampled": {"t1": 0.5, "t2": 0.5, "t3": t3 / 2, "t4": t4 / 2},
         "train_s": 10.0,
         "label_accuracy": label,
     }
@@ -46,11 +48,23 @@ def test_summary_gains_and_oracle_share_by_hand():
     assert s["online"]["gain_above"] == pytest.approx(0.1) and s["oracle"]["gain_above"] == pytest.approx(0.3)
     assert s["online"]["oracle_share"] == pytest.approx(1 / 3)
     assert s["online"]["label_accuracy"] == pytest.approx(0.8)
-    text = results_markdown(cfg, summarise(cfg, results), 60.0)
+    summaries = summarise_all(cfg, results)
+    assert set(summaries) == {"accuracy", "sampled"}
+    sampled = summaries["sampled"]["conditions"]
+    assert sampled["online"]["gain_above"] == pytest.approx(0.05)  # half the greedy values by construction
+    text = results_markdown(cfg, summaries, 60.0)
+    greedy_part, sampled_part = text.split("## Sampled")
     assert (
         "| online | 90.0 ± 0.0 | 80.0 ± 0.0 | 35.0 ± 5.0 | 5.0 ± 5.0 | 20.0 ± 0.0 | +10.0 | 33% | 80.0 |"
-        in text
+        in greedy_part
     )
+    assert (
+        "| online | 50.0 ± 0.0 | 50.0 ± 0.0 | 17.5 ± 2.5 | 2.5 ± 2.5 | 10.0 ± 0.0 | +5.0 | 33% | 80.0 |"
+        in (sampled_part)
+    )
+    # Runs without a sampled evaluation (eval_samples=0) give the greedy table alone.
+    greedy_only = [{**r, "sampled": None} for r in results]
+    assert set(summarise_all(cfg, greedy_only)) == {"accuracy"}
 
 
 def test_proposer_stats_checks_labels_with_world_arithmetic(tmp_path):
@@ -134,6 +148,7 @@ def test_tiny_experiment_end_to_end(tmp_path):
         steps=1,
         eval_limit=2,
         eval_max_new_tokens=16,
+        eval_samples=2,
         overrides=[
             f"cache_dir={tmp_path / 'cache'}",
             *world,
@@ -145,5 +160,9 @@ def test_tiny_experiment_end_to_end(tmp_path):
     out = run_experiment(cfg)
     summary = json.loads((out / "results.json").read_text())["summary"]
     assert set(summary["conditions"]) == {"sft", "online", "oracle"}
-    assert "| online |" in (out / "results.md").read_text()
+    assert (
+        "| online |" in (out / "results.md").read_text() and "## Sampled" in (out / "results.md").read_text()
+    )
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert all(set(run["sampled"]) == {"t1", "t2", "t3", "t4"} for run in runs)
     assert (out / "difficulty.png").read_bytes()[:4] == b"\x89PNG"
