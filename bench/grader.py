@@ -167,6 +167,38 @@ def time_routed_math_verify(mix: dict, repeats: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
+def answer_kind(gold: str) -> str:
+    """Rough shape of a gold answer, for the time breakdown: number, relation, list or expression."""
+    if parse_number(gold) is not None:
+        return "number"
+    if re.search(r"=|<|>|\\le|\\ge|\\ne", gold):
+        return "relation"
+    if "," in gold or "$" in gold:
+        return "list"
+    return "expression"
+
+
+def time_by_kind(mix: dict) -> list[tuple[str, int, float, int, float]]:
+    """Where plain math-verify spends its time: per (answer kind, routed or fast-path decided) one timed pass.
+
+    Rows: (label, pairs, math-verify seconds, of which timed-out pairs, share of the total time).
+    """
+    rows: dict[str, list] = {}
+    for golds, responses in mix.values():
+        seconds: list[float] = []
+        plain_math_verify(golds, responses, seconds)
+        routed = routed_to_math_verify(golds, responses)
+        for gold, spent, flag in zip(golds, seconds, routed, strict=True):
+            row = rows.setdefault(
+                f"{answer_kind(gold)}/{'math-verify' if flag else 'fast path'}", [0, 0.0, 0]
+            )
+            row[0] += 1
+            row[1] += spent
+            row[2] += spent > 4.5  # math-verify's own 5 s comparison limit
+    total = sum(row[1] for row in rows.values())
+    return [(label, n, spent, slow, spent / total) for label, (n, spent, slow) in sorted(rows.items())]
+
+
 def time_grader(mix: dict, warmup: tuple, repeats: int) -> tuple[dict, dict, dict, Counter, float]:
     """Cold and warm per-set wall seconds, the last cold verdicts, summed cold counters and median cold CPU s."""
     cold: dict[str, list[float]] = {name: [] for name in mix}
@@ -242,6 +274,10 @@ def main() -> int:
         f"{mv_cpu / routed_cpu:.1f}x CPU)"
     )
     print(f"cold counters (sum over sets, last run): {dict(counters)}")
+    print("where math-verify's time goes (one pass; kind of the gold answer / who decides in the grader):")
+    print(f"  {'kind / decided by':<26}{'pairs':>7}{'mv s':>9}{'share':>8}{'>4.5 s':>8}")
+    for label, n, spent, slow, share in time_by_kind(mix):
+        print(f"  {label:<26}{n:>7}{spent:>9.2f}{100 * share:>7.1f}%{slow:>8}")
 
     disagreements = [
         (name, i)
