@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,9 +139,19 @@ def minimal_models(tmp_path_factory):
     from pasodoble.sft import SFTConfig
     from pasodoble.world import WorldConfig
     from pasodoble.world.cache import ensure_sft_models
+    from pasodoble.world.model import ModelConfig
 
-    sft = SFTConfig(max_steps=150, batch_size=16, lr=1e-2, log_every=50, num_threads=1)
-    return ensure_sft_models(tmp_path_factory.mktemp("cache"), WorldConfig.minimal(), sft, progress=False)
+    # The default model size on t1-only data: big enough that some oracle t1 questions land in the learnable band
+    # (0 < p < 1), so the oracle comparison covers real Solver updates (the smallest model never answers one).
+    world = replace(
+        WorldConfig.minimal(),
+        sft_solver_examples=2000,
+        sft_tiers=["t1"],
+        sft_tier_weights=None,
+        model=ModelConfig(),
+    )
+    sft = SFTConfig(max_steps=300, batch_size=16, log_every=50, num_threads=1)
+    return ensure_sft_models(tmp_path_factory.mktemp("cache"), world, sft, progress=False)
 
 
 def train_cmd(models, run_dir: Path, mode: str, steps: int) -> list[str]:
@@ -165,7 +176,7 @@ def train_cmd(models, run_dir: Path, mode: str, steps: int) -> list[str]:
         "oracle.tiers=[t1]",
         "num_threads=1",
         "proposer.max_completion_length=48",
-        "solver.max_completion_length=48",
+        "solver.max_completion_length=64",
         "logging.quiet=true",
     ]
 
