@@ -10,9 +10,9 @@ Solver on the world's held-out tiers twice: greedily, and with the paper's proto
     no_diversity   online without the diversity gate and term (ablation)
     no_knowledge   online, Proposer prompted without a passage (ablation; not in the default list)
     oracle         Solver-only GRPO on true-answer questions (the supervised upper bound)
-Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the mean on
-the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition recovers, and
-the Proposer's label accuracy (its answers checked with the world's own arithmetic, `world.arith.solve`: only the
+Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the
+mean on the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition
+recovers, and the Proposer's label accuracy (its answers checked with the world's own arithmetic, `world.arith.solve`: only the
 experiment sees true answers, never the training). `OUT/difficulty.png` plots the Proposer's question difficulty
 over steps (mean Solver pass rate, share of questions with 3+ operands).
 
