@@ -12,9 +12,9 @@ Solver on the world's held-out tiers twice: greedily, and with the paper's proto
     oracle         Solver-only GRPO on true-answer questions (the supervised upper bound)
 Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the
 mean on the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition
-recovers, and the Proposer's label accuracy (its answers checked with the world's own arithmetic, `world.arith.solve`: only the
-experiment sees true answers, never the training). `OUT/difficulty.png` plots the Proposer's question difficulty
-over steps (mean Solver pass rate, share of questions with 3+ operands).
+recovers, and the Proposer's label accuracy (its answers checked with the world's own arithmetic,
+`world.arith.solve`: only the experiment sees true answers, never the training). `OUT/difficulty.png` plots the
+Proposer's question difficulty over steps (mean Solver pass rate, share of questions with 3+ operands).
 
 "Same number of steps": online/oracle runs take `steps` updates; an offline iteration holds
 `proposer_phase_updates + solver_phase_updates` updates, so offline runs `steps // that` iterations.
