@@ -3,7 +3,7 @@
 What: for each condition and seed, train from the same SFT start for the same number of steps, then evaluate the
 Solver on the world's held-out tiers twice: greedily, and with the paper's protocol (pass@1 as the mean of
 `eval_samples` samples at `eval_temperature`; METHOD.md: mean of 6 samples at 0.6). Conditions:
-    sft            no RL (the start; evaluated once, it is the same model for every seed)
+    sft            no RL (the start: the same model for every seed, evaluated with each seed's sampling seed)
     online         dual-play, both roles every step (the method)
     offline        dual-play, alternating phases with a question buffer
     random_reward  online, but the Solver's reward is a coin flip (control: is the signal in the reward?)
@@ -352,7 +352,7 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
     save_config(cfg, out / "config.yaml")
     started, results = time.perf_counter(), []
     for condition in cfg.conditions:
-        for seed in cfg.seeds if condition != "sft" else cfg.seeds[:1]:
+        for seed in cfg.seeds:
             t0 = time.perf_counter()
             result = run_one(cfg, condition, seed)
             results.append(result)
@@ -364,7 +364,6 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
             print(
                 f"[experiment] {condition} seed {seed}: {acc} ({time.perf_counter() - t0:.0f}s)", flush=True
             )
-    results += [{**r, "seed": s} for r in results if r["condition"] == "sft" for s in cfg.seeds[1:]]
     summaries = summarise_all(cfg, results)
     write_json_atomic(
         out / "results.json",
