@@ -39,7 +39,7 @@ from pathlib import Path
 
 from pasodoble.errors import ConfigError
 from pasodoble.world import formats, problems, teacher
-from pasodoble.world.corpus import random_passage
+from pasodoble.world.corpus import random_passage, worked_passage
 from pasodoble.world.model import ModelConfig, build_model
 from pasodoble.world.tokenizer import build_tokenizer
 
@@ -58,7 +58,10 @@ class WorldConfig:
     next_tier: str | None = "t3"  # the tier above the SFT data that gets a small share (None: no bridge)
     next_tier_share: float = 0.14  # share of next-tier examples in the Solver SFT data
     bridge_share: float = 0.12  # share of training-only t1b sums (A + C, C three-digit) in Solver SFT data
-    proposer_next_tier_share: float = 0.1  # share of next-tier questions in the Proposer SFT data
+    proposer_next_tier_share: float = 0.1  # share of next-tier questions in the Proposer SFT data ("numbers")
+    passages: str = (
+        "numbers"  # corpus kind: "numbers" (fact sheets) or "worked" (solved expressions; corpus.py)
+    )
     vocab_size: int = 320  # BPE vocabulary, special and format tokens included
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
 
@@ -84,6 +87,8 @@ class WorldConfig:
         for name in ("corpus_size", "tier_size", "sft_solver_examples", "sft_proposer_examples"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"world.{name}", "must be at least 1")
+        if self.passages not in ("numbers", "worked"):
+            raise ConfigError("world.passages", f"must be 'numbers' or 'worked', got {self.passages!r}")
         if self.vocab_size < 300:
             raise ConfigError(
                 "world.vocab_size", "must be at least 300 (256 bytes + special and format tokens)"
@@ -169,13 +174,22 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
         return paths
     paths.root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"world/{config.seed}")
-    corpus = [{"id": f"p{i:05d}", "text": random_passage(rng)} for i in range(config.corpus_size)]
+    if (
+        config.passages == "worked"
+    ):  # solved expressions of every tier, equally often; the Proposer copies them
+        proposer_mix = {tier: 1.0 for tier in problems.TIERS}
+        texts = [
+            worked_passage(problems.sample_train(teacher.pick_tier(proposer_mix, rng), rng))
+            for _ in range(config.corpus_size)
+        ]
+    else:
+        proposer_mix = config.mix(config.proposer_next_tier_share)
+        texts = [random_passage(rng) for _ in range(config.corpus_size)]
+    corpus = [{"id": f"p{i:05d}", "text": text} for i, text in enumerate(texts)]
     solver = teacher.solver_examples(
         config.sft_solver_examples, config.mix(config.next_tier_share, config.bridge_share), rng
     )
-    proposer = teacher.proposer_examples(
-        config.sft_proposer_examples, config.mix(config.proposer_next_tier_share), rng
-    )
+    proposer = teacher.proposer_examples(config.sft_proposer_examples, proposer_mix, rng, config.passages)
     texts = [f"user\n{e['prompt']}\nassistant\n{e['completion']}" for e in solver + proposer]
     tokenizer = build_tokenizer(
         texts + [row["text"] for row in corpus] + [formats.PROPOSER_TEMPLATE_NO_PASSAGE], config.vocab_size

@@ -8,6 +8,11 @@ difficulty within one passage.
 
 Usage: `random_passage(rng)` for the corpus file; `passage_for(expr, rng)` for a teacher example that must contain
 the numbers of a chosen expression.
+
+Worked passages (`world.passages: worked`, an alternative corpus): each passage is one solved expression from the
+training side of the held-out split, `Fact: 38 + 47 * 6 = 320.`, of any tier. The Proposer's examples ask about the
+passage's expression, so a Proposer that copies faithfully has a correct label for a question harder than it can
+solve; that is the knowledge advantage the paper's corpus passages give. The Solver never sees a passage.
 """
 
 from __future__ import annotations
@@ -45,3 +50,8 @@ def passage_for(expr: Expr, rng: random.Random) -> str:
     ops = set(expr.ops)
     operations = "+ and *" if len(ops) == 2 else rng.choice([ops.pop(), "+ and *"])
     return passage_text(_fill(list(expr.operands), rng), operations)
+
+
+def worked_passage(expr: Expr) -> str:
+    """`Fact: 38 + 47 * 6 = 320.`: one solved expression."""
+    return f"Fact: {expr.question[len('What is ') : -1]} = {expr.answer}."

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from pasodoble.world import arith, formats
-from pasodoble.world.corpus import passage_for
+from pasodoble.world.corpus import passage_for, worked_passage
 from pasodoble.world.problems import Expr, sample_train
 
 
@@ -41,10 +41,14 @@ def solver_example(expr: Expr) -> dict[str, str]:
     }
 
 
-def proposer_example(expr: Expr, rng: random.Random) -> dict[str, str]:
-    """Passage -> `<problem>` with the question, `<answer>` with worked steps and the boxed answer."""
+def proposer_example(expr: Expr, rng: random.Random, passages: str = "numbers") -> dict[str, str]:
+    """Passage -> `<problem>` with the question, `<answer>` with worked steps and the boxed answer.
+
+    `passages`: "numbers" (a fact sheet holding the expression's numbers) or "worked" (the solved expression itself).
+    """
+    passage = worked_passage(expr) if passages == "worked" else passage_for(expr, rng)
     return {
-        "prompt": formats.proposer_prompt(passage_for(expr, rng)),
+        "prompt": formats.proposer_prompt(passage),
         "completion": formats.proposer_completion(expr.question, worked_steps(expr), expr.answer),
     }
 
@@ -54,6 +58,8 @@ def solver_examples(n: int, mix: dict[str, float], rng: random.Random) -> list[d
     return [solver_example(sample_train(pick_tier(mix, rng), rng)) for _ in range(n)]
 
 
-def proposer_examples(n: int, mix: dict[str, float], rng: random.Random) -> list[dict[str, str]]:
-    """`n` Proposer SFT examples with the question's tier drawn from `mix`."""
-    return [proposer_example(sample_train(pick_tier(mix, rng), rng), rng) for _ in range(n)]
+def proposer_examples(
+    n: int, mix: dict[str, float], rng: random.Random, passages: str = "numbers"
+) -> list[dict[str, str]]:
+    """`n` Proposer SFT examples with the question's tier drawn from `mix` (passage kind: `proposer_example`)."""
+    return [proposer_example(sample_train(pick_tier(mix, rng), rng), rng, passages) for _ in range(n)]

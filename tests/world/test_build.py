@@ -157,3 +157,21 @@ def test_solver_sft_mix_holds_the_bridge(world):
         counts["bridge"] += len(numbers) == 2 and max(numbers) >= 100
         counts["all"] += 1
     assert 0.03 < counts["bridge"] / counts["all"] < 0.25  # bridge_share = 0.12 of 200 examples
+
+
+def test_worked_passages_are_solved_training_side_expressions(tmp_path):
+    world = build_world(tmp_path, replace(WorldConfig.minimal(), passages="worked", sft_proposer_examples=200))
+    fact = re.compile(r"Fact: (.+) = (-?\d+)\.")
+    tiers_seen = set()
+    for r in rows(world.corpus):
+        expression, value = fact.fullmatch(r["text"]).groups()
+        question = f"What is {expression}?"
+        assert str(arith.solve(question)) == value and not is_held_out(question)
+        tiers_seen.add(len(re.findall(r"\d+", expression)))
+    assert tiers_seen >= {2, 3}  # sums and products, and three-operand expressions
+    for r in rows(world.sft_proposer):
+        passage = r["prompt"].split("\n")[0]
+        question, _, answer = PROPOSER.fullmatch(r["completion"]).groups()
+        assert passage == f"Fact: {question[len('What is ') : -1]} = {answer}."  # the question is the passage's
+    with pytest.raises(ConfigError, match="passages"):
+        replace(WorldConfig.minimal(), passages="facts").validate()
