@@ -160,7 +160,9 @@ def test_solver_sft_mix_holds_the_bridge(world):
 
 
 def test_worked_passages_are_solved_training_side_expressions(tmp_path):
-    world = build_world(tmp_path, replace(WorldConfig.minimal(), passages="worked", sft_proposer_examples=200))
+    world = build_world(
+        tmp_path, replace(WorldConfig.minimal(), passages="worked", sft_proposer_examples=200)
+    )
     fact = re.compile(r"Fact: (.+) = (-?\d+)\.")
     tiers_seen = set()
     for r in rows(world.corpus):
@@ -172,6 +174,7 @@ def test_worked_passages_are_solved_training_side_expressions(tmp_path):
     for r in rows(world.sft_proposer):
         passage = r["prompt"].split("\n")[0]
         question, _, answer = PROPOSER.fullmatch(r["completion"]).groups()
-        assert passage == f"Fact: {question[len('What is ') : -1]} = {answer}."  # the question is the passage's
+        expression = question[len("What is ") : -1]
+        assert passage == f"Fact: {expression} = {answer}."  # the question is the passage's
     with pytest.raises(ConfigError, match="passages"):
         replace(WorldConfig.minimal(), passages="facts").validate()
