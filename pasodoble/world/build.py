@@ -59,9 +59,8 @@ class WorldConfig:
     next_tier_share: float = 0.14  # share of next-tier examples in the Solver SFT data
     bridge_share: float = 0.12  # share of training-only t1b sums (A + C, C three-digit) in Solver SFT data
     proposer_next_tier_share: float = 0.1  # share of next-tier questions in the Proposer SFT data ("numbers")
-    passages: str = (
-        "numbers"  # corpus kind: "numbers" (fact sheets) or "worked" (solved expressions; corpus.py)
-    )
+    # corpus kind: "numbers" (fact sheets) or "worked" (solved expressions of every tier; see corpus.py)
+    passages: str = "numbers"
     vocab_size: int = 320  # BPE vocabulary, special and format tokens included
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
 
@@ -176,7 +175,7 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
     rng = random.Random(f"world/{config.seed}")
     if (
         config.passages == "worked"
-    ):  # solved expressions of every tier, equally often; the Proposer copies them
+    ):  # solved expressions of every tier, equally often, in corpus and Proposer data
         proposer_mix = {tier: 1.0 for tier in problems.TIERS}
         texts = [
             worked_passage(problems.sample_train(teacher.pick_tier(proposer_mix, rng), rng))

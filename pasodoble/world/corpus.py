@@ -13,6 +13,8 @@ Worked passages (`world.passages: worked`, an alternative corpus): each passage 
 training side of the held-out split, `Fact: 38 + 47 * 6 = 320.`, of any tier. The Proposer's examples ask about the
 passage's expression, so a Proposer that copies faithfully has a correct label for a question harder than it can
 solve; that is the knowledge advantage the paper's corpus passages give. The Solver never sees a passage.
+Measured (README, worked-passage experiment): the SFT-warmed tiny Proposer works the answer out rather than copying
+the passage's value, and 29% of its three-operand labels were right.
 """
 
 from __future__ import annotations
