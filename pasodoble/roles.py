@@ -57,6 +57,9 @@ class RoleConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float | None = 1.0  # gradient clipping norm (None: off)
     loss_type: str = "dr_grpo"  # "dr_grpo" | "grpo" | "dapo"
+    num_iterations: int = (
+        1  # mu: optimizer steps on each batch; the ratio stays against the generating policy
+    )
     epsilon: float = 0.2  # lower clip range of the importance ratio
     epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
@@ -80,6 +83,8 @@ class RoleConfig:
             raise ConfigError("lr_scheduler", f"unknown {self.lr_scheduler!r}; use one of {LR_SCHEDULERS}")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"unknown {self.dtype!r}; use one of {', '.join(DTYPES)}")
+        if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
+            raise ConfigError("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
         if self.lr < 0 or self.beta < 0 or self.epsilon <= 0:
             raise ConfigError("lr", "lr and beta must be >= 0 and epsilon > 0")
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -182,7 +187,8 @@ class Role:
         return self.engine.generate(prompt_ids, self.sampling(seed, n=n))
 
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
-        """One optimizer step on `samples` (accumulated over micro-batches); returns loss/grad statistics."""
+        """`num_iterations` optimizer steps on `samples` (each accumulated over micro-batches); returns loss and
+        gradient statistics averaged over those steps."""
         if self.optimizer is None:
             raise RuntimeError(f"role {self.name} is frozen (trainable: false) and cannot be updated")
         if len(samples) != len(advantages) or not samples:
@@ -191,20 +197,22 @@ class Role:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total_tokens = sum(max(len(s.completion.token_ids), 1) for s in samples)
-        mb = self.cfg.micro_batch_size
+        mb, passes = self.cfg.micro_batch_size, self.cfg.num_iterations
         sums: dict[str, float] = {}
-        for lo in range(0, len(samples), mb):
-            chunk, adv = samples[lo : lo + mb], advantages[lo : lo + mb]
-            if self.cfg.loss_type == "dapo":
-                weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
-            else:
-                weight = len(chunk) / len(samples)
-            loss, stats = self._micro_batch_loss(chunk, adv)
-            (loss * weight).backward()
-            for key, value in {"loss": loss.item(), **stats}.items():
-                sums[key] = sums.get(key, 0.0) + weight * float(value)
-        grad_norm = self._clip_and_step()
-        self.updates += 1
+        grad_norm = 0.0
+        for _ in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
+            for lo in range(0, len(samples), mb):
+                chunk, adv = samples[lo : lo + mb], advantages[lo : lo + mb]
+                if self.cfg.loss_type == "dapo":
+                    weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
+                else:
+                    weight = len(chunk) / len(samples)
+                loss, stats = self._micro_batch_loss(chunk, adv)
+                (loss * weight).backward()
+                for key, value in {"loss": loss.item(), **stats}.items():
+                    sums[key] = sums.get(key, 0.0) + weight * float(value) / passes
+            grad_norm += self._clip_and_step() / passes
+            self.updates += 1
         self.engine.update_weights(self.model)
         return {
             **sums,

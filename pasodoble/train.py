@@ -105,10 +105,10 @@ class TrainConfig:
 
 def total_updates(cfg: TrainConfig) -> tuple[int, int]:
     """Optimizer steps each role will take at most (sizes the learning-rate schedule)."""
-    s = cfg.schedule
+    s, mu_p, mu_s = cfg.schedule, cfg.proposer.num_iterations, cfg.solver.num_iterations
     if s.mode == "offline":
-        return s.steps * s.proposer_phase_updates, s.steps * s.solver_phase_updates
-    return s.steps, s.steps
+        return s.steps * s.proposer_phase_updates * mu_p, s.steps * s.solver_phase_updates * mu_s
+    return s.steps * mu_p, s.steps * mu_s
 
 
 def _tiny_models(cfg: TrainConfig):

@@ -80,6 +80,17 @@ def test_micro_batches_accumulate_to_the_full_batch_step(loss_type):
     assert sa["grad_norm"] == pytest.approx(sb["grad_norm"], rel=1e-4)
 
 
+def test_num_iterations_takes_that_many_steps_against_the_generating_policy():
+    once, twice = make_role(), make_role(num_iterations=2)
+    samples, adv = sampled(once, ["1+1", "2+2"])  # same seed: both roles start from the same weights
+    first, second = once.update(samples, adv), once.update(samples, adv)
+    both = twice.update(samples, adv)
+    assert twice.updates == 2 and second["ratio_mean"] != pytest.approx(1.0, abs=1e-4)  # the policy moved
+    assert both["ratio_mean"] == pytest.approx((first["ratio_mean"] + second["ratio_mean"]) / 2, abs=1e-6)
+    for a, b in zip(once.model.parameters(), twice.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
 def test_frozen_role_cannot_update_and_has_no_optimizer():
     role = make_role(trainable=False)
     samples, adv = sampled(role, ["1+1"])
@@ -122,3 +133,5 @@ def test_role_config_validation_names_the_field():
         RoleConfig(num_generations=0).validate()
     with pytest.raises(ConfigError, match="dtype"):
         RoleConfig(dtype="int8").validate()
+    with pytest.raises(ConfigError, match="num_iterations"):
+        RoleConfig(num_iterations=0).validate()
