@@ -12,8 +12,8 @@ Solver on the world's held-out tiers twice: greedily, and with the paper's proto
     oracle         Solver-only GRPO on true-answer questions (the supervised upper bound)
 Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the
 mean on the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition
-recovers, and the Proposer's label accuracy (its answers checked with the world's own arithmetic,
-`world.arith.solve`: only the experiment sees true answers, never the training). `OUT/difficulty.png` plots the
+recovers, and the Proposer's label accuracy, overall and on questions of three or more operands (its answers
+checked with the world's own arithmetic, `world.arith.solve`: only the experiment sees true answers, never the training). `OUT/difficulty.png` plots the
 Proposer's question difficulty over steps (mean Solver pass rate, share of questions with 3+ operands).
 
 "Same number of steps": online/oracle runs take `steps` updates; an offline iteration holds
@@ -153,19 +153,24 @@ def proposer_stats(run_dir: Path) -> dict:
     path = run_dir / "samples.jsonl"
     if not path.exists():
         return {}
-    checked = right = 0
+    checked = right = checked_hard = right_hard = 0
     per_step: dict[int, list[int]] = {}
     for row in read_jsonl(path):
         if row.get("invalid_reason") is not None or row.get("proposer_completion") is None:
             continue
         truth = arith.solve(row["question"])
-        checked += 1
-        right += truth is not None and row["answer"].strip() == str(truth)
-        per_step.setdefault(row["step"], []).append(operand_count(row["question"]))
+        ok = truth is not None and row["answer"].strip() == str(truth)
+        operands = operand_count(row["question"])
+        checked, right = checked + 1, right + ok
+        if operands >= 3:
+            checked_hard, right_hard = checked_hard + 1, right_hard + ok
+        per_step.setdefault(row["step"], []).append(operands)
     hard = {s: sum(n >= 3 for n in counts) / len(counts) for s, counts in sorted(per_step.items())}
     return {
         "label_accuracy": right / checked if checked else None,
         "labels_checked": checked,
+        "label_accuracy_3plus": right_hard / checked_hard if checked_hard else None,
+        "labels_checked_3plus": checked_hard,
         "share_3plus_operands": hard,
     }
 
@@ -179,7 +184,10 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
     run_dir = Path(train.run_dir)
     done = run_dir / "eval.json"
     if done.exists():
-        return json.loads(done.read_text())
+        result = json.loads(done.read_text())
+        if condition != "sft" and "label_accuracy_3plus" not in result:  # written before that column existed
+            result.update(proposer_stats(run_dir))
+        return result
     start = time.perf_counter()
     if condition == "sft":
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -230,8 +238,9 @@ def summarise(cfg: ExperimentConfig, results: list[dict], metric: str = "accurac
                 "mean": statistics.mean(values),
                 "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
             }
-        labels = [r["label_accuracy"] for r in runs if r.get("label_accuracy") is not None]
-        row["label_accuracy"] = statistics.mean(labels) if labels else None
+        for key in ("label_accuracy", "label_accuracy_3plus"):
+            labels = [r[key] for r in runs if r.get(key) is not None]
+            row[key] = statistics.mean(labels) if labels else None
         row["train_s"] = statistics.mean(r["train_s"] for r in runs)
         summary[condition] = row
     base = summary.get("sft", {}).get("above", {}).get("mean")
@@ -266,13 +275,17 @@ def metric_table(summary: dict) -> str:
         "gain vs SFT",
         "oracle share",
         "label acc",
+        "label acc 3+ ops",
         "train s/run",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for condition, row in summary["conditions"].items():
         share = "" if row["oracle_share"] is None else f"{100 * row['oracle_share']:.0f}%"
         gain = "" if row["gain_above"] is None else f"{100 * row['gain_above']:+.1f}"
-        label = "" if row["label_accuracy"] is None else f"{100 * row['label_accuracy']:.1f}"
+        label, hard = (
+            "" if row[key] is None else f"{100 * row[key]:.1f}"
+            for key in ("label_accuracy", "label_accuracy_3plus")
+        )
         cells = [
             condition,
             *[_fmt(row[t]) for t in tiers],
@@ -280,6 +293,7 @@ def metric_table(summary: dict) -> str:
             gain,
             share,
             label,
+            hard,
             f"{row['train_s']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")

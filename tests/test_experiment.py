@@ -27,6 +27,7 @@ def result(condition, seed, t3, t4, label=None):
         "sampled": {"t1": 0.5, "t2": 0.5, "t3": t3 / 2, "t4": t4 / 2},
         "train_s": 10.0,
         "label_accuracy": label,
+        "label_accuracy_3plus": None if label is None else label / 2,
     }
 
 
@@ -55,11 +56,11 @@ def test_summary_gains_and_oracle_share_by_hand():
     text = results_markdown(cfg, summaries, 60.0)
     greedy_part, sampled_part = text.split("## Sampled")
     assert (
-        "| online | 90.0 ± 0.0 | 80.0 ± 0.0 | 35.0 ± 5.0 | 5.0 ± 5.0 | 20.0 ± 0.0 | +10.0 | 33% | 80.0 |"
+        "| online | 90.0 ± 0.0 | 80.0 ± 0.0 | 35.0 ± 5.0 | 5.0 ± 5.0 | 20.0 ± 0.0 | +10.0 | 33% | 80.0 | 40.0 |"
         in greedy_part
     )
     assert (
-        "| online | 50.0 ± 0.0 | 50.0 ± 0.0 | 17.5 ± 2.5 | 2.5 ± 2.5 | 10.0 ± 0.0 | +5.0 | 33% | 80.0 |"
+        "| online | 50.0 ± 0.0 | 50.0 ± 0.0 | 17.5 ± 2.5 | 2.5 ± 2.5 | 10.0 ± 0.0 | +5.0 | 33% | 80.0 | 40.0 |"
         in (sampled_part)
     )
     # Runs without a sampled evaluation (eval_samples=0) give the greedy table alone.
@@ -101,6 +102,7 @@ def test_proposer_stats_checks_labels_with_world_arithmetic(tmp_path):
     append_jsonl(tmp_path / "samples.jsonl", rows)
     stats = proposer_stats(tmp_path)
     assert stats["label_accuracy"] == pytest.approx(2 / 3) and stats["labels_checked"] == 3
+    assert stats["label_accuracy_3plus"] == 1.0 and stats["labels_checked_3plus"] == 1
     assert stats["share_3plus_operands"] == {1: 0.5, 2: 0.0}
     assert operand_count("What is 10 * 3 + 7 * 2?") == 4
 

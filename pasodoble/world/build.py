@@ -58,9 +58,13 @@ class WorldConfig:
     next_tier: str | None = "t3"  # the tier above the SFT data that gets a small share (None: no bridge)
     next_tier_share: float = 0.14  # share of next-tier examples in the Solver SFT data
     bridge_share: float = 0.12  # share of training-only t1b sums (A + C, C three-digit) in Solver SFT data
+    top_tier_share: float = 0.0  # share of t4 in the Solver SFT data, so t4 starts above a pass rate of 0
     proposer_next_tier_share: float = 0.1  # share of next-tier questions in the Proposer SFT data ("numbers")
     # corpus kind: "numbers" (fact sheets) or "worked" (solved expressions of every tier; see corpus.py)
     passages: str = "numbers"
+    # Proposer answer part: "worked" (steps, then the boxed answer) or "copied" (the boxed answer alone; with worked
+    # passages it is the passage's value, so the Proposer learns to copy its label from the knowledge)
+    proposer_answer: str = "worked"
     vocab_size: int = 320  # BPE vocabulary, special and format tokens included
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
 
@@ -78,16 +82,26 @@ class WorldConfig:
             raise ConfigError(
                 "world.sft_tier_weights", "needs one positive weight per entry of sft_tiers, e.g. [1, 2]"
             )
-        for name in ("next_tier_share", "bridge_share", "proposer_next_tier_share"):
+        for name in ("next_tier_share", "bridge_share", "top_tier_share", "proposer_next_tier_share"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"world.{name}", "must be in [0, 1), e.g. 0.04")
-        if self.next_tier_share + self.bridge_share >= 1.0:
-            raise ConfigError("world.bridge_share", "next_tier_share + bridge_share must stay below 1")
+        if self.next_tier_share + self.bridge_share + self.top_tier_share >= 1.0:
+            raise ConfigError(
+                "world.bridge_share", "next_tier_share + bridge_share + top_tier_share must stay below 1"
+            )
+        if self.top_tier_share > 0 and (self.next_tier == "t4" or "t4" in self.sft_tiers):
+            raise ConfigError(
+                "world.top_tier_share", "t4 is already next_tier or an SFT tier; leave this at 0"
+            )
         for name in ("corpus_size", "tier_size", "sft_solver_examples", "sft_proposer_examples"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"world.{name}", "must be at least 1")
         if self.passages not in ("numbers", "worked"):
             raise ConfigError("world.passages", f"must be 'numbers' or 'worked', got {self.passages!r}")
+        if self.proposer_answer not in ("worked", "copied"):
+            raise ConfigError(
+                "world.proposer_answer", f"must be 'worked' or 'copied', got {self.proposer_answer!r}"
+            )
         if self.vocab_size < 300:
             raise ConfigError(
                 "world.vocab_size", "must be at least 300 (256 bytes + special and format tokens)"
@@ -105,15 +119,17 @@ class WorldConfig:
             model=ModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8),
         )
 
-    def mix(self, share: float, bridge: float = 0.0) -> dict[str, float]:
-        """Tier weights of SFT data: `share` of the next tier, `bridge` of t1b sums, the rest by `sft_tier_weights`."""
+    def mix(self, share: float, bridge: float = 0.0, top: float = 0.0) -> dict[str, float]:
+        """Tier weights of SFT data: `share` of the next tier, `bridge` of t1b sums, `top` of t4, the rest by
+        `sft_tier_weights`."""
         if self.next_tier is None:
             share = 0.0
         relative = self.sft_tier_weights or [1.0] * len(self.sft_tiers)
         weights = {
-            tier: (1.0 - share - bridge) * w / sum(relative) for tier, w in zip(self.sft_tiers, relative)
+            tier: (1.0 - share - bridge - top) * w / sum(relative)
+            for tier, w in zip(self.sft_tiers, relative)
         }
-        for tier, extra in ((self.next_tier, share), (problems.BRIDGE, bridge)):
+        for tier, extra in ((self.next_tier, share), (problems.BRIDGE, bridge), ("t4", top)):
             if extra > 0:
                 weights[tier] = weights.get(tier, 0.0) + extra
         return weights
@@ -186,9 +202,13 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
         texts = [random_passage(rng) for _ in range(config.corpus_size)]
     corpus = [{"id": f"p{i:05d}", "text": text} for i, text in enumerate(texts)]
     solver = teacher.solver_examples(
-        config.sft_solver_examples, config.mix(config.next_tier_share, config.bridge_share), rng
+        config.sft_solver_examples,
+        config.mix(config.next_tier_share, config.bridge_share, config.top_tier_share),
+        rng,
     )
-    proposer = teacher.proposer_examples(config.sft_proposer_examples, proposer_mix, rng, config.passages)
+    proposer = teacher.proposer_examples(
+        config.sft_proposer_examples, proposer_mix, rng, config.passages, config.proposer_answer
+    )
     texts = [f"user\n{e['prompt']}\nassistant\n{e['completion']}" for e in solver + proposer]
     tokenizer = build_tokenizer(
         texts + [row["text"] for row in corpus] + [formats.PROPOSER_TEMPLATE_NO_PASSAGE], config.vocab_size

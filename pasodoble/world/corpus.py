@@ -14,7 +14,9 @@ training side of the held-out split, `Fact: 38 + 47 * 6 = 320.`, of any tier. Th
 passage's expression, so a Proposer that copies faithfully has a correct label for a question harder than it can
 solve; that is the knowledge advantage the paper's corpus passages give. The Solver never sees a passage.
 Measured (README, worked-passage experiment): the SFT-warmed tiny Proposer works the answer out rather than copying
-the passage's value, and 29% of its three-operand labels were right.
+the passage's value, and 29% of its three-operand labels were right. With `world.proposer_answer: copied` its SFT
+answers are the passage's value alone (`<answer>\\boxed{320}</answer>`), and in a 120-update online run 92% of
+its three-operand labels (46% of four-operand ones) were right.
 """
 
 from __future__ import annotations

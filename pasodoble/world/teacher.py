@@ -41,15 +41,19 @@ def solver_example(expr: Expr) -> dict[str, str]:
     }
 
 
-def proposer_example(expr: Expr, rng: random.Random, passages: str = "numbers") -> dict[str, str]:
-    """Passage -> `<problem>` with the question, `<answer>` with worked steps and the boxed answer.
+def proposer_example(
+    expr: Expr, rng: random.Random, passages: str = "numbers", answer: str = "worked"
+) -> dict[str, str]:
+    """Passage -> `<problem>` with the question, `<answer>` with worked steps (or none) and the boxed answer.
 
     `passages`: "numbers" (a fact sheet holding the expression's numbers) or "worked" (the solved expression itself).
+    `answer`: "worked" (steps, then the boxed answer) or "copied" (the boxed answer alone).
     """
     passage = worked_passage(expr) if passages == "worked" else passage_for(expr, rng)
+    steps = worked_steps(expr) if answer == "worked" else []
     return {
         "prompt": formats.proposer_prompt(passage),
-        "completion": formats.proposer_completion(expr.question, worked_steps(expr), expr.answer),
+        "completion": formats.proposer_completion(expr.question, steps, expr.answer),
     }
 
 
@@ -59,7 +63,7 @@ def solver_examples(n: int, mix: dict[str, float], rng: random.Random) -> list[d
 
 
 def proposer_examples(
-    n: int, mix: dict[str, float], rng: random.Random, passages: str = "numbers"
+    n: int, mix: dict[str, float], rng: random.Random, passages: str = "numbers", answer: str = "worked"
 ) -> list[dict[str, str]]:
-    """`n` Proposer SFT examples with the question's tier drawn from `mix` (passage kind: `proposer_example`)."""
-    return [proposer_example(sample_train(pick_tier(mix, rng), rng), rng, passages) for _ in range(n)]
+    """`n` Proposer SFT examples with the question's tier drawn from `mix` (kinds: `proposer_example`)."""
+    return [proposer_example(sample_train(pick_tier(mix, rng), rng), rng, passages, answer) for _ in range(n)]

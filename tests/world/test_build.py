@@ -65,6 +65,22 @@ def test_next_tier_share(tmp_path):
     assert not any(n > 5 for n in shares)  # no four-operand tier in the SFT data
 
 
+def test_top_tier_share_and_copied_proposer_answers(tmp_path):
+    config = replace(
+        WorldConfig.minimal(),
+        sft_solver_examples=2000,
+        top_tier_share=0.05,
+        passages="worked",
+        proposer_answer="copied",
+    )
+    paths = build_world(tmp_path, config)
+    sizes = [len(arith.tokenize(r["prompt"][len("What is ") : -1])) for r in rows(paths.sft_solver)]
+    assert 0.03 < sum(n == 7 for n in sizes) / len(sizes) < 0.07  # t4: four operands, seven tokens
+    for row in rows(paths.sft_proposer):  # the label is the passage's value, with no worked steps
+        value = row["prompt"].split(" = ")[1].split(".")[0]
+        assert row["completion"].endswith(f"</problem><answer>\\boxed{{{value}}}</answer>")
+
+
 def test_same_seed_same_files_and_idempotent(tmp_path, world):
     again = build_world(tmp_path / "again", WorldConfig.minimal())
     for name in [
@@ -122,6 +138,9 @@ def test_default_model_size():
     [
         ({"sft_tiers": ["t7"]}, "world.sft_tiers"),
         ({"next_tier_share": 1.5}, "world.next_tier_share"),
+        ({"top_tier_share": 0.9}, "world.bridge_share"),
+        ({"top_tier_share": 0.1, "next_tier": "t4"}, "world.top_tier_share"),
+        ({"proposer_answer": "none"}, "world.proposer_answer"),
         ({"tier_size": 0}, "world.tier_size"),
         ({"vocab_size": 100}, "world.vocab_size"),
         ({"sft_tier_weights": [1.0]}, "world.sft_tier_weights"),
