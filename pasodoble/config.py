@@ -61,7 +61,14 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     key, sep, raw = item.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(item, "an override must look like section.field=value (e.g. solver.lr=1e-6)")
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(
+            key,
+            f"the value {raw!r} is not valid YAML ({getattr(e, 'problem', e)}); quote it, and write a list "
+            "inside a list as a quoted string (overrides=['oracle.tiers=[t3]'])",
+        ) from None
     node = data
     parts = key.split(".")
     for part in parts[:-1]:

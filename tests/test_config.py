@@ -58,6 +58,7 @@ def test_yaml_and_overrides(tmp_path):
         ("solver.lr=-1", "solver.lr", "must be > 0"),
         ("solver", "solver", "section.field=value"),
         ("solver.lr.x=1", "solver.lr.x", "is a value"),
+        ("schedule.tags=[a,b=[c]]", "schedule.tags", "not valid YAML"),
     ],
 )
 def test_errors_name_the_field(override, where, words):
