@@ -27,6 +27,8 @@ held-out problems per tier, then the share of t3 problems whose pass rate over 8
     1:2, t3 10%, t1b 12%, same                             100/91/7/0     5%
 The column-step formats are in `arith.py`. One seed per row: t3 either takes off or stays near 0, and between 6%
 and 14% of t3 data the outcome swings (8% gave 74% before the sum split); 14% is the share that worked last.
+Worked passages, copied Proposer answers (no worked t3/t4 steps in the joint data) and 4% of t4: 100/98/14/0 with
+the default model; the same world with a 1.2M model (hidden 128, 6 layers, MLP 384): 100/100/94/28.
 """
 
 from __future__ import annotations
