@@ -13,8 +13,9 @@ Solver on the world's held-out tiers twice: greedily, and with the paper's proto
 Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the
 mean on the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition
 recovers, and the Proposer's label accuracy, overall and on questions of three or more operands (its answers
-checked with the world's own arithmetic, `world.arith.solve`: only the experiment sees true answers, never the training). `OUT/difficulty.png` plots the
-Proposer's question difficulty over steps (mean Solver pass rate, share of questions with 3+ operands).
+checked with the world's own arithmetic, `world.arith.solve`: only the experiment sees true answers, never the
+training). `OUT/difficulty.png` plots the Proposer's question difficulty over steps (mean Solver pass rate, share
+of questions with 3+ operands).
 
 "Same number of steps": online/oracle runs take `steps` updates; an offline iteration holds
 `proposer_phase_updates + solver_phase_updates` updates, so offline runs `steps // that` iterations.
@@ -187,6 +188,7 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
         result = json.loads(done.read_text())
         if condition != "sft" and "label_accuracy_3plus" not in result:  # written before that column existed
             result.update(proposer_stats(run_dir))
+            write_json_atomic(done, result)  # once: later loads read it back
         return result
     start = time.perf_counter()
     if condition == "sft":

@@ -57,9 +57,7 @@ class RoleConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float | None = 1.0  # gradient clipping norm (None: off)
     loss_type: str = "dr_grpo"  # "dr_grpo" | "grpo" | "dapo"
-    num_iterations: int = (
-        1  # mu: optimizer steps on each batch; the ratio stays against the generating policy
-    )
+    num_iterations: int = 1  # mu: optimizer steps per batch, each ratio against the generating policy
     epsilon: float = 0.2  # lower clip range of the importance ratio
     epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
@@ -198,15 +196,18 @@ class Role:
         self.optimizer.zero_grad(set_to_none=True)
         total_tokens = sum(max(len(s.completion.token_ids), 1) for s in samples)
         mb, passes = self.cfg.micro_batch_size, self.cfg.num_iterations
+        chunks = []  # (samples, advantages, weight of the micro-batch in the full-batch loss)
+        for lo in range(0, len(samples), mb):
+            chunk = samples[lo : lo + mb]
+            if self.cfg.loss_type == "dapo":
+                weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
+            else:
+                weight = len(chunk) / len(samples)
+            chunks.append((chunk, advantages[lo : lo + mb], weight))
         sums: dict[str, float] = {}
         grad_norm = 0.0
         for _ in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
-            for lo in range(0, len(samples), mb):
-                chunk, adv = samples[lo : lo + mb], advantages[lo : lo + mb]
-                if self.cfg.loss_type == "dapo":
-                    weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
-                else:
-                    weight = len(chunk) / len(samples)
+            for chunk, adv, weight in chunks:
                 loss, stats = self._micro_batch_loss(chunk, adv)
                 (loss * weight).backward()
                 for key, value in {"loss": loss.item(), **stats}.items():

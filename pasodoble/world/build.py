@@ -91,7 +91,8 @@ class WorldConfig:
             raise ConfigError(
                 "world.bridge_share", "next_tier_share + bridge_share + top_tier_share must stay below 1"
             )
-        if self.top_tier_share > 0 and (self.next_tier == "t4" or "t4" in self.sft_tiers):
+        top = problems.TIERS[-1]
+        if self.top_tier_share > 0 and (self.next_tier == top or top in self.sft_tiers):
             raise ConfigError(
                 "world.top_tier_share", "t4 is already next_tier or an SFT tier; leave this at 0"
             )
@@ -131,7 +132,7 @@ class WorldConfig:
             tier: (1.0 - share - bridge - top) * w / sum(relative)
             for tier, w in zip(self.sft_tiers, relative)
         }
-        for tier, extra in ((self.next_tier, share), (problems.BRIDGE, bridge), ("t4", top)):
+        for tier, extra in ((self.next_tier, share), (problems.BRIDGE, bridge), (problems.TIERS[-1], top)):
             if extra > 0:
                 weights[tier] = weights.get(tier, 0.0) + extra
         return weights
@@ -191,9 +192,8 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
         return paths
     paths.root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"world/{config.seed}")
-    if (
-        config.passages == "worked"
-    ):  # solved expressions of every tier, equally often, in corpus and Proposer data
+    # Worked passages: solved expressions of every tier, equally often, in the corpus and the Proposer's data.
+    if config.passages == "worked":
         proposer_mix = {tier: 1.0 for tier in problems.TIERS}
         texts = [
             worked_passage(problems.sample_train(teacher.pick_tier(proposer_mix, rng), rng))
