@@ -63,7 +63,7 @@ class ExperimentConfig:
     steps: int = 30  # updates per run (offline: converted to iterations, see module docstring)
     overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
-    eval_limit: int | None = 50  # held-out problems per tier (None: all)
+    eval_limit: int | None = 50  # held-out problems per tier (None: the world's tiers.jsonl; t2 has <= ~180)
     eval_max_new_tokens: int = 96  # completion budget of both evaluations
     eval_samples: int = 6  # sampled evaluation: samples per problem (the paper: 6; 0 = greedy only)
     eval_temperature: float = 0.6  # sampled evaluation: temperature (the paper: 0.6)
@@ -117,9 +117,12 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, 
     from pasodoble.grader import Grader
     from pasodoble.rollout import HFEngine
     from pasodoble.train import _tiny_models
-    from pasodoble.world.tiers import load_tier_problems
+    from pasodoble.world.tiers import held_out_problems, load_tier_problems
 
-    problems = load_tier_problems(_tiny_models(train).world.tiers, cfg.eval_limit)
+    if cfg.eval_limit is None:
+        problems = load_tier_problems(_tiny_models(train).world.tiers)
+    else:  # may go past the world's tier_size: the split holds more (the first tier_size are tiers.jsonl)
+        problems = held_out_problems(train.world.seed, cfg.eval_limit)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
     protocols = {"greedy": (1, 0.0)}
@@ -312,8 +315,9 @@ def metric_table(summary: dict) -> str:
 
 
 def results_markdown(cfg: ExperimentConfig, summaries: dict[str, dict], elapsed_s: float) -> str:
+    per_tier = f"up to {cfg.eval_limit}" if cfg.eval_limit else "all"
     parts = [
-        f"# Tiny-world experiment\n\nSolver accuracy (%) on held-out tiers ({cfg.eval_limit or 'all'} problems per "
+        f"# Tiny-world experiment\n\nSolver accuracy (%) on held-out tiers ({per_tier} problems per "
         f"tier), mean ± std over seeds {cfg.seeds}; {cfg.steps} updates per run; recipe `{cfg.recipe}`; "
         f"overrides {cfg.overrides}.\n"
     ]

@@ -108,8 +108,12 @@ def generate(tier: str, n: int, seed: int) -> list[tuple[str, int]]:
     return [(e.question, e.answer) for e in (sample_train(tier, rng) for _ in range(n))]
 
 
-def held_out(tier: str, n: int, seed: int) -> list[tuple[str, int]]:
-    """`n` distinct held-out (question, true answer) pairs of `tier`."""
+def held_out(tier: str, n: int, seed: int, *, at_most: bool = False) -> list[tuple[str, int]]:
+    """`n` distinct held-out (question, true answer) pairs of `tier` (`at_most`: fewer if the tier has fewer).
+
+    The list for a larger `n` starts with the list for a smaller one (same seed), so the world's `tiers.jsonl`
+    is the start of any longer evaluation set.
+    """
     rng = random.Random(f"held_out/{tier}/{seed}")
     seen: dict[str, int] = {}
     for _ in range(n * _MAX_TRIES):
@@ -118,7 +122,7 @@ def held_out(tier: str, n: int, seed: int) -> list[tuple[str, int]]:
         expr = sample_expr(tier, rng)
         if is_held_out(expr.question) and expr.question not in seen:
             seen[expr.question] = expr.answer
-    if len(seen) < n:
+    if len(seen) < n and not at_most:
         raise ConfigError(
             "world.tier_size", f"tier {tier} has only {len(seen)} held-out problems; ask for fewer"
         )

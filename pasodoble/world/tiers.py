@@ -3,6 +3,9 @@
 Why: the demo, the dual-play loop's periodic evaluation and any ablation score the Solver per tier with
 `pasodoble.evals.evaluate`; this turns `tiers.jsonl` rows into `Problem`s whose `source` is the tier name.
 
+`held_out_problems` draws the same problems straight from the split, as many as asked (the world's `tiers.jsonl`
+is their start): the experiment uses it to evaluate on more problems than the world stores, without rebuilding it.
+
 Usage: `evaluate(engine, tok, load_tier_problems(paths.tiers), settings, grader).per_source["t3"]`.
 """
 
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from pasodoble.evals import Problem
 from pasodoble.io import read_jsonl
+from pasodoble.world import problems as tier_problems
 
 
 def load_tier_problems(tiers_path: Path, per_tier: int | None = None) -> list[Problem]:
@@ -26,3 +30,14 @@ def load_tier_problems(tiers_path: Path, per_tier: int | None = None) -> list[Pr
                 Problem(id=row["id"], question=row["question"], answers=(row["answer"],), source=row["tier"])
             )
     return problems
+
+
+def held_out_problems(world_seed: int, per_tier: int) -> list[Problem]:
+    """Up to `per_tier` held-out problems of every tier (fewer where a tier has fewer: t2 holds about 180)."""
+    return [
+        Problem(id=f"{tier}-{i:04d}", question=question, answers=(str(answer),), source=tier)
+        for tier in tier_problems.TIERS
+        for i, (question, answer) in enumerate(
+            tier_problems.held_out(tier, per_tier, world_seed, at_most=True)
+        )
+    ]

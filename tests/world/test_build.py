@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError
-from pasodoble.world import WorldConfig, arith, build_world, formats
+from pasodoble.world import WorldConfig, arith, build_world, formats, problems
 from pasodoble.world.model import count_parameters
 from pasodoble.world.problems import is_held_out
 
@@ -167,6 +167,22 @@ def test_tier_problems_for_the_evaluation_harness(world):
     assert len(problems) == 16 and {p.source for p in problems} == {"t1", "t2", "t3", "t4"}
     assert all(p.answers == (str(arith.solve(p.question)),) for p in problems)
     assert [p.source for p in load_tier_problems(world.tiers, per_tier=1)] == ["t1", "t2", "t3", "t4"]
+
+
+def test_held_out_problems_extend_the_worlds_tier_file(world):
+    from pasodoble.world.tiers import held_out_problems, load_tier_problems
+
+    stored = load_tier_problems(world.tiers)  # the fixture's world: 4 problems per tier, seed 0
+    more = held_out_problems(0, 250)
+    by_tier = {tier: [p for p in more if p.source == tier] for tier in problems.TIERS}
+    for tier in problems.TIERS:
+        assert by_tier[tier][:4] == [p for p in stored if p.source == tier]  # the tier file is the start
+        assert len({p.question for p in by_tier[tier]}) == len(by_tier[tier])
+        assert all(problems.is_held_out(p.question) for p in by_tier[tier])
+    assert 150 < len(by_tier["t2"]) < 250  # t2 (A * d) holds fewer: capped, not an error
+    assert len(by_tier["t3"]) == len(by_tier["t4"]) == 250
+    with pytest.raises(ConfigError, match="tier_size"):
+        problems.held_out("t2", 250, 0)
 
 
 def test_solver_sft_mix_holds_the_bridge(world):
