@@ -21,7 +21,8 @@ of questions with 3+ operands).
 `proposer_phase_updates + solver_phase_updates` updates, so offline runs `steps // that` iterations.
 
 Run: `pasodoble experiment recipes/tiny-ablation.yaml [steps=10 seeds=[0]]`. Finished runs (their `eval.json`)
-are reused, so a killed experiment continues where it stopped.
+are reused, so a killed experiment continues where it stopped; a finished run whose evaluation settings differ
+from the config's (`eval_limit`, `eval_samples`, ...) is evaluated again from its final weights, not retrained.
 """
 
 from __future__ import annotations
@@ -179,41 +180,74 @@ def proposer_stats(run_dir: Path) -> dict:
     }
 
 
+def eval_settings(cfg: ExperimentConfig) -> dict:
+    """What a run's scores depend on besides its weights; stored in eval.json to tell when they must be redone."""
+    return {
+        "limit": cfg.eval_limit,
+        "samples": cfg.eval_samples,
+        "temperature": cfg.eval_temperature,
+        "max_new_tokens": cfg.eval_max_new_tokens,
+    }
+
+
+def _scores(train, model_dir: Path, cfg: ExperimentConfig) -> dict:
+    """The evaluation part of a run's eval.json."""
+    start = time.perf_counter()
+    scores = evaluate_solver(train, model_dir, cfg)
+    return {
+        "accuracy": scores["greedy"],
+        "sampled": scores.get("sampled"),
+        "eval_s": time.perf_counter() - start,
+        "eval": eval_settings(cfg),
+    }
+
+
 def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
-    """Train (unless sft) and evaluate one run; reuses a finished run's eval.json."""
+    """Train (unless sft) and evaluate one run.
+
+    A finished run (its eval.json) is reused; if it was evaluated with other settings (say a larger `eval_limit`),
+    its final weights are evaluated again, without training again.
+    """
     from pasodoble.checkpoint import latest_checkpoint
     from pasodoble.train import resolve, run_train
 
     train = train_config(cfg, condition, seed)
     run_dir = Path(train.run_dir)
     done = run_dir / "eval.json"
-    if done.exists():
-        result = json.loads(done.read_text())
-        if condition != "sft" and "label_accuracy_3plus" not in result:  # written before that column existed
+
+    def solver_dir() -> Path:
+        if condition == "sft":
+            return Path(resolve(train.solver.model, train))
+        return latest_checkpoint(run_dir) / "solver" / "model"
+
+    result = json.loads(done.read_text()) if done.exists() else None
+    stale = result is not None and result.get("eval") != eval_settings(cfg)
+    if stale and condition != "sft" and latest_checkpoint(run_dir) is None:
+        result = None  # nothing left to evaluate again: train again
+    if result is not None:
+        if stale:
+            result.update(_scores(train, solver_dir(), cfg))
+        missing_stats = condition != "sft" and "label_accuracy_3plus" not in result  # from before that column
+        if missing_stats:
             result.update(proposer_stats(run_dir))
+        if stale or missing_stats:
             write_json_atomic(done, result)  # once: later loads read it back
         return result
     start = time.perf_counter()
     if condition == "sft":
         run_dir.mkdir(parents=True, exist_ok=True)
-        model_dir = Path(resolve(train.solver.model, train))
     else:
         if run_dir.exists():
             import shutil
 
             shutil.rmtree(run_dir)  # an unfinished run starts over: its eval.json is the completion mark
         run_train(train)
-        model_dir = latest_checkpoint(run_dir) / "solver" / "model"
-    train_s = time.perf_counter() - start
-    scores = evaluate_solver(train, model_dir, cfg)
     result = {
         "condition": condition,
         "seed": seed,
-        "accuracy": scores["greedy"],
-        "sampled": scores.get("sampled"),
-        "train_s": train_s,
-        "eval_s": time.perf_counter() - start - train_s,
+        "train_s": time.perf_counter() - start,
         "steps": 0 if condition == "sft" else train.schedule.steps,
+        **_scores(train, solver_dir(), cfg),
         **proposer_stats(run_dir),
     }
     write_json_atomic(done, result)

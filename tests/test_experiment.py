@@ -9,9 +9,11 @@ import pytest
 from pasodoble.errors import ConfigError
 from pasodoble.experiment import (
     ExperimentConfig,
+    eval_settings,
     operand_count,
     proposer_stats,
     results_markdown,
+    run_one,
     summarise,
     summarise_all,
     train_config,
@@ -120,6 +122,46 @@ def test_conditions_map_to_train_overrides(tmp_path):
         ExperimentConfig(conditions=["online", "magic"]).validate()
 
 
+def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
+    import pasodoble.checkpoint
+    import pasodoble.experiment as experiment
+    import pasodoble.train
+
+    cfg = ExperimentConfig(out_dir=str(tmp_path / "exp"), eval_limit=300)
+    done = tmp_path / "exp" / "runs" / "online-s0" / "eval.json"
+    done.parent.mkdir(parents=True)
+    old = {**result("online", 0, 0.5, 0.1, label=0.9), "eval": {**eval_settings(cfg), "limit": 50}}
+    done.write_text(json.dumps(old))
+    calls = {"scores": 0, "train": 0}
+
+    def scores(train, model_dir, cfg):
+        calls["scores"] += 1
+        return {
+            "accuracy": {"t3": 0.6, "t4": 0.2},
+            "sampled": None,
+            "eval_s": 1.0,
+            "eval": eval_settings(cfg),
+        }
+
+    def train(config):
+        calls["train"] += 1
+        weights["dir"] = tmp_path / "ckpt"
+
+    weights = {"dir": tmp_path / "ckpt"}
+    monkeypatch.setattr(experiment, "_scores", scores)
+    monkeypatch.setattr(pasodoble.train, "run_train", train)
+    monkeypatch.setattr(pasodoble.checkpoint, "latest_checkpoint", lambda run_dir: weights["dir"])
+    again = run_one(cfg, "online", 0)
+    assert calls == {"scores": 1, "train": 0}  # new settings: evaluated again from the final weights
+    assert again["train_s"] == 10.0 and again["eval"]["limit"] == 300 and again["accuracy"]["t3"] == 0.6
+    assert json.loads(done.read_text()) == again
+    assert run_one(cfg, "online", 0) == again and calls == {"scores": 1, "train": 0}  # now up to date
+    done.write_text(json.dumps(old))
+    weights["dir"] = None  # the final weights are gone: the run is trained again
+    run_one(cfg, "online", 0)
+    assert calls == {"scores": 2, "train": 1}
+
+
 @pytest.mark.slow
 def test_tiny_experiment_end_to_end(tmp_path):
     from pasodoble.experiment import run_experiment
@@ -168,3 +210,13 @@ def test_tiny_experiment_end_to_end(tmp_path):
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert all(set(run["sampled"]) == {"t1", "t2", "t3", "t4"} for run in runs)
     assert (out / "difficulty.png").read_bytes()[:4] == b"\x89PNG"
+    # A larger evaluation later re-scores the final weights; the training (its metrics) is not redone.
+    metrics = (out / "runs" / "online-s0" / "metrics.jsonl").read_bytes()
+    cfg.eval_limit = 3
+    rerun = {
+        run["condition"]: run
+        for run in json.loads((run_experiment(cfg) / "results.json").read_text())["runs"]
+    }
+    assert (out / "runs" / "online-s0" / "metrics.jsonl").read_bytes() == metrics
+    assert all(run["eval"]["limit"] == 3 for run in rerun.values())
+    assert rerun["online"]["train_s"] == next(r for r in runs if r["condition"] == "online")["train_s"]
