@@ -9,7 +9,8 @@ the tests pin each formula on hand-computed numbers.
 How to run: pure functions; `python -m pytest tests/test_rewards.py`.
 
 Departures from the reference code: none in the default formula. The reference gives p = 1 a small positive
-reward (1.1 - 1 + 0.2 d); that stays the default and `pass_rate_high` is the optional upper gate. The random-reward
+reward (1.1 - 1 + 0.2 d); that stays the default and `pass_rate_high` is the optional upper gate.
+`solver_pass_rate_low` (an option, off by default) gives the Solver's learnable band its own floor. The random-reward
 ablation draws from a seeded `random.Random` passed in, so all ranks draw the same rewards.
 """
 
@@ -30,6 +31,9 @@ class RewardConfig:
         0.2  # p <= this -> Proposer reward 0 (too hard or invalid); also the learnable band's floor
     )
     pass_rate_high: float | None = None  # p >= this -> Proposer reward 0 (None: off, the paper's behaviour)
+    solver_pass_rate_low: float | None = (
+        None  # the Solver's own floor of the learnable band (None: pass_rate_low)
+    )
     diversity_low: float = 0.3  # d <= this -> Proposer reward 0 (too repetitive)
     diversity_weight: float = 0.2  # weight of d in the Proposer reward
     difficulty_offset: float = 1.1  # r = offset - p + weight * d
@@ -46,6 +50,11 @@ class RewardConfig:
             raise ConfigError("rewards.solver_reward", f"unknown {self.solver_reward!r}; use one of {names}")
         if not 0.0 <= self.pass_rate_low < 1.0:
             raise ConfigError("rewards.pass_rate_low", f"must be in [0, 1), got {self.pass_rate_low}")
+        if self.solver_pass_rate_low is not None and not 0.0 <= self.solver_pass_rate_low < 1.0:
+            raise ConfigError(
+                "rewards.solver_pass_rate_low",
+                f"must be in [0, 1) or null to follow pass_rate_low, got {self.solver_pass_rate_low}",
+            )
         if self.pass_rate_high is not None and not self.pass_rate_low < self.pass_rate_high <= 1.0:
             raise ConfigError(
                 "rewards.pass_rate_high",
@@ -132,8 +141,14 @@ def solver_rewards(
 
 
 def learnable(p: float, cfg: RewardConfig) -> bool:
-    """The Solver-update and buffer band pass_rate_low < p < 1 (2..5 correct of 6 with the defaults)."""
-    return cfg.pass_rate_low < p < 1.0
+    """The Solver-update and buffer band floor < p < 1 (2..5 correct of 6 with the defaults).
+
+    The floor is `solver_pass_rate_low` when set, else `pass_rate_low`: setting it to 0 lets the Solver learn from a
+    question it solves once in J while the Proposer's reward keeps the paper's gate, so the Proposer is not paid
+    for labels the Solver matches by chance.
+    """
+    floor = cfg.pass_rate_low if cfg.solver_pass_rate_low is None else cfg.solver_pass_rate_low
+    return floor < p < 1.0
 
 
 def skip_reason(

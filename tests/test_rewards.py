@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -109,6 +110,15 @@ def test_solver_rewards_random_is_seeded_bernoulli_half():
 )
 def test_learnable_band(p, expected):
     assert learnable(p, CFG) is expected
+
+
+def test_solver_floor_widens_only_the_solver_band():
+    cfg = replace(CFG, solver_pass_rate_low=0.0)
+    assert learnable(1 / 6, cfg) and not learnable(1 / 6, CFG) and not learnable(0.0, cfg)
+    assert proposer_rewards([1 / 6], [1.0], [True], cfg) == [0.0]  # the Proposer keeps the paper's 0.2 gate
+    assert skip_reason([1 / 6, 0.0], [True, True], [0.7, -0.7], cfg) is None  # a 1-of-6 question is learnable
+    with pytest.raises(ConfigError, match="solver_pass_rate_low"):
+        replace(CFG, solver_pass_rate_low=1.0).validate()
 
 
 def test_skip_reasons():
