@@ -64,7 +64,7 @@ class ExperimentConfig:
     steps: int = 30  # updates per run (offline: converted to iterations, see module docstring)
     overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
-    eval_limit: int | None = 50  # held-out problems per tier (None: the world's tiers.jsonl; t2 has <= ~180)
+    eval_limit: int | None = 50  # held-out problems per tier (None: the world's tiers.jsonl; t2 has 173)
     eval_max_new_tokens: int = 96  # completion budget of both evaluations
     eval_samples: int = 6  # sampled evaluation: samples per problem (the paper: 6; 0 = greedy only)
     eval_temperature: float = 0.6  # sampled evaluation: temperature (the paper: 0.6)

@@ -31,9 +31,7 @@ class RewardConfig:
         0.2  # p <= this -> Proposer reward 0 (too hard or invalid); also the learnable band's floor
     )
     pass_rate_high: float | None = None  # p >= this -> Proposer reward 0 (None: off, the paper's behaviour)
-    solver_pass_rate_low: float | None = (
-        None  # the Solver's own floor of the learnable band (None: pass_rate_low)
-    )
+    solver_pass_rate_low: float | None = None  # the Solver's own learnable floor (None: pass_rate_low)
     diversity_low: float = 0.3  # d <= this -> Proposer reward 0 (too repetitive)
     diversity_weight: float = 0.2  # weight of d in the Proposer reward
     difficulty_offset: float = 1.1  # r = offset - p + weight * d

@@ -33,7 +33,7 @@ def load_tier_problems(tiers_path: Path, per_tier: int | None = None) -> list[Pr
 
 
 def held_out_problems(world_seed: int, per_tier: int) -> list[Problem]:
-    """Up to `per_tier` held-out problems of every tier (fewer where a tier has fewer: t2 holds about 180)."""
+    """Up to `per_tier` held-out problems of every tier (fewer where a tier has fewer: t2 holds 173)."""
     return [
         Problem(id=f"{tier}-{i:04d}", question=question, answers=(str(answer),), source=tier)
         for tier in tier_problems.TIERS
