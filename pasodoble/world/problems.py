@@ -11,7 +11,8 @@ with, so t3 is a composition of two skills the Solver was taught, and starts abo
 
 Why a hash split: every question belongs for good either to the held-out side or to the training side (a stable
 hash of its text), so held-out tier problems never appear in SFT data or in `generate()`, whatever the seeds and
-sizes. A quarter of each tier's questions are held-out candidates (t2 has 720 questions; the hash split keeps 173 of them).
+sizes. A quarter of each tier's questions are held-out candidates (t2 has 720 questions; the hash split keeps
+173 of them).
 
 Usage: `generate("t3", 64, seed=1)` -> fresh (question, answer) pairs from the training side, for the oracle
 control; `held_out("t1", 100, seed=0)` -> the evaluation problems.
