@@ -64,7 +64,7 @@ class ExperimentConfig:
     steps: int = 30  # updates per run (offline: converted to iterations, see module docstring)
     overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
-    eval_limit: int | None = 50  # held-out problems per tier (None: the world's tiers.jsonl; t2 has 173)
+    eval_limit: int | None = 50  # held-out problems per tier (None: the world's tier_size; t2 has 173)
     eval_max_new_tokens: int = 96  # completion budget of both evaluations
     eval_samples: int = 6  # sampled evaluation: samples per problem (the paper: 6; 0 = greedy only)
     eval_temperature: float = 0.6  # sampled evaluation: temperature (the paper: 0.6)
@@ -117,13 +117,10 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, 
     from pasodoble.evals import EvalSettings, evaluate
     from pasodoble.grader import Grader
     from pasodoble.rollout import HFEngine
-    from pasodoble.train import _tiny_models
-    from pasodoble.world.tiers import held_out_problems, load_tier_problems
+    from pasodoble.world.tiers import held_out_problems
 
-    if cfg.eval_limit is None:
-        problems = load_tier_problems(_tiny_models(train).world.tiers)
-    else:  # may go past the world's tier_size: the split holds more (the first tier_size are tiers.jsonl)
-        problems = held_out_problems(train.world.seed, cfg.eval_limit)
+    # Straight from the split, so the limit may pass the world's tier_size (its tiers.jsonl is the start of this).
+    problems = held_out_problems(train.world.seed, cfg.eval_limit or train.world.tier_size)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
     protocols = {"greedy": (1, 0.0)}
