@@ -4,15 +4,17 @@ The answer mix is built from the gold answers of the shared benchmarks (aime24/2
 minerva_math, olympiadbench; up to `--per-set` golds each, in file order) paired with correct variants (the gold
 itself, an equivalent numeric form, `\\dfrac` for `\\frac`, re-spaced LaTeX) and near-miss wrong ones (one digit
 changed, off-by-one, a changed numerator). Each answer is wrapped in a model-like worked response that ends in
-`\\boxed{}` (three response styles).
+`\\boxed{}` (three response styles). `--extra-wrong N` adds N more wrong answers per gold (`gold+1`, ...), as when
+several sampled responses to one problem are graded: golds then repeat within a batch, as in evaluation and RL.
 
 Plain math-verify: `verify(parse("\\\\boxed{" + gold + "}"), parse(response))` with its default settings (signal
 timeouts, main thread). Grader: `Grader(GraderConfig(num_workers=1)).grade(golds, responses)`; "cold" is a fresh
 grader per repeat (empty caches; its worker started and warmed on pairs from other golds before timing, as
 math-verify is warmed on the same pairs), "warm" grades the timed pairs again with the same grader. Each set is one
 batch; the "all" row sums the per-set medians. Wall seconds swing with other load on the machine, so CPU seconds
-(grader: parent plus worker processes) are printed too, and "ceiling" is what math-verify itself spends on the pairs
-the grader must hand to it (timed alone): no grader that leaves those to math-verify can beat that ratio. Pin to one core:
+(grader: parent plus worker processes) are printed too, and "ceiling" is what plain math-verify spends on the pairs
+the grader hands to its workers (timed alone): a grader handing those to plain math-verify could not beat that
+ratio (the workers run math-verify with verdict-keeping shortcuts, `pasodoble/grader/shortcuts.py`). Pin to one core:
 
     taskset -c 0 python bench/grader.py              # PASODOBLE_DATA_DIR overrides ../shared
 """
@@ -72,9 +74,13 @@ def _bump_digit(text: str) -> str:
     return text[: match.start()] + digit + text[match.end() :]
 
 
-def variants(gold: str) -> list[tuple[str, bool]]:
-    """(answer, expected-correct-by-construction) pairs: the verdicts themselves come from math-verify."""
+def variants(gold: str, extra_wrong: int = 0) -> list[tuple[str, bool]]:
+    """(answer, expected-correct-by-construction) pairs: the verdicts themselves come from math-verify.
+
+    `extra_wrong` adds that many more wrong answers (`gold+1`, `gold+2`, ...), as when several sampled responses
+    to one problem are graded against the same gold."""
     out = [(gold, True), (_bump_digit(gold), False)]
+    out += [(f"{gold}+{k}", False) for k in range(1, extra_wrong + 1)]
     number = parse_number(gold)
     if number is not None:
         value, _ = number
@@ -89,11 +95,13 @@ def variants(gold: str) -> list[tuple[str, bool]]:
     return out
 
 
-def build_mix(per_set: int, skip: int = 0, sets: tuple[str, ...] = SETS) -> tuple[list[str], list[str]]:
+def build_mix(
+    per_set: int, skip: int = 0, sets: tuple[str, ...] = SETS, extra_wrong: int = 0
+) -> tuple[list[str], list[str]]:
     golds, responses = [], []
     for name in sets:
         for gold in gold_answers(data_dir(), name)[skip : skip + per_set]:
-            for answer, _ in variants(gold):
+            for answer, _ in variants(gold, extra_wrong):
                 golds.append(gold)
                 responses.append(
                     TEMPLATES[len(responses) % len(TEMPLATES)].format(steps=STEPS, answer=answer)
@@ -237,14 +245,17 @@ def main() -> int:
     parser.add_argument("--warmup-per-set", type=int, default=10, help="other golds graded before timing")
     parser.add_argument("--sets", default=",".join(SETS), help="comma-separated benchmark names")
     parser.add_argument("--repeats", type=int, default=3, help="timings are the median of this many runs")
+    parser.add_argument(
+        "--extra-wrong", type=int, default=0, help="more wrong answers per gold (gold+1, gold+2, ...)"
+    )
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("pasodoble.grader").setLevel(logging.ERROR)
     sets = tuple(args.sets.split(","))
-    golds, responses = build_mix(args.per_set, sets=sets)
+    golds, responses = build_mix(args.per_set, sets=sets, extra_wrong=args.extra_wrong)
     mix, begin = {}, 0
     for name in sets:  # the same pairs as one mix, timed set by set
-        end = begin + len(build_mix(args.per_set, sets=(name,))[0])
+        end = begin + len(build_mix(args.per_set, sets=(name,), extra_wrong=args.extra_wrong)[0])
         mix[name], begin = (golds[begin:end], responses[begin:end]), end
     # Warm-up pairs from other golds: both sides start timing with a warm parser, none of the timed pairs cached.
     warmup = build_mix(args.warmup_per_set, skip=args.per_set, sets=sets)
@@ -270,7 +281,7 @@ def main() -> int:
     routed_s, routed_cpu = time_routed_math_verify(mix, args.repeats)
     print(
         f"math-verify on only the pairs the grader routes to it: {routed_s:.2f} s wall, {routed_cpu:.2f} s CPU "
-        f"(ceiling of a grader that leaves those to math-verify: {totals['mv'] / routed_s:.1f}x wall, "
+        f"(ceiling of a grader handing those to plain math-verify: {totals['mv'] / routed_s:.1f}x wall, "
         f"{mv_cpu / routed_cpu:.1f}x CPU)"
     )
     print(f"cold counters (sum over sets, last run): {dict(counters)}")

@@ -10,8 +10,9 @@ Used by the rewards and by the evaluation harness:
 Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
 up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
 runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`; workers parse LaTeX with ANTLR's
-faster SLL prediction first, with identical results, `sll.py`). A verdict never depends on the
-route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
+faster SLL prediction first, with identical results, `sll.py`, and skip `simplify` where a numeric evaluation
+already proves two expressions different and `solve` for an equation already solved, `shortcuts.py`). A verdict
+never depends on the route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
 same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
 
 Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
