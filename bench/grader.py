@@ -6,6 +6,7 @@ itself, an equivalent numeric form, `\\dfrac` for `\\frac`, re-spaced LaTeX) and
 changed, off-by-one, a changed numerator). Each answer is wrapped in a model-like worked response that ends in
 `\\boxed{}` (three response styles). `--extra-wrong N` adds N more wrong answers per gold (`gold+1`, ...), as when
 several sampled responses to one problem are graded: golds then repeat within a batch, as in evaluation and RL.
+`--shortcuts` times math-verify itself with and without the workers' shortcuts on minerva's equation golds.
 
 Plain math-verify: `verify(parse("\\\\boxed{" + gold + "}"), parse(response))` with its default settings (signal
 timeouts, main thread). Grader: `Grader(GraderConfig(num_workers=1)).grade(golds, responses)`; "cold" is a fresh
@@ -198,7 +199,7 @@ def time_by_kind(mix: dict) -> list[tuple[str, int, float, int, float]]:
         routed = routed_to_math_verify(golds, responses)
         for gold, spent, flag in zip(golds, seconds, routed, strict=True):
             row = rows.setdefault(
-                f"{answer_kind(gold)}/{'math-verify' if flag else 'fast path'}", [0, 0.0, 0]
+                f"{answer_kind(gold)}/{'math-verify' if flag else 'fast path or cache'}", [0, 0.0, 0]
             )
             row[0] += 1
             row[1] += spent
@@ -235,6 +236,41 @@ def time_grader(mix: dict, warmup: tuple, repeats: int) -> tuple[dict, dict, dic
     return cold, warm, verdicts, counters, statistics.median(cpu)
 
 
+def time_shortcuts(per_set: int, repeats: int) -> None:
+    """In one process: math-verify's `verify` on minerva's equation golds against four wrong answers each, plain,
+    with the numeric disproof only, and with the disproof and the solve memo (`pasodoble/grader/shortcuts.py`)."""
+    import math_verify.grader as math_verify_grader
+    from math_verify import parse, verify
+
+    from pasodoble.grader import shortcuts, sll
+    from pasodoble.grader.worker import wrap
+
+    golds = [  # the one whose solve runs past 5 s would dominate every column alike
+        g for g in gold_answers(data_dir(), "minerva_math")[:per_set] if "=" in g and "\\ddot" not in g
+    ]
+    pairs = [(g, a) for g in golds for a, ok in variants(g, extra_wrong=3) if not ok]
+    sll.install()
+    parsed = [(parse(wrap(g)), parse(wrap(a))) for g, a in pairs]
+    seconds: dict[str, list[float]] = {}
+    verdicts: dict[str, list[bool]] = {}
+    for _ in range(repeats):
+        for mode in ("plain", "disproof", "disproof + memo"):
+            shortcuts.uninstall()  # also empties the memo
+            if mode != "plain":
+                shortcuts.install()
+            if mode == "disproof":
+                math_verify_grader.solve = shortcuts._ORIGINAL_SOLVE
+            start = time.perf_counter()
+            verdicts[mode] = [verify(list(g), list(a), timeout_seconds=None) for g, a in parsed]
+            seconds.setdefault(mode, []).append(time.perf_counter() - start)
+    shortcuts.uninstall()
+    sll.uninstall()
+    print(f"worker shortcuts on {len(golds)} minerva equation golds x 4 wrong answers (median of {repeats}):")
+    for mode, runs in seconds.items():
+        same = verdicts[mode] == verdicts["plain"]
+        print(f"  {mode:<18}{statistics.median(runs):>8.2f} s   same verdicts as plain: {same}")
+
+
 def _row(name: str, pairs: int, mv_s: float, cold_s: float, warm_s: float) -> str:
     return f"{name:<16}{pairs:>7}{mv_s:>10.2f}{cold_s:>10.2f}{warm_s:>10.3f}{mv_s / cold_s:>8.1f}{mv_s / warm_s:>8.0f}"
 
@@ -248,9 +284,17 @@ def main() -> int:
     parser.add_argument(
         "--extra-wrong", type=int, default=0, help="more wrong answers per gold (gold+1, gold+2, ...)"
     )
+    parser.add_argument(
+        "--shortcuts",
+        action="store_true",
+        help="only time the workers' shortcuts on minerva's equation golds",
+    )
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("pasodoble.grader").setLevel(logging.ERROR)
+    if args.shortcuts:
+        time_shortcuts(args.per_set, args.repeats)
+        return 0
     sets = tuple(args.sets.split(","))
     golds, responses = build_mix(args.per_set, sets=sets, extra_wrong=args.extra_wrong)
     mix, begin = {}, 0
