@@ -54,6 +54,8 @@ COUNTER_NAMES = (
     "parse_failures",  # extracted answers math-verify could not turn into a value
     "gold_parse_failures",  # gold answers math-verify could not turn into a value
     "mv_exceptions",  # exceptions math-verify caught inside its comparisons (verdict unchanged)
+    "simplify_skipped",  # simplify calls a worker skipped: a numeric evaluation proved the pair different
+    "solve_reused",  # solve calls a worker answered from equations it had already solved
     "worker_restarts",  # worker processes killed and replaced during this batch
 )
 

@@ -162,6 +162,11 @@ def _solve(f: Any, *symbols: Any, **flags: Any) -> Any:
     return solutions
 
 
+def stats() -> tuple[int, int]:
+    """(simplify calls skipped by a disproof, solve calls answered from the memo) so far in this process."""
+    return _Stats.disproofs, _Stats.solve_hits
+
+
 def install() -> None:
     """Put both shortcuts in front of math-verify's `simplify` test and `solve` (idempotent)."""
     math_verify_grader.sympy_symbolic_eq = _symbolic_eq

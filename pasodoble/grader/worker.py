@@ -72,6 +72,7 @@ def _has_value(parsed: Any) -> bool:
 def check(gold: str, pred: str) -> tuple[bool, dict[str, int]]:
     """math-verify's verdict for (gold answer, extracted prediction), with what went wrong on the way."""
     before = _COUNTER.count
+    disproofs, solve_hits = shortcuts.stats()
     gold_parsed = _parse_gold(gold)
     pred_parsed = parse(wrap(pred), parsing_timeout=None)
     correct = bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=None))
@@ -79,6 +80,8 @@ def check(gold: str, pred: str) -> tuple[bool, dict[str, int]]:
         "parse_failures": int(not _has_value(pred_parsed)),
         "gold_parse_failures": int(not _has_value(gold_parsed)),
         "mv_exceptions": _COUNTER.count - before,
+        "simplify_skipped": shortcuts.stats()[0] - disproofs,
+        "solve_reused": shortcuts.stats()[1] - solve_hits,
     }
     return correct, counters
 

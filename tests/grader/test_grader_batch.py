@@ -53,6 +53,22 @@ def test_verdicts_for_every_answer_kind(grader):
     assert routes == len(CASES)
 
 
+def test_worker_shortcuts_are_counted():
+    """A disproved simplify and a reused solve show up in the counters; the verdicts are math-verify's (False)."""
+    equation = "x^{\\prime}+\\frac{r}{V} x-r c=0"
+    golds = ["\\frac{\\cos (2 t)}{15}", equation, equation]
+    answers = [
+        "\\frac{\\cos (3 t)}{15}",
+        "x^{\\prime}+\\frac{r}{V} x-r c=1",
+        "x^{\\prime}+\\frac{r}{V} x-r c=2",
+    ]
+    with Grader(GraderConfig(num_workers=1)) as one_worker:  # both equations reach the same worker
+        batch = one_worker.grade(golds, answers, extract=False)
+    assert [v.correct for v in batch.verdicts] == [False, False, False]
+    assert batch.counters["simplify_skipped"] >= 1
+    assert batch.counters["solve_reused"] >= 1
+
+
 def test_no_answer_and_fallback_are_counted():
     with Grader(GraderConfig(fallback="last_number", num_workers=1)) as grader:
         batch = grader.grade(["12", "12", "12"], ["I think 12.", "nothing", "\\boxed{12}"])
