@@ -12,8 +12,9 @@ up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then se
 runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`; workers parse LaTeX with ANTLR's
 faster SLL prediction first, with identical results, `sll.py`, and skip `simplify` where a numeric evaluation
 already proves two expressions different and `solve` for an equation already solved, `shortcuts.py`). A verdict
-never depends on the route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached like verdicts (the
-same pair would only burn the limit again); errors (a worker that died) are not, as they may be transient.
+never depends on the route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached
+like verdicts (the same pair would only burn the limit again); errors (a worker that died) are not, as they may be
+transient.
 
 Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
 settings. One departure from plain math-verify: its own timeouts are per parse and per comparison (and need the

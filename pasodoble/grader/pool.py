@@ -4,8 +4,8 @@ Why: a SymPy computation (`9^{9^{9^{9}}}`, 100 KB of nested braces) can run for 
 math-verify's `signal.alarm` timeout fails off the main thread. Here every check runs in a worker process; the
 worker stops its own check at the limit and answers `timeout` (`worker.py`), staying warm; the calling thread waits
 on the worker's pipe until the deadline plus a grace period (`KILL_GRACE_S`, for work stuck in C code that the
-worker's timer cannot interrupt), and past it kills the process (SIGKILL), starts a replacement and reports `timeout`. A worker that dies (segfault, out of memory) is reported as `error` and
-replaced. Any number of threads may call `run` at once: workers are borrowed from a shared idle queue one check at
+worker's timer cannot interrupt), and past it kills the process (SIGKILL), starts a replacement and reports
+`timeout`. A worker that dies (segfault, out of memory) is reported as `error` and replaced. Any number of threads may call `run` at once: workers are borrowed from a shared idle queue one check at
 a time, so a stuck worker holds up nobody but its own check, and only for its limit.
 
 How: `WorkerPool(num_workers).run([(gold, pred), ...], timeout_s)`; processes start lazily on first use and stop

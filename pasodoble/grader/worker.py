@@ -5,8 +5,10 @@ SymPy computation cannot be interrupted from outside. So workers call math-verif
 each whole check (both parses and the comparison) under one interval timer of their own, in their main thread: at the
 limit the timer raises `CheckTimeout` (a `BaseException`, so math-verify's `except Exception` cannot swallow it) and
 the worker answers "timeout" and goes on, warm, like math-verify after its own timeouts. Work stuck inside C code
-(a huge integer power) never sees the signal; for that the parent (`pool.py`) kills the process a grace period later. The pool runs this module as
-`python -m pasodoble.grader.worker FD MEMORY_LIMIT_MB`, FD being its end of a socket pair; not meant for users.
+(a huge integer power) never sees the signal; for that the parent (`pool.py`) kills the process a grace period
+later. The pool runs this module as `python -m pasodoble.grader.worker FD MEMORY_LIMIT_MB`, FD being its end of a
+socket pair; not meant for users. Inside, math-verify runs with two verdict-keeping helpers installed: two-stage
+parsing (`sll.py`) and the simplify disproof and solve memo (`shortcuts.py`).
 
 Nothing is swallowed silently: math-verify catches the exceptions of its comparisons and logs them at debug level;
 a logging handler counts those records (`mv_exceptions`) without changing the verdict. A prediction (or gold) that
@@ -115,7 +117,7 @@ def _answer(gold: str, pred: str, timeout_s: float) -> tuple[str, bool, dict[str
 
 
 def serve(conn: Connection, memory_limit_mb: int | None) -> None:
-    """Worker main loop: answer `(job_id, gold, pred, timeout_s)` with `(job_id, status, correct, counters, message)`."""
+    """Worker loop: answer `(job_id, gold, pred, timeout_s)` with `(job_id, status, correct, counters, message)`."""
     if memory_limit_mb is not None:
         limit = memory_limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
