@@ -57,8 +57,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:
-    """Apply `a.b.c=value` (value parsed as YAML) to a nested dict in place."""
+    """Apply `a.b.c=value` (value parsed as YAML) to a nested dict in place; `a.b+=value` appends to a list
+    (a list value appends each of its items), e.g. `overrides+=[proposer.temperature=1.0]` keeps a recipe's list."""
     key, sep, raw = item.partition("=")
+    append = key.endswith("+")
+    key = key[:-1] if append else key
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(item, "an override must look like section.field=value (e.g. solver.lr=1e-6)")
     try:
@@ -76,7 +79,15 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(key, f"'{part}' is a value, not a section; cannot set '{key}'")
         node = child
-    node[parts[-1]] = value
+    if not append:
+        node[parts[-1]] = value
+        return
+    current = node.setdefault(parts[-1], [])
+    if not isinstance(current, list):
+        raise ConfigError(
+            key, f"'+=' appends to a list, but '{key}' holds {current!r}; use '=' to replace it"
+        )
+    current.extend(value if isinstance(value, list) else [value])
 
 
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:

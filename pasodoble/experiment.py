@@ -432,7 +432,10 @@ def register(subparsers) -> None:
     )
     p.add_argument("config", type=Path, help="experiment YAML, e.g. recipes/tiny-ablation.yaml")
     p.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. steps=10 seeds=[0]"
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides, e.g. steps=10 seeds=[0] 'overrides+=[proposer.temperature=1.0]' (+= appends)",
     )
     p.set_defaults(func=run_experiment_cmd)
 

@@ -92,6 +92,23 @@ def test_override_builds_nested_sections():
     assert data == {"a": {"b": {"c": [1, 2]}}}
 
 
+def test_plus_equals_appends_to_a_list():
+    data: dict = {"overrides": ["num_threads=1", "proposer.temperature=0.7"]}
+    apply_override(data, "overrides+=[proposer.temperature=1.0, steps=5]")
+    apply_override(data, "overrides+=seed=3")
+    apply_override(data, "fresh.list+=[a]")
+    assert data["overrides"] == [
+        "num_threads=1",
+        "proposer.temperature=0.7",
+        "proposer.temperature=1.0",
+        "steps=5",
+        "seed=3",
+    ]
+    assert data["fresh"] == {"list": ["a"]}
+    with pytest.raises(ConfigError, match="appends to a list"):
+        apply_override({"steps": 3}, "steps+=1")
+
+
 @dataclass
 class Outer:
     inner: Top = field(default_factory=Top)
