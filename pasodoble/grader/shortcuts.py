@@ -85,11 +85,7 @@ _ORIGINAL_SYMBOLIC_EQ = math_verify_grader.sympy_symbolic_eq
 _ORIGINAL_SOLVE = math_verify_grader.solve
 
 
-class _Stats:
-    """How often each shortcut answered in this process (see `stats`)."""
-
-    disproofs = 0
-    solve_hits = 0
+_STATS = {"disproofs": 0, "solve_hits": 0}  # how often each shortcut answered in this process (see `stats`)
 
 
 def _point(symbol: Symbol) -> Rational:
@@ -133,7 +129,7 @@ def _symbolic_eq(a: Any, b: Any) -> bool:
     except Exception:  # e.g. `a - b` undefined for these types: math-verify's own function decides
         different = False
     if different:
-        _Stats.disproofs += 1
+        _STATS["disproofs"] += 1
         return False
     return _ORIGINAL_SYMBOLIC_EQ(a, b)
 
@@ -159,7 +155,7 @@ def _solve(f: Any, *symbols: Any, **flags: Any) -> Any:
         return _ORIGINAL_SOLVE(f, *symbols, **flags)
     if key in _SOLVED:
         _SOLVED.move_to_end(key)
-        _Stats.solve_hits += 1
+        _STATS["solve_hits"] += 1
         return _copy(_SOLVED[key])
     solutions = _ORIGINAL_SOLVE(f, *symbols, **flags)
     _SOLVED[key] = _copy(solutions)
@@ -170,7 +166,7 @@ def _solve(f: Any, *symbols: Any, **flags: Any) -> Any:
 
 def stats() -> tuple[int, int]:
     """(simplify calls skipped by a disproof, solve calls answered from the memo) so far in this process."""
-    return _Stats.disproofs, _Stats.solve_hits
+    return _STATS["disproofs"], _STATS["solve_hits"]
 
 
 def install() -> None:

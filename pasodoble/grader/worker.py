@@ -78,12 +78,13 @@ def check(gold: str, pred: str) -> tuple[bool, dict[str, int]]:
     gold_parsed = _parse_gold(gold)
     pred_parsed = parse(wrap(pred), parsing_timeout=None)
     correct = bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=None))
+    disproofs_after, solve_hits_after = shortcuts.stats()
     counters = {
         "parse_failures": int(not _has_value(pred_parsed)),
         "gold_parse_failures": int(not _has_value(gold_parsed)),
         "mv_exceptions": _COUNTER.count - before,
-        "simplify_skipped": shortcuts.stats()[0] - disproofs,
-        "solve_reused": shortcuts.stats()[1] - solve_hits,
+        "simplify_skipped": disproofs_after - disproofs,
+        "solve_reused": solve_hits_after - solve_hits,
     }
     return correct, counters
 

@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
 
 import math_verify.parser as math_verify_parser
 import pytest
 from math_verify import parse
 from sympy import srepr
 
-from pasodoble.grader import extract_boxed, sll
-
-_DATA = Path(os.environ.get("PASODOBLE_DATA_DIR", Path(__file__).resolve().parents[2] / ".." / "shared"))
-_SYMBOLIC_SETS = ("math500", "minerva_math", "olympiadbench")
-
-
-def _golds(name: str) -> list[str]:
-    path = _DATA / "benchmarks" / name / "test.jsonl"
-    if not path.exists():
-        pytest.skip(f"benchmark data not found at {path} (set PASODOBLE_DATA_DIR)")
-    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
-    if name == "minerva_math":
-        return [answer for row in rows if (answer := extract_boxed(row["solution"]))]
-    if name == "olympiadbench":
-        return [", ".join(answer.strip().strip("$") for answer in row["final_answer"]) for row in rows]
-    return [str(row["answer"]) for row in rows]
+from pasodoble.grader import sll
 
 
 def _near_miss(answer: str) -> str:
@@ -48,21 +30,24 @@ def _parsed(texts: list[str], two_stage: bool) -> list[list[str]]:
         sll.uninstall()
 
 
-def _answers(step: int) -> list[str]:
-    golds = [gold for name in _SYMBOLIC_SETS for gold in _golds(name)[::step]]
+def _answers(symbolic_golds: list[str], step: int) -> list[str]:
+    golds = symbolic_golds[::step]
     return [f"\\boxed{{{answer}}}" for gold in golds for answer in (gold, _near_miss(gold))]
 
 
-def test_two_stage_parse_equals_plain_parse_on_sampled_benchmark_answers():
-    texts = _answers(step=20) + ["\\boxed{x^{\\prime}+\\frac{r}{V} x-r c=0+}", "\\boxed{\\frac{1}{}}"]
+def test_two_stage_parse_equals_plain_parse_on_sampled_benchmark_answers(symbolic_golds):
+    texts = _answers(symbolic_golds, step=20) + [
+        "\\boxed{x^{\\prime}+\\frac{r}{V} x-r c=0+}",
+        "\\boxed{\\frac{1}{}}",
+    ]
     before = sll.fallbacks()
     assert _parsed(texts, two_stage=True) == _parsed(texts, two_stage=False)
     assert sll.fallbacks() > before  # the LL redo path was exercised, not only the SLL one
 
 
 @pytest.mark.slow
-def test_two_stage_parse_equals_plain_parse_on_all_benchmark_answers():
-    texts = _answers(step=1)
+def test_two_stage_parse_equals_plain_parse_on_all_benchmark_answers(symbolic_golds):
+    texts = _answers(symbolic_golds, step=1)
     assert _parsed(texts, two_stage=True) == _parsed(texts, two_stage=False)
 
 
