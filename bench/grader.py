@@ -9,13 +9,15 @@ several sampled responses to one problem are graded: golds then repeat within a 
 `--shortcuts` times math-verify itself with and without the workers' shortcuts on minerva's equation golds.
 
 Plain math-verify: `verify(parse("\\\\boxed{" + gold + "}"), parse(response))` with its default settings (signal
-timeouts, main thread). Grader: `Grader(GraderConfig(num_workers=1)).grade(golds, responses)`; "cold" is a fresh
-grader per repeat (empty caches; its worker started and warmed on pairs from other golds before timing, as
-math-verify is warmed on the same pairs), "warm" grades the timed pairs again with the same grader. Each set is one
-batch; the "all" row sums the per-set medians. Wall seconds swing with other load on the machine, so CPU seconds
-(grader: parent plus worker processes) are printed too, and "ceiling" is what plain math-verify spends on the pairs
-the grader hands to its workers (timed alone): a grader handing those to plain math-verify could not beat that
-ratio (the workers run math-verify with verdict-keeping shortcuts, `pasodoble/grader/shortcuts.py`). Pin to one core:
+timeouts, main thread), each repeat in a fresh process warmed on pairs from other golds. Grader:
+`Grader(GraderConfig(num_workers=1)).grade(golds, responses)`; "cold" is a fresh grader per repeat (empty caches; its
+worker started and warmed on the same other pairs before timing), "warm" grades the timed pairs again with the same
+grader. Each set is one batch; the "all" row sums the per-set medians. Wall seconds swing with other load on the
+machine, so CPU seconds (grader: parent plus worker processes) are printed too. Two bounds follow: "ceiling" is what
+plain math-verify spends on the pairs the grader hands to its workers (a grader handing those to plain math-verify
+could not beat that ratio; the workers run math-verify with verdict-keeping shortcuts,
+`pasodoble/grader/shortcuts.py`), and "floor" is what parsing alone costs on those pairs (no grader that decides
+them from math-verify's parse can beat that ratio, however fast it compares). Pin to one core:
 
     taskset -c 0 python bench/grader.py              # PASODOBLE_DATA_DIR overrides ../shared
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import re
 import resource
@@ -146,34 +149,105 @@ def routed_to_math_verify(golds: list[str], responses: list[str]) -> list[bool]:
     return routed
 
 
-def time_math_verify(mix: dict, repeats: int) -> tuple[dict, dict, float]:
-    """Per-set wall seconds (one list per set), verdicts and median CPU seconds of plain math-verify."""
+def in_fresh_process(function, *args):
+    """`function(*args)` in a newly spawned interpreter: no parser state or SymPy cache carried over from earlier
+    timings, as for the grader's cold worker (started anew each repeat)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(function, args)
+
+
+def _math_verify_pass(mix: dict, warmup: tuple) -> tuple[dict, dict, float]:
+    """One timed pass of plain math-verify over the mix, after the warm-up pairs (runs in a fresh process)."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    plain_math_verify(*warmup)
+    seconds, verdicts = {}, {}
+    cpu_start = time.process_time()
+    for name, (golds, responses) in mix.items():
+        start = time.perf_counter()
+        verdicts[name] = plain_math_verify(golds, responses)
+        seconds[name] = time.perf_counter() - start
+    return seconds, verdicts, time.process_time() - cpu_start
+
+
+def time_math_verify(mix: dict, warmup: tuple, repeats: int) -> tuple[dict, dict, float]:
+    """Per-set wall seconds (one list per set), verdicts and median CPU seconds of plain math-verify, each repeat
+    in a fresh process warmed on the warm-up pairs (repeats in one process would find the timed pairs' parses and
+    SymPy results cached: 15% less time)."""
     per_set: dict[str, list[float]] = {name: [] for name in mix}
     verdicts, cpu = {}, []
     for _ in range(repeats):
-        cpu_start = time.process_time()
-        for name, (golds, responses) in mix.items():
-            start = time.perf_counter()
-            verdicts[name] = plain_math_verify(golds, responses)
-            per_set[name].append(time.perf_counter() - start)
-        cpu.append(time.process_time() - cpu_start)
+        seconds, verdicts, spent = in_fresh_process(_math_verify_pass, mix, warmup)
+        for name, value in seconds.items():
+            per_set[name].append(value)
+        cpu.append(spent)
     return per_set, verdicts, statistics.median(cpu)
 
 
-def time_routed_math_verify(mix: dict, repeats: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of plain math-verify on just the pairs a cold grader sends to its worker."""
-    pairs = []
-    for golds, responses in mix.values():
-        routed = routed_to_math_verify(golds, responses)
-        pairs += [pair for pair, flag in zip(zip(golds, responses), routed, strict=True) if flag]
-    golds, responses = [gold for gold, _ in pairs], [response for _, response in pairs]
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, cpu_start = time.perf_counter(), time.process_time()
-        plain_math_verify(golds, responses)
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - cpu_start)
-    return statistics.median(wall), statistics.median(cpu)
+def whole(mix: dict) -> tuple[list[str], list[str]]:
+    """The mix as one list of golds and one of responses (the grader's cache spans the per-set batches)."""
+    return [g for golds, _ in mix.values() for g in golds], [
+        r for _, responses in mix.values() for r in responses
+    ]
+
+
+def routed_pairs(mix: dict) -> tuple[list[str], list[str]]:
+    """(golds, responses) of the pairs a cold grader hands to its worker, over the whole mix."""
+    golds, responses = whole(mix)
+    routed = routed_to_math_verify(golds, responses)
+    pairs = [pair for pair, flag in zip(zip(golds, responses), routed, strict=True) if flag]
+    return [gold for gold, _ in pairs], [response for _, response in pairs]
+
+
+def _routed_pass(golds: list[str], responses: list[str], warmup: tuple) -> tuple[float, float]:
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    plain_math_verify(*warmup)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    plain_math_verify(golds, responses)
+    return time.perf_counter() - start, time.process_time() - cpu_start
+
+
+def time_routed_math_verify(mix: dict, warmup: tuple, repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of plain math-verify (fresh process) on just the pairs the grader hands over."""
+    golds, responses = routed_pairs(mix)
+    runs = [in_fresh_process(_routed_pass, golds, responses, warmup) for _ in range(repeats)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
+def _parse_pass(golds: list[str], answers: list[str], warmup: tuple) -> tuple[float, float]:
+    """CPU seconds of the workers' parser (math-verify's `parse` with `sll.py`) on the distinct golds and the
+    answers, in a fresh process warmed by parsing every warm-up pair; then the same parses again."""
+    from math_verify import parse
+
+    from pasodoble.grader import sll
+    from pasodoble.grader.worker import wrap
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    sll.install()
+    for gold, response in zip(*warmup, strict=True):
+        parse(wrap(gold.strip()), parsing_timeout=None)
+        parse(wrap(extract_answer(response)[0]), parsing_timeout=None)
+    spent = []
+    for _ in range(2):
+        cpu_start = time.process_time()
+        for text in golds + answers:
+            parse(wrap(text), parsing_timeout=None)
+        spent.append(time.process_time() - cpu_start)
+    return spent[0], spent[1]
+
+
+def time_parse_floor(mix: dict, warmup: tuple, repeats: int) -> tuple[int, int, float, float]:
+    """What parsing alone costs the grader's worker on the pairs it is handed: a floor under any grader that
+    decides those pairs from math-verify's parse. Returns (answers, distinct golds, first CPU s, again CPU s)."""
+    golds, responses = routed_pairs(mix)
+    distinct = list(dict.fromkeys(gold.strip() for gold in golds))
+    answers = [extract_answer(response)[0] for response in responses]
+    runs = [in_fresh_process(_parse_pass, distinct, answers, warmup) for _ in range(repeats)]
+    return (
+        len(answers),
+        len(distinct),
+        statistics.median(r[0] for r in runs),
+        statistics.median(r[1] for r in runs),
+    )
 
 
 def answer_kind(gold: str) -> str:
@@ -193,17 +267,17 @@ def time_by_kind(mix: dict) -> list[tuple[str, int, float, int, float]]:
     Rows: (label, pairs, math-verify seconds, of which timed-out pairs, share of the total time).
     """
     rows: dict[str, list] = {}
-    for golds, responses in mix.values():
-        seconds: list[float] = []
-        plain_math_verify(golds, responses, seconds)
-        routed = routed_to_math_verify(golds, responses)
-        for gold, spent, flag in zip(golds, seconds, routed, strict=True):
-            row = rows.setdefault(
-                f"{answer_kind(gold)}/{'math-verify' if flag else 'fast path or cache'}", [0, 0.0, 0]
-            )
-            row[0] += 1
-            row[1] += spent
-            row[2] += spent > 4.5  # math-verify's own 5 s comparison limit
+    golds, responses = whole(mix)
+    seconds: list[float] = []
+    plain_math_verify(golds, responses, seconds)
+    routed = routed_to_math_verify(golds, responses)
+    for gold, spent, flag in zip(golds, seconds, routed, strict=True):
+        row = rows.setdefault(
+            f"{answer_kind(gold)}/{'math-verify' if flag else 'fast path or cache'}", [0, 0.0, 0]
+        )
+        row[0] += 1
+        row[1] += spent
+        row[2] += spent > 4.5  # math-verify's own 5 s comparison limit
     total = sum(row[1] for row in rows.values())
     return [(label, n, spent, slow, spent / total) for label, (n, spent, slow) in sorted(rows.items())]
 
@@ -312,8 +386,7 @@ def main() -> int:
     warmup = build_mix(args.warmup_per_set, skip=args.per_set, sets=sets)
     print(f"pairs: {len(golds)} ({len(set(golds))} distinct golds), cores: {sorted(os.sched_getaffinity(0))}")
 
-    plain_math_verify(*warmup)
-    mv, expected, mv_cpu = time_math_verify(mix, args.repeats)
+    mv, expected, mv_cpu = time_math_verify(mix, warmup, args.repeats)
     cold, warm, got, counters, cold_cpu = time_grader(mix, warmup, args.repeats)
 
     med = {
@@ -329,13 +402,21 @@ def main() -> int:
         f"CPU seconds (median run): math-verify {mv_cpu:.2f}, grader cold {cold_cpu:.2f} "
         f"(parent + worker), ratio {mv_cpu / cold_cpu:.1f}"
     )
-    routed_s, routed_cpu = time_routed_math_verify(mix, args.repeats)
+    routed_s, routed_cpu = time_routed_math_verify(mix, warmup, args.repeats)
     print(
         f"math-verify on only the pairs the grader routes to it: {routed_s:.2f} s wall, {routed_cpu:.2f} s CPU "
         f"(ceiling of a grader handing those to plain math-verify: {totals['mv'] / routed_s:.1f}x wall, "
         f"{mv_cpu / routed_cpu:.1f}x CPU)"
     )
+    answers, distinct, first_s, again_s = time_parse_floor(mix, warmup, args.repeats)
+    print(
+        f"parsing alone (the workers' parser) of those {answers} answers and their {distinct} golds: "
+        f"{first_s:.2f} s CPU, {again_s:.2f} s parsing the same strings again (floor of any grader that decides "
+        f"them from math-verify's parse: {mv_cpu / first_s:.1f}x, {mv_cpu / again_s:.1f}x with a parser warm on "
+        "these very strings)"
+    )
     print(f"cold counters (sum over sets, last run): {dict(counters)}")
+    plain_math_verify(*warmup)  # the breakdown below is one pass in this process, warmed like the others
     print("where math-verify's time goes (one pass; kind of the gold answer / who decides in the grader):")
     print(f"  {'kind / decided by':<26}{'pairs':>7}{'mv s':>9}{'share':>8}{'>4.5 s':>8}")
     for label, n, spent, slow, share in time_by_kind(mix):
