@@ -5,8 +5,9 @@ response, or an extracted answer with `--no-extract`). Each output line is the i
 `extracted` (the answer found in `pred`, or null) and `status` (ok / no_answer / timeout / error). Bad lines are
 reported on stderr with their line numbers and skipped; one summary line goes to stderr at the end.
 
-Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (or, before the command is wired,
-`python -m pasodoble.grader.cli answers.jsonl --out graded.jsonl`).
+Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (a progress bar counts graded lines;
+`--no-progress` turns it off). When answers are not found, the summary says how to read bare answers
+(`--no-extract`) or responses that end in a plain number (`--fallback last_number`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from pasodoble.errors import UserError
 from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import Grader, GraderConfig
@@ -28,15 +31,39 @@ _CHUNK = 2048  # lines graded per batch: bounds memory while keeping workers bus
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `verify-answers` command to an argparse subparsers object."""
-    parser = subparsers.add_parser("verify-answers", help="grade gold/pred pairs from a JSONL file")
+    parser = subparsers.add_parser(
+        "verify-answers",
+        help="grade gold/pred pairs from a JSONL file",
+        description="Grade (gold, pred) pairs: each output line is the input object plus `correct`, `extracted` "
+        "and `status` (ok / no_answer / timeout / error). Bad input lines are reported and skipped.",
+    )
     parser.add_argument("input", type=Path, help="JSONL file, one {'gold': ..., 'pred': ...} per line")
     parser.add_argument("--out", type=Path, required=True, help="output JSONL (input fields + verdict)")
-    parser.add_argument("--no-extract", action="store_true", help="pred is already an extracted answer")
-    parser.add_argument("--timeout-s", type=float, default=GraderConfig.timeout_s, help="limit per check")
-    parser.add_argument("--num-workers", type=int, default=GraderConfig.num_workers, help="worker processes")
     parser.add_argument(
-        "--fallback", choices=FALLBACKS, default=GraderConfig.fallback, help="answer fallback"
+        "--no-extract",
+        action="store_true",
+        help="pred is already an answer (else the answer is taken from the last \\boxed{}, <answer> or ####)",
     )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=GraderConfig.timeout_s,
+        help="wall-clock limit per check, seconds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=GraderConfig.num_workers,
+        help="grader worker processes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fallback",
+        choices=FALLBACKS,
+        default=GraderConfig.fallback,
+        help="when a response has no marked answer: none (status no_answer; the default) or its last plain "
+        "number",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_verify_answers)
     return parser
 
@@ -93,7 +120,8 @@ def run_verify_answers(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     totals: dict[str, int] = {}
-    with Grader(config) as grader:
+    bar = tqdm(total=len(rows), unit="line", desc="verify-answers", disable=args.no_progress or None)
+    with Grader(config) as grader, bar:
         for start in range(0, len(rows), _CHUNK):
             chunk = rows[start : start + _CHUNK]
             batch = grader.grade(
@@ -103,6 +131,7 @@ def run_verify_answers(args: argparse.Namespace) -> int:
                 row.update(correct=verdict.correct, extracted=verdict.extracted, status=verdict.status)
             for name, value in batch.counters.items():
                 totals[name] = totals.get(name, 0) + value
+            bar.update(len(chunk))
     _write_jsonl_atomic(args.out, rows)
     correct = sum(row["correct"] for row in rows)
     print(
@@ -111,6 +140,12 @@ def run_verify_answers(args: argparse.Namespace) -> int:
         f"errors {totals.get('errors', 0)}, bad lines skipped {len(problems)} -> {args.out}",
         file=sys.stderr,
     )
+    if totals.get("no_answer", 0) and not args.no_extract and args.fallback == "none":
+        print(
+            "verify-answers: no answer was found in some responses (no \\boxed{}, <answer> or ####); if 'pred' "
+            "holds bare answers pass --no-extract, if responses end in a plain number pass --fallback last_number",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -44,17 +44,19 @@ def test_verify_answers_grades_and_skips_bad_lines(tmp_path, capsys):
     )
     assert "in.jsonl:4: 'pred' must be a string" in err[1]
     assert "in.jsonl:7: expected a JSON object" in err[2]
-    assert err[-1].startswith(
+    assert err[-2].startswith(
         "verify-answers: 3 graded, 2 correct (66.7%), no_answer 1, timeouts 0, errors 0"
     )
-    assert "bad lines skipped 3" in err[-1]
+    assert "bad lines skipped 3" in err[-2]
+    assert "pass --no-extract" in err[-1] and "--fallback last_number" in err[-1]
 
 
-def test_verify_answers_no_extract(tmp_path):
+def test_verify_answers_no_extract(tmp_path, capsys):
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     source.write_text(json.dumps({"gold": "2", "pred": "2.0"}) + "\n")
     assert run_verify_answers(_args(str(source), "--out", str(out), "--no-extract")) == 0
     assert json.loads(out.read_text())["correct"] is True
+    assert "pass --no-extract" not in capsys.readouterr().err  # every answer was found: no hint
 
 
 def test_missing_input_is_a_user_error(tmp_path):
