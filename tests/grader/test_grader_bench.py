@@ -29,3 +29,16 @@ def test_routed_pairs_are_what_a_cold_grader_sends_to_its_workers():
     assert sent[1] == 0
     assert sent[0] == len(golds) == len(responses) > 0
     assert sum(sum(bench.routed_to_math_verify(*batch)) for batch in mix.values()) == 2 * sent[0]
+
+
+def test_grader_verdicts_equal_math_verify_on_the_extracted_answers():
+    """The bench's second agreement line on a few symbolic golds: the grader computes exactly math-verify's verdict
+    on `\\boxed{gold}` against `\\boxed{answer}` (fast path, cache and worker shortcuts included)."""
+    if not (bench.data_dir() / "benchmarks" / "math500").is_dir():
+        pytest.skip(f"benchmark data not found under {bench.data_dir()} (set PASODOBLE_DATA_DIR)")
+    mix = {name: bench.build_mix(5, sets=(name,), extra_wrong=1) for name in ("math500", "olympiadbench")}
+    with Grader(GraderConfig(num_workers=1, timeout_s=10.0)) as grader:
+        got = {name: [v.correct for v in grader.grade(*pairs).verdicts] for name, pairs in mix.items()}
+    expected = bench.answer_verdicts(mix)
+    assert bench.disagreements(expected, got) == []
+    assert 0 < sum(map(sum, got.values())) < sum(map(len, got.values()))  # both verdicts occur
