@@ -51,12 +51,19 @@ def test_verify_answers_grades_and_skips_bad_lines(tmp_path, capsys):
     assert "pass --no-extract" in err[-1] and "--fallback last_number" in err[-1]
 
 
-def test_verify_answers_no_extract(tmp_path, capsys):
+def test_verify_answers_no_extract(tmp_path):
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     source.write_text(json.dumps({"gold": "2", "pred": "2.0"}) + "\n")
     assert run_verify_answers(_args(str(source), "--out", str(out), "--no-extract")) == 0
     assert json.loads(out.read_text())["correct"] is True
-    assert "pass --no-extract" not in capsys.readouterr().err  # every answer was found: no hint
+
+
+def test_no_hint_when_every_answer_is_found(tmp_path, capsys):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"gold": "2", "pred": "so \\boxed{2}"}) + "\n")
+    assert run_verify_answers(_args(str(source), "--out", str(out))) == 0
+    err = capsys.readouterr().err
+    assert "1 graded, 1 correct" in err and "pass --no-extract" not in err
 
 
 def test_missing_input_is_a_user_error(tmp_path):
