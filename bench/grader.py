@@ -67,6 +67,8 @@ def data_dir() -> Path:
 
 
 def gold_answers(root: Path, name: str) -> list[str]:
+    """A set's gold answers as written in its file (`2,125`, `27.0`, a trailing newline), not as
+    `pasodoble.evals.load_benchmark` normalises them: raw forms are part of what the grader has to handle."""
     rows = [json.loads(line) for line in (root / "benchmarks" / name / "test.jsonl").open(encoding="utf-8")]
     if name == "gsm8k":
         return [row["answer"].split("####")[-1].strip() for row in rows]
@@ -192,31 +194,33 @@ def in_fresh_process(function, *args):
         return pool.apply(function, args)
 
 
-def _math_verify_pass(mix: dict, warmup: tuple) -> tuple[dict, dict, float]:
-    """One timed pass of plain math-verify over the mix, after the warm-up pairs (runs in a fresh process)."""
+def _math_verify_pass(mix: dict, warmup: tuple) -> tuple[dict, dict, float, dict]:
+    """One timed pass of plain math-verify over the mix, after the warm-up pairs (runs in a fresh process):
+    per-set wall seconds, verdicts, CPU seconds, and per-set lists of each pair's wall seconds."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     plain_math_verify(*warmup)
-    seconds, verdicts = {}, {}
+    seconds, verdicts, per_pair = {}, {}, {}
     cpu_start = time.process_time()
     for name, (golds, responses) in mix.items():
         start = time.perf_counter()
-        verdicts[name] = plain_math_verify(golds, responses)
+        per_pair[name] = []
+        verdicts[name] = plain_math_verify(golds, responses, per_pair[name])
         seconds[name] = time.perf_counter() - start
-    return seconds, verdicts, time.process_time() - cpu_start
+    return seconds, verdicts, time.process_time() - cpu_start, per_pair
 
 
-def time_math_verify(mix: dict, warmup: tuple, repeats: int) -> tuple[dict, dict, float]:
-    """Per-set wall seconds (one list per set), verdicts and median CPU seconds of plain math-verify, each repeat
-    in a fresh process warmed on the warm-up pairs (repeats in one process would find the timed pairs' parses and
-    SymPy results cached: about 14% less time)."""
+def time_math_verify(mix: dict, warmup: tuple, repeats: int) -> tuple[dict, dict, float, dict]:
+    """Per-set wall seconds (one list per set), verdicts, median CPU seconds and the last repeat's per-pair
+    seconds of plain math-verify, each repeat in a fresh process warmed on the warm-up pairs (repeats in one process
+    would find the timed pairs' parses and SymPy results cached: about 14% less time)."""
     per_set: dict[str, list[float]] = {name: [] for name in mix}
-    verdicts, cpu = {}, []
+    verdicts, cpu, per_pair = {}, [], {}
     for _ in range(repeats):
-        seconds, verdicts, spent = in_fresh_process(_math_verify_pass, mix, warmup)
+        seconds, verdicts, spent, per_pair = in_fresh_process(_math_verify_pass, mix, warmup)
         for name, value in seconds.items():
             per_set[name].append(value)
         cpu.append(spent)
-    return per_set, verdicts, statistics.median(cpu)
+    return per_set, verdicts, statistics.median(cpu), per_pair
 
 
 def whole(mix: dict) -> tuple[list[str], list[str]]:
@@ -234,20 +238,11 @@ def routed_pairs(mix: dict) -> tuple[list[str], list[str]]:
     return [gold for gold, _ in pairs], [response for _, response in pairs]
 
 
-def _routed_pass(golds: list[str], responses: list[str], warmup: tuple) -> tuple[float, float]:
-    """Wall and CPU seconds of plain math-verify on the given pairs, after the warm-up (in a fresh process)."""
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    plain_math_verify(*warmup)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    plain_math_verify(golds, responses)
-    return time.perf_counter() - start, time.process_time() - cpu_start
-
-
 def time_routed_math_verify(mix: dict, warmup: tuple, repeats: int) -> tuple[float, float]:
     """Median wall and CPU seconds of plain math-verify (fresh process) on just the pairs the grader hands over."""
-    golds, responses = routed_pairs(mix)
-    runs = [in_fresh_process(_routed_pass, golds, responses, warmup) for _ in range(repeats)]
-    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+    routed = {"routed": routed_pairs(mix)}
+    runs = [in_fresh_process(_math_verify_pass, routed, warmup) for _ in range(repeats)]
+    return statistics.median(r[0]["routed"] for r in runs), statistics.median(r[2] for r in runs)
 
 
 def _parse_pass(golds: list[str], answers: list[str], warmup: tuple) -> tuple[float, float]:
@@ -298,15 +293,15 @@ def answer_kind(gold: str) -> str:
     return "expression"
 
 
-def time_by_kind(mix: dict) -> list[tuple[str, int, float, int, float]]:
-    """Where plain math-verify spends its time: per (answer kind, routed or fast-path decided) one timed pass.
+def time_by_kind(mix: dict, per_pair: dict) -> list[tuple[str, int, float, int, float]]:
+    """Where plain math-verify spends its time, from each pair's seconds in one timed pass: per (answer kind,
+    routed or fast-path decided).
 
     Rows: (label, pairs, math-verify seconds, of which timed-out pairs, share of the total time).
     """
     rows: dict[str, list] = {}
     golds, responses = whole(mix)
-    seconds: list[float] = []
-    plain_math_verify(golds, responses, seconds)
+    seconds = [spent for name in mix for spent in per_pair[name]]
     routed = routed_to_math_verify(golds, responses)
     for gold, spent, flag in zip(golds, seconds, routed, strict=True):
         row = rows.setdefault(
@@ -427,7 +422,7 @@ def main() -> int:
             warmup[1].append(TEMPLATES[len(warmup[1]) % len(TEMPLATES)].format(steps=STEPS, answer=answer))
     print(f"pairs: {len(golds)} ({len(set(golds))} distinct golds), cores: {sorted(os.sched_getaffinity(0))}")
 
-    mv, expected, mv_cpu = time_math_verify(mix, warmup, args.repeats)
+    mv, expected, mv_cpu, mv_per_pair = time_math_verify(mix, warmup, args.repeats)
     cold, warm, got, counters, cold_cpu = time_grader(mix, warmup, args.repeats)
 
     med = {
@@ -457,10 +452,11 @@ def main() -> int:
         "these very strings)"
     )
     print(f"cold counters (sum over sets, last run): {dict(counters)}")
-    plain_math_verify(*warmup)  # the breakdown below is one pass in this process, warmed like the others
-    print("where math-verify's time goes (one pass; kind of the gold answer / who decides in the grader):")
+    print(
+        "where math-verify's time goes (its last timed pass; kind of the gold answer / who decides in the grader):"
+    )
     print(f"  {'kind / decided by':<26}{'pairs':>7}{'mv s':>9}{'share':>8}{'>4.5 s':>8}")
-    for label, n, spent, slow, share in time_by_kind(mix):
+    for label, n, spent, slow, share in time_by_kind(mix, mv_per_pair):
         print(f"  {label:<26}{n:>7}{spent:>9.2f}{100 * share:>7.1f}%{slow:>8}")
 
     print(f"math-verify correct: {sum(sum(v) for v in expected.values())}/{len(golds)}")

@@ -3,28 +3,23 @@ gold answers as the grader sees them."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
-from pasodoble.grader import Grader, GraderConfig, extract_boxed
+from pasodoble.evals import load_benchmark
+from pasodoble.grader import Grader, GraderConfig
 
 _DATA = Path(os.environ.get("PASODOBLE_DATA_DIR", Path(__file__).resolve().parents[2] / ".." / "shared"))
 SYMBOLIC_SETS = ("math500", "minerva_math", "olympiadbench")
 
 
 def _golds(name: str) -> list[str]:
-    path = _DATA / "benchmarks" / name / "test.jsonl"
-    if not path.exists():
-        pytest.skip(f"benchmark data not found at {path} (set PASODOBLE_DATA_DIR)")
-    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
-    if name == "minerva_math":
-        return [answer for row in rows if (answer := extract_boxed(row["solution"]))]
-    if name == "olympiadbench":
-        return [", ".join(answer.strip().strip("$") for answer in row["final_answer"]) for row in rows]
-    return [str(row["answer"]) for row in rows]
+    """One gold string per problem, as the evaluation harness loads it (several accepted parts joined by ", ")."""
+    if not (_DATA / "benchmarks" / name).is_dir():
+        pytest.skip(f"benchmark data not found under {_DATA} (set PASODOBLE_DATA_DIR)")
+    return [", ".join(problem.answers) for problem in load_benchmark(name, _DATA)]
 
 
 @pytest.fixture(scope="session")
