@@ -7,7 +7,8 @@ reported on stderr with their line numbers and skipped; one summary line goes to
 
 Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (a progress bar counts graded lines;
 `--no-progress` turns it off). When answers are not found, the summary says how to read bare answers
-(`--no-extract`) or responses that end in a plain number (`--fallback last_number`).
+(`--no-extract`) or responses that end in a plain number (`--fallback last_number`); when math-verify could read
+an answer or gold only in part (see `worker.py`), it says how many.
 """
 
 from __future__ import annotations
@@ -140,6 +141,14 @@ def run_verify_answers(args: argparse.Namespace) -> int:
         f"errors {totals.get('errors', 0)}, bad lines skipped {len(problems)} -> {args.out}",
         file=sys.stderr,
     )
+    partial, gold_partial = totals.get("partial_parses", 0), totals.get("gold_partial_parses", 0)
+    if partial or gold_partial:
+        print(
+            f"verify-answers: math-verify read {partial} answer(s) and {gold_partial} gold answer(s) only in part "
+            "(the whole \\boxed{} did not parse, so it took the value of a piece of it); those verdicts rest on "
+            "that piece: check lines whose gold or answer uses notation it rejects",
+            file=sys.stderr,
+        )
     if totals.get("no_answer", 0) and not args.no_extract and args.fallback == "none":
         print(
             "verify-answers: no answer was found in some responses (no \\boxed{}, <answer> or ####); if 'pred' "

@@ -54,6 +54,8 @@ COUNTER_NAMES = (
     "errors",  # pairs whose check raised or whose worker died
     "parse_failures",  # extracted answers math-verify could not turn into a value
     "gold_parse_failures",  # gold answers math-verify could not turn into a value
+    "partial_parses",  # extracted answers math-verify read only in part (the whole box did not parse)
+    "gold_partial_parses",  # gold answers math-verify read only in part; verdicts on them rest on a fragment
     "mv_exceptions",  # exceptions math-verify caught inside its comparisons (verdict unchanged)
     "simplify_skipped",  # simplify calls a worker skipped: a numeric evaluation proved the pair different
     "solve_reused",  # solve calls a worker answered from equations it had already solved

@@ -10,6 +10,12 @@ later. The pool runs this module as `python -m pasodoble.grader.worker FD MEMORY
 socket pair; not meant for users. Inside, math-verify runs with two verdict-keeping helpers installed: two-stage
 parsing (`sll.py`) and the simplify disproof and solve memo (`shortcuts.py`).
 
+Partial parses: when the whole `\\boxed{...}` does not parse, math-verify quietly tries smaller matches inside it
+and takes the first that does, so `\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}` is read as `2/3` (its grammar rejects
+`E_{1}`) and any answer whose value is 2/3 is then "correct". Verdicts stay math-verify's, but a probe on its
+match extraction counts every answer (`partial_parses`) and gold (`gold_partial_parses`) whose value came from a
+part only, so such verdicts can be found and checked.
+
 Nothing is swallowed silently: math-verify catches the exceptions of its comparisons and logs them at debug level;
 a logging handler counts those records (`mv_exceptions`) without changing the verdict. A prediction (or gold) that
 math-verify cannot turn into a SymPy value is counted as a parse failure.
@@ -26,6 +32,7 @@ from functools import lru_cache
 from multiprocessing.connection import Connection
 from typing import Any
 
+import math_verify.parser as math_verify_parser
 from math_verify import parse, verify
 from sympy import Basic, MatrixBase
 
@@ -62,26 +69,62 @@ def wrap(answer: str) -> str:
     return f"\\boxed{{{answer}}}"
 
 
-@lru_cache(maxsize=4096)
-def _parse_gold(gold: str) -> tuple[Any, ...]:
-    return tuple(parse(wrap(gold), parsing_timeout=None))
+_ORIGINAL_EXTRACT_MATCH = math_verify_parser.extract_match
+
+
+class _Matches:
+    """Matches math-verify tried and could not turn into a value, in the current parse."""
+
+    failed = 0
+
+
+def _probed_extract_match(match: Any, target_type: Any) -> Any:
+    value, text = _ORIGINAL_EXTRACT_MATCH(match, target_type)
+    if value is None:
+        _Matches.failed += 1
+    return value, text
+
+
+def install_probe() -> None:
+    """Count failed matches in math-verify's extraction (idempotent; results unchanged)."""
+    math_verify_parser.extract_match = _probed_extract_match
+
+
+def uninstall_probe() -> None:
+    math_verify_parser.extract_match = _ORIGINAL_EXTRACT_MATCH
 
 
 def _has_value(parsed: Any) -> bool:
     return any(isinstance(item, (Basic, MatrixBase)) for item in parsed)
 
 
+def parse_answer(answer: str) -> tuple[tuple[Any, ...], bool]:
+    """math-verify's parse of `\\boxed{answer}`, and whether its value came from only a part of it.
+
+    Partial means a match math-verify tried first (the whole box) gave no value and a later, smaller one did; it
+    is only detected while the probe is installed (`install_probe`, done by every worker).
+    """
+    _Matches.failed = 0
+    parsed = tuple(parse(wrap(answer), parsing_timeout=None))
+    return parsed, _Matches.failed > 0 and _has_value(parsed)
+
+
+_parse_gold = lru_cache(maxsize=4096)(parse_answer)
+
+
 def check(gold: str, pred: str) -> tuple[bool, dict[str, int]]:
     """math-verify's verdict for (gold answer, extracted prediction), with what went wrong on the way."""
     before = _COUNTER.count
     disproofs, solve_hits = shortcuts.stats()
-    gold_parsed = _parse_gold(gold)
-    pred_parsed = parse(wrap(pred), parsing_timeout=None)
-    correct = bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=None))
+    gold_parsed, gold_partial = _parse_gold(gold)
+    pred_parsed, pred_partial = parse_answer(pred)
+    correct = bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None))
     disproofs_after, solve_hits_after = shortcuts.stats()
     counters = {
         "parse_failures": int(not _has_value(pred_parsed)),
         "gold_parse_failures": int(not _has_value(gold_parsed)),
+        "partial_parses": int(pred_partial),
+        "gold_partial_parses": int(gold_partial),
         "mv_exceptions": _COUNTER.count - before,
         "simplify_skipped": disproofs_after - disproofs,
         "solve_reused": solve_hits_after - solve_hits,
@@ -123,6 +166,7 @@ def serve(conn: Connection, memory_limit_mb: int | None) -> None:
         limit = memory_limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _install_counter()
+    install_probe()  # counts partial parses; results unchanged
     sll.install()  # same parse results, a third less parse time (see sll.py)
     shortcuts.install()  # same verdicts, less time in simplify and solve (see shortcuts.py)
     signal.signal(signal.SIGALRM, _on_timer)

@@ -15,11 +15,22 @@ _DATA = Path(os.environ.get("PASODOBLE_DATA_DIR", Path(__file__).resolve().paren
 SYMBOLIC_SETS = ("math500", "minerva_math", "olympiadbench")
 
 
-def _golds(name: str) -> list[str]:
-    """One gold string per problem, as the evaluation harness loads it (several accepted parts joined by ", ")."""
+def _data_for(name: str) -> Path:
+    """The data folder holding `benchmarks/<name>`; skips the test without it."""
     if not (_DATA / "benchmarks" / name).is_dir():
         pytest.skip(f"benchmark data not found under {_DATA} (set PASODOBLE_DATA_DIR)")
-    return [", ".join(problem.answers) for problem in load_benchmark(name, _DATA)]
+    return _DATA
+
+
+def _golds(name: str) -> list[str]:
+    """One gold string per problem, as the evaluation harness loads it (several accepted parts joined by ", ")."""
+    return [", ".join(problem.answers) for problem in load_benchmark(name, _data_for(name))]
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The folder holding the shipped benchmark sets (skips without them)."""
+    return _data_for("gsm8k")
 
 
 @pytest.fixture(scope="session")

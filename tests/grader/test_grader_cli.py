@@ -63,7 +63,16 @@ def test_no_hint_when_every_answer_is_found(tmp_path, capsys):
     source.write_text(json.dumps({"gold": "2", "pred": "so \\boxed{2}"}) + "\n")
     assert run_verify_answers(_args(str(source), "--out", str(out))) == 0
     err = capsys.readouterr().err
-    assert "1 graded, 1 correct" in err and "pass --no-extract" not in err
+    assert "1 graded, 1 correct" in err and "pass --no-extract" not in err and "only in part" not in err
+
+
+def test_partial_parses_are_reported(tmp_path, capsys):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    gold = "\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}"  # math-verify reads it as 2/3
+    source.write_text(json.dumps({"gold": gold, "pred": "so \\boxed{\\frac{2}{3}}"}) + "\n")
+    assert run_verify_answers(_args(str(source), "--out", str(out))) == 0
+    assert json.loads(out.read_text())["correct"] is True  # math-verify's verdict, kept
+    assert "read 0 answer(s) and 1 gold answer(s) only in part" in capsys.readouterr().err
 
 
 def test_missing_input_is_a_user_error(tmp_path):
