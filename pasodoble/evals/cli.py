@@ -73,6 +73,13 @@ def register(subparsers) -> None:
     e.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     e.add_argument("--grader-timeout-s", type=float, default=5.0)
     e.add_argument("--grader-workers", type=int, default=1)
+    e.add_argument(
+        "--grader-partial-parses",
+        choices=("keep", "reject"),
+        default="keep",
+        help="a sample whose answer or gold math-verify reads only in part: keep math-verify's verdict "
+        "(default) or grade it wrong",
+    )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_eval)
@@ -200,7 +207,11 @@ def run_eval(args: argparse.Namespace) -> int:
     _check_run_identity(args.out, identity, args.overwrite)
     model, tokenizer = load_model(args)
     engine = build_engine(args.engine, model, tokenizer, args.batch_size)
-    config = GraderConfig(timeout_s=args.grader_timeout_s, num_workers=args.grader_workers)
+    config = GraderConfig(
+        timeout_s=args.grader_timeout_s,
+        num_workers=args.grader_workers,
+        partial_parses=args.grader_partial_parses,
+    )
     with Grader(config) as grader:
         report = evaluate(
             engine,

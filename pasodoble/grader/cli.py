@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from pasodoble.errors import UserError
 from pasodoble.grader.extract import FALLBACKS
-from pasodoble.grader.grader import Grader, GraderConfig
+from pasodoble.grader.grader import PARTIAL_PARSES, Grader, GraderConfig
 
 _CHUNK = 2048  # lines graded per batch: bounds memory while keeping workers busy
 
@@ -63,6 +63,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default=GraderConfig.fallback,
         help="when a response has no marked answer: none (status no_answer; the default) or its last plain "
         "number",
+    )
+    parser.add_argument(
+        "--partial-parses",
+        choices=PARTIAL_PARSES,
+        default=GraderConfig.partial_parses,
+        help="a pair whose gold or answer math-verify reads only in part (its whole \\boxed{} does not parse): "
+        "keep math-verify's verdict (the default) or reject it (graded wrong)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_verify_answers)
@@ -115,7 +122,12 @@ def _write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
 
 def run_verify_answers(args: argparse.Namespace) -> int:
     """Grade the file; 0 on success (bad lines are skipped, not fatal)."""
-    config = GraderConfig(timeout_s=args.timeout_s, num_workers=args.num_workers, fallback=args.fallback)
+    config = GraderConfig(
+        timeout_s=args.timeout_s,
+        num_workers=args.num_workers,
+        fallback=args.fallback,
+        partial_parses=args.partial_parses,
+    )
     config.validate()
     rows, problems = _read_rows(args.input)
     for problem in problems:
@@ -143,10 +155,14 @@ def run_verify_answers(args: argparse.Namespace) -> int:
     )
     partial, gold_partial = totals.get("partial_parses", 0), totals.get("gold_partial_parses", 0)
     if partial or gold_partial:
+        outcome = (
+            "so those pairs were graded wrong (--partial-parses reject)"
+            if args.partial_parses == "reject"
+            else "those verdicts rest on that piece (--partial-parses reject grades them wrong)"
+        )
         print(
             f"verify-answers: math-verify read {partial} answer(s) and {gold_partial} gold answer(s) only in part "
-            "(the whole \\boxed{} did not parse, so it took the value of a piece of it); those verdicts rest on "
-            "that piece: check lines whose gold or answer uses notation it rejects",
+            f"(the whole \\boxed{{}} did not parse, so it took the value of a piece of it); {outcome}",
             file=sys.stderr,
         )
     if totals.get("no_answer", 0) and not args.no_extract and args.fallback == "none":

@@ -22,6 +22,10 @@ main thread); ours is one wall-clock limit per check (both parses and the compar
 "timeout", correct=False. The worker stops such a check itself and stays warm; one stuck inside C code, deaf to its
 timer, is killed at most `pool.KILL_GRACE_S` later and its worker replaced.
 
+math-verify sometimes reads only a piece of an answer (the whole box does not parse, so it takes a smaller match
+inside it; see `worker.py`); such pairs are counted (`partial_parses`, `gold_partial_parses`) and, with
+`partial_parses="reject"`, graded wrong instead of trusting the piece.
+
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
 """
@@ -43,6 +47,7 @@ from pasodoble.grader.pool import WorkerPool
 logger = logging.getLogger(__name__)
 
 STATUSES = ("ok", "no_answer", "timeout", "error")
+PARTIAL_PARSES = ("keep", "reject")  # what a verdict resting on a partly read gold or answer becomes
 COUNTER_NAMES = (
     "checks",  # pairs graded
     "cache_hits",  # answered from the (gold, answer) cache
@@ -89,6 +94,9 @@ class GraderConfig:
     cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
     fallback: str = "none"  # answer source when no box/tag/####: "none" | "last_number"
     memory_limit_mb: int | None = 4096  # address-space cap of a worker; None means no cap
+    # A pair whose gold or answer math-verify read only in part (counted as partial_parses): "keep" its verdict
+    # (math-verify's), or "reject" it: graded wrong, since the verdict rests on a piece of the text.
+    partial_parses: str = "keep"
 
     def validate(self) -> None:
         if not self.timeout_s > 0:
@@ -100,6 +108,11 @@ class GraderConfig:
         if self.fallback not in FALLBACKS:
             raise ConfigError(
                 "grader.fallback", f"must be one of {', '.join(FALLBACKS)}, got {self.fallback!r}"
+            )
+        if self.partial_parses not in PARTIAL_PARSES:
+            raise ConfigError(
+                "grader.partial_parses",
+                f"must be one of {', '.join(PARTIAL_PARSES)}, got {self.partial_parses!r}",
             )
         if self.memory_limit_mb is not None and self.memory_limit_mb < 256:
             raise ConfigError("grader.memory_limit_mb", f"must be >= 256 or null, got {self.memory_limit_mb}")
@@ -252,14 +265,19 @@ class Grader:
         results = pool.run(keys, self.config.timeout_s)
         counters["math_verify"] += len(keys)
         counters["worker_restarts"] += pool.restarts - restarts_before
+        reject_partial = self.config.partial_parses == "reject"
         for key, result in zip(keys, results, strict=True):
             counters.update(result.counters)
+            partial = result.counters.get("partial_parses", 0) or result.counters.get(
+                "gold_partial_parses", 0
+            )
+            correct = result.correct and result.status == "ok" and not (reject_partial and partial)
             if result.status != "error":
-                self._cache.put(key, (result.correct and result.status == "ok", result.status))
+                self._cache.put(key, (correct, result.status))
             if result.status != "ok":
                 counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
                 logger.warning(
                     "grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message
                 )
             for index in waiting[key]:
-                verdicts[index] = Verdict(result.correct and result.status == "ok", result.status, key[1])
+                verdicts[index] = Verdict(correct, result.status, key[1])

@@ -73,6 +73,9 @@ def test_partial_parses_are_reported(tmp_path, capsys):
     assert run_verify_answers(_args(str(source), "--out", str(out))) == 0
     assert json.loads(out.read_text())["correct"] is True  # math-verify's verdict, kept
     assert "read 0 answer(s) and 1 gold answer(s) only in part" in capsys.readouterr().err
+    assert run_verify_answers(_args(str(source), "--out", str(out), "--partial-parses", "reject")) == 0
+    assert json.loads(out.read_text())["correct"] is False
+    assert "so those pairs were graded wrong" in capsys.readouterr().err
 
 
 def test_missing_input_is_a_user_error(tmp_path):

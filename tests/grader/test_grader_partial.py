@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pasodoble.errors import ConfigError
 from pasodoble.evals import load_benchmark
-from pasodoble.grader import worker
+from pasodoble.grader import Grader, GraderConfig, worker
 
 READ_IN_PART = (
     "\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}"  # math-verify rejects E_{1}, then reads the last \frac: 2/3
@@ -20,6 +21,23 @@ def test_partial_answers_and_golds_are_counted(grader):
     assert batch.counters["math_verify"] == 3
     assert batch.counters["partial_parses"] == 1
     assert batch.counters["gold_partial_parses"] == 1
+
+
+def test_reject_grades_partly_read_pairs_wrong():
+    golds = ["2/3", READ_IN_PART, READ_IN_PART, "2x+1"]
+    answers = [READ_IN_PART, "2/3", READ_IN_PART, "1+2x"]
+    with Grader(GraderConfig(partial_parses="reject")) as strict:
+        batch = strict.grade(golds, answers, extract=False)
+        again = strict.grade(golds, answers, extract=False)  # from the cache, still rejected
+    # Identical strings are decided by the fast path, before any parse; the rest rests on math-verify's parse.
+    assert [v.correct for v in batch.verdicts] == [False, False, True, True]
+    assert again.verdicts == batch.verdicts and again.counters["cache_hits"] == 4
+    assert batch.counters["partial_parses"] + batch.counters["gold_partial_parses"] == 2
+
+
+def test_partial_parses_setting_is_checked():
+    with pytest.raises(ConfigError, match="grader.partial_parses: must be one of keep, reject"):
+        GraderConfig(partial_parses="drop").validate()
 
 
 def test_probe_changes_no_parse():
