@@ -24,7 +24,7 @@ timer, is killed at most `pool.KILL_GRACE_S` later and its worker replaced.
 
 math-verify sometimes reads only a piece of an answer (the whole box does not parse, so it takes a smaller match
 inside it; see `worker.py`); such pairs are counted (`partial_parses`, `gold_partial_parses`) and, with
-`partial_parses="reject"`, graded wrong instead of trusting the piece.
+`partial_parses="reject"`, graded wrong instead of trusting the piece, unless the answer is the gold's own text.
 
 Departures from the PasoDoble reference: a failing check costs one pair (status "error" or "timeout", counted) and
 never zeroes the whole batch; the time limit works in any thread; every failure is counted, none swallowed.
@@ -95,7 +95,8 @@ class GraderConfig:
     fallback: str = "none"  # answer source when no box/tag/####: "none" | "last_number"
     memory_limit_mb: int | None = 4096  # address-space cap of a worker; None means no cap
     # A pair whose gold or answer math-verify read only in part (counted as partial_parses): "keep" its verdict
-    # (math-verify's), or "reject" it: graded wrong, since the verdict rests on a piece of the text.
+    # (math-verify's), or "reject" it: graded wrong, since the verdict rests on a piece of the text (an answer
+    # identical to the gold keeps its verdict).
     partial_parses: str = "keep"
 
     def validate(self) -> None:
@@ -268,10 +269,11 @@ class Grader:
         reject_partial = self.config.partial_parses == "reject"
         for key, result in zip(keys, results, strict=True):
             counters.update(result.counters)
-            partial = result.counters.get("partial_parses", 0) or result.counters.get(
-                "gold_partial_parses", 0
-            )
-            correct = result.correct and result.status == "ok" and not (reject_partial and partial)
+            partial = result.counters.get("partial_parses", 0) + result.counters.get("gold_partial_parses", 0)
+            rejected = (
+                reject_partial and partial > 0 and key[0] != key[1]
+            )  # the gold's own text is never rejected
+            correct = result.correct and result.status == "ok" and not rejected
             if result.status != "error":
                 self._cache.put(key, (correct, result.status))
             if result.status != "ok":
