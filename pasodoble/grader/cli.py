@@ -156,7 +156,7 @@ def run_verify_answers(args: argparse.Namespace) -> int:
     partial, gold_partial = totals.get("partial_parses", 0), totals.get("gold_partial_parses", 0)
     if partial or gold_partial:
         outcome = (
-            "so those pairs were graded wrong (--partial-parses reject)"
+            "so those pairs were graded wrong unless the answer is the gold itself (--partial-parses reject)"
             if args.partial_parses == "reject"
             else "those verdicts rest on that piece (--partial-parses reject grades them wrong)"
         )
