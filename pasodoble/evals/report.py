@@ -139,12 +139,33 @@ def settings_block(result: dict) -> str:
     return "\n".join(lines)
 
 
+_GRADING_ISSUES = (  # grader counters a reader of the scores should see, with how to read them
+    ("no_answer", "responses without an answer"),
+    ("timeouts", "checks past the time limit (graded wrong)"),
+    ("errors", "checks that failed (graded wrong)"),
+    ("partial_parses", "answers math-verify read only in part"),
+    ("gold_partial_parses", "checks against a gold math-verify read only in part"),
+)
+
+
+def grading_line(counters: dict[str, Any]) -> str:
+    """One Markdown line on how the scores were graded: checks, and every grader counter that needs a look."""
+    checks = int(counters.get("grader/checks", 0))
+    issues = [
+        f"{int(counters[f'grader/{name}']):,} {what}"
+        for name, what in _GRADING_ISSUES
+        if counters.get(f"grader/{name}", 0)
+    ]
+    return f"Grading: {checks:,} checks; " + ("; ".join(issues) if issues else "no failures") + "."
+
+
 def render_run_markdown(result: dict) -> str:
     return "\n\n".join(
         [
             f"# Evaluation: {result['label']}",
             scores_table([result]),
             detail_table(result),
+            grading_line(result.get("counters", {})),
             "## Settings\n\n" + settings_block(result),
         ]
     )

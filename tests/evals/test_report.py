@@ -4,7 +4,14 @@ import pytest
 
 from pasodoble.errors import UserError
 from pasodoble.evals.metrics import average_sources
-from pasodoble.evals.report import build_results, merge_tables, read_results, scores_table, write_run_outputs
+from pasodoble.evals.report import (
+    build_results,
+    grading_line,
+    merge_tables,
+    read_results,
+    scores_table,
+    write_run_outputs,
+)
 from pasodoble.evals.runner import EvalReport, EvalSettings, settings_dict
 
 
@@ -67,3 +74,22 @@ def test_paper_average_column_when_minerva_is_added():
     assert header.endswith("| Minerva | OlympiadBench | AVG | AVG (paper 6) |")
     assert with_minerva.endswith("| 80.00 | 10.00 | 20.00 | 10.00 |")
     assert paper_only.endswith("| - | 10.00 | 10.00 | 10.00 |")
+
+
+def test_grading_line_names_what_needs_a_look(tmp_path):
+    clean = {
+        "grader/checks": 1200,
+        "grader/timeouts": 0,
+        "grader/partial_parses": 0,
+        "eval/prompts_truncated": 3,
+    }
+    assert grading_line(clean) == "Grading: 1,200 checks; no failures."
+    counters = {**clean, "grader/no_answer": 7, "grader/gold_partial_parses": 6}
+    assert grading_line(counters) == (
+        "Grading: 1,200 checks; 7 responses without an answer; "
+        "6 checks against a gold math-verify read only in part."
+    )
+    result = _result("base", {"gsm8k": 0.5})
+    result["counters"] = counters
+    write_run_outputs(tmp_path, result)
+    assert "6 checks against a gold math-verify read only in part" in (tmp_path / "results.md").read_text()
