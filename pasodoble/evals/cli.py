@@ -24,6 +24,7 @@ from pasodoble.evals.benchmarks import DATA_DIR_ENV, load_benchmark, parse_bench
 from pasodoble.evals.problems import ANSWER_FORMATS, FieldMap, Problem, load_hf_problems, load_problems_file
 from pasodoble.evals.report import build_results, merge_tables, read_results, scores_table, write_run_outputs
 from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalSettings, evaluate, settings_dict
+from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 
 ENGINES = ("hf",)
@@ -71,12 +72,22 @@ def register(subparsers) -> None:
     e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
     e.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     e.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
-    e.add_argument("--grader-timeout-s", type=float, default=5.0)
-    e.add_argument("--grader-workers", type=int, default=1)
+    e.add_argument(
+        "--grader-timeout-s",
+        type=float,
+        default=GraderConfig.timeout_s,
+        help="wall-clock limit of one answer check, seconds (default: %(default)s)",
+    )
+    e.add_argument(
+        "--grader-workers",
+        type=int,
+        default=GraderConfig.num_workers,
+        help="answer-checking worker processes (default: %(default)s)",
+    )
     e.add_argument(
         "--grader-partial-parses",
-        choices=("keep", "reject"),
-        default="keep",
+        choices=PARTIAL_PARSES,
+        default=GraderConfig.partial_parses,
         help="a sample whose answer or gold math-verify reads only in part: keep math-verify's verdict "
         "(default) or grade it wrong",
     )
@@ -192,7 +203,7 @@ def build_engine(name: str, model, tokenizer, batch_size: int):
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from pasodoble.grader import Grader, GraderConfig
+    from pasodoble.grader import Grader
 
     settings = settings_from_args(args)
     problems = problems_from_args(args)
