@@ -3,7 +3,7 @@
 A run may be killed at any moment (SIGKILL, a pre-empted node). Files that a resume or a report reads are therefore
 written to a temporary sibling and renamed into place (`os.replace` is atomic on POSIX), and JSONL streams are
 appended a whole line at a time with a flush and fsync, so a reader sees either a complete row or nothing; a torn
-last line left by a crash is dropped (and counted) by `read_jsonl`.
+last line left by a crash is dropped by `read_jsonl`, which also reads files with bad bytes (`pasodoble.jsonl`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from pasodoble.jsonl import BadJsonlError, iter_jsonl, warn_skipped
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -48,17 +50,24 @@ def append_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
         os.fsync(f.fileno())
 
 
-def read_jsonl(path: str | Path, *, strict: bool = False) -> list[dict]:
-    """Rows of a JSONL file. A torn final line (from a crash mid-write) is skipped unless `strict`."""
-    rows, lines = [], Path(path).read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if strict or i != len(lines) - 1:
-                raise ValueError(f"{path}:{i + 1}: not valid JSON") from None
+def read_jsonl(path: str | Path, *, strict: bool = False, skip_bad: bool = False) -> list[dict]:
+    """Rows of a JSONL file. A torn final line (from a crash mid-write) is skipped unless `strict`; any other bad
+    line (bad bytes, bad JSON, not an object: see `pasodoble.jsonl`) raises `BadJsonlError` naming it, or with `skip_bad` is
+    skipped, with the first few line numbers and the count printed on stderr."""
+    rows, bad, last = [], [], 0
+    for number, value, problem in iter_jsonl(path):
+        last = number
+        if problem is None and not isinstance(value, dict):
+            problem = "expected a JSON object"
+        if problem is None:
+            rows.append(value)
+        else:
+            bad.append((number, problem))
+    if bad and not strict and bad[-1][0] == last:
+        bad.pop()
+    if bad and not skip_bad:
+        raise BadJsonlError(f"{path}:{bad[0][0]}: {bad[0][1]}")
+    warn_skipped([f"{path}:{number}: {problem}; line skipped" for number, problem in bad])
     return rows
 
 

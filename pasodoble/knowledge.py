@@ -25,7 +25,6 @@ long records are individually rarer.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import string
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.jsonl import LineError, decode_line
 
 CHARS_PER_TOKEN = 4  # chunk size estimate when no tokenizer is given
 MAX_DRAWS = 64  # redraws per passage before giving up on a corpus of short or broken records
@@ -127,11 +127,7 @@ class _JsonlFile:
                     self.offsets.append(pos)
                 pos += len(line)
         if self.offsets:
-            try:
-                first = json.loads(self._line(0))
-            except ValueError as err:
-                raise ConfigError(str(path), f"line 1 is not JSON ({err}); give a JSON-lines file") from err
-            render.check(first, str(path))
+            render.check(self._first_record(), str(path))
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -141,10 +137,23 @@ class _JsonlFile:
             f.seek(self.offsets[i])
             return f.readline()
 
+    def _first_record(self) -> object:
+        """The first readable record among the first MAX_DRAWS lines (bad lines are the sampler's to count)."""
+        problems = []
+        for i in range(min(len(self.offsets), MAX_DRAWS)):
+            try:
+                return decode_line(self._line(i))
+            except LineError as err:
+                problems.append(err.problem)
+        raise ConfigError(
+            str(self.path),
+            f"is not JSON lines: none of its first {len(problems)} lines can be read (line 1: {problems[0]})",
+        )
+
     def text(self, i: int) -> str | None:
         try:
-            return self.render(json.loads(self._line(i)))
-        except ValueError:  # a broken line mid-file: counted by the sampler, not fatal
+            return self.render(decode_line(self._line(i)))
+        except LineError:  # a broken line mid-file (bad bytes or JSON): counted by the sampler, not fatal
             return None
 
 

@@ -23,7 +23,7 @@ PANELS_PER_FIGURE = 12
 def load_series(metrics_path: Path) -> dict[str, tuple[list[int], list[float]]]:
     """metric name -> (steps, values); later rows for the same step win (a resumed run re-logs nothing twice)."""
     by_key: dict[str, dict[int, float]] = defaultdict(dict)
-    for row in read_jsonl(metrics_path):
+    for row in read_jsonl(metrics_path, skip_bad=True):  # a copied run may hold a damaged line
         step = row.get("step")
         if not isinstance(step, int):
             continue

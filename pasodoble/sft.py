@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.jsonl import read_jsonl_skipping, warn_skipped
 from pasodoble.tracking import Tracker
 
 IGNORE_INDEX = -100  # label value the HF loss skips
@@ -185,25 +187,30 @@ def train_sft(
 
 
 def load_examples(path: Path) -> list[dict]:
-    """`{"prompt", "completion"}` rows of a JSONL file; a bad row is a one-line error naming file and line."""
+    """`{"prompt", "completion"}` rows of a JSONL file; a bad line is reported with its number and skipped."""
     if not path.is_file():
         raise UserError(f"--data {path}: file not found")
-    examples = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
-        if not (
-            isinstance(row, dict)
-            and isinstance(row.get("prompt"), str)
-            and isinstance(row.get("completion"), str)
-        ):
-            raise UserError(f"{path}:{number}: each row needs string fields 'prompt' and 'completion'")
-        examples.append({"prompt": row["prompt"], "completion": row["completion"]})
-    return examples
+    rows, skipped = read_jsonl_skipping(path, _example_problem)
+    warn_skipped(skipped)
+    if not rows:
+        raise UserError(
+            f"--data {path}: no usable example ({len(skipped)} bad line(s)); one JSON object a line"
+        )
+    if skipped:
+        print(
+            f"--data {path}: {len(skipped)} bad line(s) skipped, {len(rows)} examples read", file=sys.stderr
+        )
+    return [{"prompt": row["prompt"], "completion": row["completion"]} for row in rows]
+
+
+def _example_problem(row: object) -> str | None:
+    if (
+        isinstance(row, dict)
+        and isinstance(row.get("prompt"), str)
+        and isinstance(row.get("completion"), str)
+    ):
+        return None
+    return "each row needs string fields 'prompt' and 'completion'"
 
 
 def register(subparsers) -> None:

@@ -12,7 +12,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.io import read_jsonl
-from pasodoble.sft import SFTConfig, batch_order, collate, encode_examples, lr_at, register, train_sft
+from pasodoble.sft import (
+    SFTConfig,
+    batch_order,
+    collate,
+    encode_examples,
+    load_examples,
+    lr_at,
+    register,
+    train_sft,
+)
 from pasodoble.world import WorldConfig, build_world
 
 
@@ -130,6 +139,18 @@ def test_cli_trains_and_reports_bad_rows(world, tmp_path):
     assert AutoModelForCausalLM.from_pretrained(out) is not None
     assert len(read_jsonl(out / "metrics.jsonl")) == 1  # log_every=10 > 3 steps: the last step is logged
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n" + json.dumps({"prompt": "x"}) + "\n")
-    with pytest.raises(UserError, match=r"bad.jsonl:2: .*'completion'"):
+    bad.write_text(json.dumps({"prompt": "x"}) + "\n{oops\n")
+    with pytest.raises(UserError, match=r"bad.jsonl: no usable example \(2 bad line\(s\)\)"):
         _cli([*argv[:4], str(bad), *argv[5:]])
+
+
+def test_bad_sft_lines_are_reported_and_skipped(tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    good = json.dumps({"prompt": "x", "completion": "y"}).encode()
+    data.write_bytes(
+        b"\n".join([good, b'{"prompt": "x"}', b'{"prompt": "\xff", "completion": "y"}', good]) + b"\n"
+    )
+    assert load_examples(data) == [{"prompt": "x", "completion": "y"}] * 2
+    err = capsys.readouterr().err
+    assert "data.jsonl:2: each row needs string fields 'prompt' and 'completion'; line skipped" in err
+    assert "data.jsonl:3: not UTF-8 (byte 0xff" in err and "2 bad line(s) skipped, 2 examples read" in err

@@ -13,15 +13,16 @@ shipped benchmarks (`benchmarks.py`) are just seven such mappings.
 
 from __future__ import annotations
 
-import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.jsonl import LineError, decode_line, read_jsonl_skipping, warn_skipped
 
 _TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_\-\. ]*)\}")
 
@@ -168,7 +169,7 @@ def _check_fields(row: Mapping[str, Any], fields: FieldMap, source: str) -> None
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl / .json / .parquet file."""
+    """Rows of a .jsonl / .json / .parquet file; a bad JSONL line is reported on stderr and skipped (counted)."""
     if not path.is_file():
         raise UserError(f"{path}: no such file (check --dataset or --data-dir)")
     suffix = path.suffix.lower()
@@ -177,20 +178,24 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
         return pq.read_table(path).to_pylist()
     if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
+        try:
+            data = decode_line(path.read_bytes())
+        except LineError as err:
+            raise UserError(f"{path}: {err.problem}; fix the file or convert it to JSONL") from None
+        if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
             raise UserError(
                 f"{path}: a .json set must hold a list of objects; use JSONL for one object a line"
             )
         return data
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+    rows, skipped = read_jsonl_skipping(path, _not_an_object)
+    warn_skipped(skipped)
+    if skipped:
+        print(f"{path}: {len(skipped)} bad line(s) skipped, {len(rows)} rows read", file=sys.stderr)
     return rows
+
+
+def _not_an_object(row: Any) -> str | None:
+    return None if isinstance(row, dict) else "expected a JSON object"
 
 
 def load_problems_file(

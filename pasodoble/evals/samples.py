@@ -4,20 +4,21 @@ Why: peers' harnesses write results only at the end, so a killed evaluation rest
 audit a score. Here each finished problem's k rows are appended in one write with an fsync (`pasodoble.io`), and a
 re-run of the same command reads the file, keeps the problems that have all k rows, and redoes only the rest.
 
-Repair on resume: a torn last line (the process died mid-write) and the rows of a problem with fewer than k
+Repair on resume: a torn last line (the process died mid-write; any line that is not a readable samples row is
+counted with it) and the rows of a problem with fewer than k
 samples are dropped; the file is rewritten atomically without them, so nothing is duplicated or lost. A problem
 with more than k rows means the file came from a run with a larger --num-samples: that is a user error.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.io import truncate_jsonl
+from pasodoble.jsonl import iter_jsonl
 
 Key = tuple[str, str]  # (source, problem id)
 
@@ -35,18 +36,22 @@ def row_key(row: dict) -> Key:
     return (str(row["source"]), str(row["id"]))
 
 
+def _row_key_or_none(row: object) -> Key | None:
+    """The row's key, or None for a line that is JSON but not a samples row (counted as torn, then dropped)."""
+    if not isinstance(row, dict) or "source" not in row or "id" not in row:
+        return None
+    sample = row.get("sample")
+    return row_key(row) if isinstance(sample, int) and not isinstance(sample, bool) and sample >= 0 else None
+
+
 def load_resume_state(path: Path, num_samples: int) -> ResumeState:
     """Read and repair the samples file of an interrupted run (see module docstring)."""
     state = ResumeState()
     if not path.exists():
         return state
     groups: dict[Key, list[dict]] = defaultdict(list)
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+    for _, row, problem in iter_jsonl(path):
+        if problem is not None or _row_key_or_none(row) is None:
             state.torn_lines += 1
             continue
         groups[row_key(row)].append(row)
@@ -64,8 +69,10 @@ def load_resume_state(path: Path, num_samples: int) -> ResumeState:
     if state.torn_lines or state.partial_rows:
         # Repair before anything is appended: a new row written after a torn line would be glued onto it.
         try:
-            truncate_jsonl(path, lambda row: row_key(row) in state.finished)
-        except ValueError as err:  # a broken line before the last one: not a crash mid-append, so not ours
+            truncate_jsonl(path, lambda row: _row_key_or_none(row) in state.finished)
+        except (
+            ValueError
+        ) as err:  # an unreadable line before the last one: not a crash mid-append, so not ours
             raise UserError(
                 f"{err}; the samples file was edited or corrupted: fix or remove that line"
             ) from err

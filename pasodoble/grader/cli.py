@@ -2,8 +2,11 @@
 
 Each input line is a JSON object with `gold` (an answer string; a JSON number is accepted) and `pred` (a whole model
 response, or an extracted answer with `--no-extract`). Each output line is the input object plus `correct` (bool),
-`extracted` (the answer found in `pred`, or null) and `status` (ok / no_answer / timeout / error). Bad lines are
-reported on stderr with their line numbers and skipped; one summary line goes to stderr at the end.
+`extracted` (the answer found in `pred`, or null) and `status` (ok / no_answer / timeout / error). Bad lines (not
+UTF-8, not JSON, a lone surrogate, a missing or mistyped field, a gold that is NaN or overflows, such as `1e400`)
+are reported on stderr with their line numbers and skipped, before any grading; one summary line with the count
+goes to stderr at the end. The output is standard JSON (`pasodoble.jsonl.dumps_strict`: a non-finite number in
+another field is written as null), written to a temporary file and renamed, which is removed if the write fails.
 
 Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (a progress bar counts graded lines;
 `--no-progress` turns it off). When answers are not found, the summary says how to read bare answers
@@ -14,10 +17,8 @@ an answer or gold only in part (see `worker.py`), it says how many.
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from tqdm.auto import tqdm
 from pasodoble.errors import UserError
 from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import PARTIAL_PARSES, Grader, GraderConfig
+from pasodoble.io import write_text_atomic
+from pasodoble.jsonl import dumps_strict, read_jsonl_skipping
 
 _CHUNK = 2048  # lines graded per batch: bounds memory while keeping workers busy
 
@@ -77,26 +80,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _read_rows(path: Path) -> tuple[list[dict], list[str]]:
-    """Valid rows and one message per bad line."""
+    """Valid rows and one message per bad line (bytes, JSON, Unicode and types are checked: `pasodoble.jsonl`)."""
     if not path.is_file():
         raise UserError(f"{path}: no such file; pass a JSONL file with 'gold' and 'pred' fields")
-    rows, problems = [], []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            problem = None
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                problem = f"not valid JSON ({error.msg})"
-            else:
-                problem = _row_problem(row)
-            if problem:
-                problems.append(f"{path}:{number}: {problem}; line skipped")
-            else:
-                rows.append(row)
-    return rows, problems
+    return read_jsonl_skipping(path, _row_problem)
 
 
 def _row_problem(row: Any) -> str | None:
@@ -105,19 +92,13 @@ def _row_problem(row: Any) -> str | None:
     gold = row.get("gold")
     if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
         return "'gold' must be a string or a number"
+    if isinstance(gold, float) and not math.isfinite(gold):
+        return (
+            "'gold' is NaN, an infinity or a number past 1.8e308; write a huge number as a string (\"1e400\")"
+        )
     if not isinstance(row.get("pred"), str):
         return "'pred' must be a string"
     return None
-
-
-def _write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp"
-    ) as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(handle.name, path)
 
 
 def run_verify_answers(args: argparse.Namespace) -> int:
@@ -145,7 +126,7 @@ def run_verify_answers(args: argparse.Namespace) -> int:
             for name, value in batch.counters.items():
                 totals[name] = totals.get(name, 0) + value
             bar.update(len(chunk))
-    _write_jsonl_atomic(args.out, rows)
+    write_text_atomic(args.out, "".join(dumps_strict(row) + "\n" for row in rows))
     correct = sum(row["correct"] for row in rows)
     print(
         f"verify-answers: {len(rows)} graded, {correct} correct ({correct / max(len(rows), 1):.1%}), "

@@ -40,7 +40,7 @@ def test_template_joins_fields_and_drops_nulls():
     assert p.answers == ("3",) and p.id == "0" and p.source == "s"
 
 
-def test_errors_name_the_field_and_row(tmp_path):
+def test_errors_name_the_field_and_row(tmp_path, capsys):
     rows = [{"q": "1+1?", "a": "2"}, {"q": "2+2?", "a": ""}]
     with pytest.raises(UserError, match="'question' not in the data; available: a, q"):
         rows_to_problems(rows, FieldMap(), "s")
@@ -49,9 +49,14 @@ def test_errors_name_the_field_and_row(tmp_path):
     with pytest.raises(UserError, match="appears twice"):
         rows_to_problems([{"q": "x", "a": 1, "i": 1}] * 2, FieldMap("q", answer_field="a", id_field="i"), "s")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"q": "x", "a": 1}\n{oops\n')
-    with pytest.raises(UserError, match="bad.jsonl:2: not valid JSON"):
-        load_problems_file(bad, FieldMap("q", answer_field="a"))
+    bad.write_bytes(b'{"q": "x", "a": 1}\n{oops\n{"q": "caf\xe9", "a": 2}\n[3]\n')
+    assert [p.question for p in load_problems_file(bad, FieldMap("q", answer_field="a"))] == ["x"]
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2: not valid JSON" in err and "bad.jsonl:3: not UTF-8 (byte 0xe9" in err
+    assert "bad.jsonl:4: expected a JSON object" in err and "3 bad line(s) skipped, 1 rows read" in err
+    (tmp_path / "bad.json").write_bytes(b'[{"q": "x", "a": 1}, {"q": "\xff"}]')
+    with pytest.raises(UserError, match="bad.json: not UTF-8"):
+        load_problems_file(tmp_path / "bad.json", FieldMap("q", answer_field="a"))
     with pytest.raises(UserError, match="no such file"):
         load_problems_file(tmp_path / "missing.jsonl")
 
