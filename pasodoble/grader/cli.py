@@ -110,6 +110,8 @@ def run_verify_answers(args: argparse.Namespace) -> int:
         partial_parses=args.partial_parses,
     )
     config.validate()
+    if args.out.is_dir():
+        raise UserError(f"--out {args.out} is a folder; give the path of the output JSONL file")
     rows, problems = _read_rows(args.input)
     for problem in problems:
         print(problem, file=sys.stderr)
@@ -126,7 +128,12 @@ def run_verify_answers(args: argparse.Namespace) -> int:
             for name, value in batch.counters.items():
                 totals[name] = totals.get(name, 0) + value
             bar.update(len(chunk))
-    write_text_atomic(args.out, "".join(dumps_strict(row) + "\n" for row in rows))
+    try:
+        write_text_atomic(args.out, "".join(dumps_strict(row) + "\n" for row in rows))
+    except OSError as err:  # the temporary file is already removed; say why the write failed
+        raise UserError(
+            f"--out {args.out}: cannot write ({err.strerror or err}); nothing was written"
+        ) from None
     correct = sum(row["correct"] for row in rows)
     print(
         f"verify-answers: {len(rows)} graded, {correct} correct ({correct / max(len(rows), 1):.1%}), "
