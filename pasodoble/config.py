@@ -3,8 +3,10 @@
 Each concern owns a plain `@dataclass` (RoleConfig in `roles.py`, RewardConfig in `rewards.py`, ...), with a default
 per field and an optional `validate()` that raises `ConfigError`. This module is the generic part: it turns a YAML
 mapping plus `key.sub=value` overrides into such a dataclass tree, checking types strictly (a bool is `true` or
-`false`, never `1`; unknown keys are errors with a "did you mean" hint), then calls every `validate()` before
-anything heavy loads. The resolved config is saved as YAML in the run directory.
+`false`, never `1` or `yes`; a float is finite; unknown keys are errors with a "did you mean" hint), then calls
+every `validate()` before anything heavy loads. Recipes and override values are read as strict YAML 1.2
+(`pasodoble.strict_yaml`: no duplicate keys, no aliases, at most 1 MiB). The resolved config is saved as YAML in
+the run directory.
 
     cfg = load_config(TrainConfig, "recipes/tiny-online.yaml", ["solver.lr=1e-6", "schedule.steps=20"])
 """
@@ -13,16 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
-import yaml
-
 from pasodoble.errors import ConfigError
 from pasodoble.io import write_text_atomic
+from pasodoble.strict_yaml import MAX_BYTES, dump_yaml, load_yaml
 
 T = TypeVar("T")
 
@@ -43,12 +45,16 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), "config file not found; check the path (recipes live in recipes/)")
+    if path.stat().st_size > MAX_BYTES:
+        raise ConfigError(
+            str(path),
+            f"too large: {path.stat().st_size:,} bytes, and a recipe may hold at most {MAX_BYTES:,}",
+        )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(where, f"not valid YAML ({getattr(e, 'problem', e)})") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), f"is not UTF-8 text (byte {e.start + 1}); save it as UTF-8") from None
+    data = load_yaml(text, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -65,11 +71,12 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(item, "an override must look like section.field=value (e.g. solver.lr=1e-6)")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
+        value = load_yaml(raw, key) if raw.strip() else ""
+    except ConfigError as e:
+        shown = raw if len(raw) <= 80 else raw[:77] + "..."
         raise ConfigError(
             key,
-            f"the value {raw!r} is not valid YAML ({getattr(e, 'problem', e)}); quote it, and write a list "
+            f"the value {shown!r} is {e.message}; quote it, and write a list "
             "inside a list as a quoted string (overrides=['oracle.tiers=[t3]'])",
         ) from None
     node = data
@@ -122,8 +129,11 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # `X | None`: X's own error, which names the nested field
+            return _coerce(options[0], value, where)
         errors = []
-        for arg in (a for a in args if a is not type(None)):
+        for arg in options:
             try:
                 return _coerce(arg, value, where)
             except ConfigError as e:
@@ -159,14 +169,17 @@ def _scalar(tp: Any, value: Any, where: str) -> Any:
             return value
         raise ConfigError(where, f"expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(where, f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigError(where, f"expected a number, got {value!r}")
+        try:  # a string too: a quoted "1e-6"
+            number = float(value)
+        except OverflowError:  # an integer past 1.8e308
+            number = math.inf
+        except ValueError:
+            raise ConfigError(where, f"expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(where, f"must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -179,9 +192,12 @@ def _scalar(tp: Any, value: Any, where: str) -> Any:
 
 
 def validate_tree(obj: Any, where: str = "") -> None:
-    """Call `validate()` on every nested dataclass, children first; prefix errors with their dotted path."""
+    """Call `validate()` on every nested dataclass, children first; prefix errors with their dotted path.
+    A NaN or infinite float field is an error here too, for configs built in code rather than read."""
     for f in dataclasses.fields(obj):
         child = getattr(obj, f.name)
+        if isinstance(child, float) and not math.isfinite(child):
+            raise ConfigError(_join(where, f.name), f"must be a finite number, got {child!r}")
         if dataclasses.is_dataclass(child) and not isinstance(child, type):
             validate_tree(child, _join(where, f.name))
     check = getattr(obj, "validate", None)
@@ -217,4 +233,4 @@ def to_dict(obj: Any) -> Any:
 
 def save_config(obj: Any, path: str | Path) -> None:
     """Write the resolved config as YAML (atomically); `load_config(type(obj), path)` reads it back."""
-    write_text_atomic(path, yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True))
+    write_text_atomic(path, dump_yaml(to_dict(obj)))

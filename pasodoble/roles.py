@@ -39,6 +39,14 @@ from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParam
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Sizes past these cannot run anywhere, so they are refused at validation rather than hours in:
+MAX_GENERATIONS = 1024  # completions per prompt; GRPO setups use 4-64, and each one is a full generation
+MAX_SEQUENCE_TOKENS = (
+    1 << 24
+)  # prompt + completion: 16.8M tokens, past the longest context of any released model
+MAX_PASS_TOKENS = (
+    1 << 30
+)  # tokens in one forward pass: its logits alone would need 1 TiB at a 256-token vocabulary
 
 
 @dataclass
@@ -93,6 +101,44 @@ class RoleConfig:
             )
         if self.micro_batch_size < 1 or self.generation_batch_size < 1:
             raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
+        self._validate_optimizer()
+        self._validate_sizes()
+
+    def _validate_optimizer(self) -> None:
+        if self.warmup_steps < 0:
+            raise ConfigError("warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
+        if self.weight_decay < 0:
+            raise ConfigError("weight_decay", f"must be >= 0, got {self.weight_decay}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ConfigError(
+                "max_grad_norm",
+                f"must be > 0 (0 would zero every gradient), or null to switch clipping off; got {self.max_grad_norm}",
+            )
+        if self.epsilon_high is not None and self.epsilon_high <= 0:
+            raise ConfigError("epsilon_high", f"must be > 0, or null to use epsilon; got {self.epsilon_high}")
+
+    def _validate_sizes(self) -> None:
+        if self.num_generations > MAX_GENERATIONS:
+            raise ConfigError(
+                "num_generations",
+                f"{self.num_generations} completions per prompt is past the limit of {MAX_GENERATIONS} "
+                "(GRPO groups are 4-64; the paper uses 6)",
+            )
+        tokens = self.max_prompt_length + self.max_completion_length
+        if tokens > MAX_SEQUENCE_TOKENS:
+            raise ConfigError(
+                "max_completion_length",
+                f"max_prompt_length + max_completion_length = {tokens:,} tokens is past {MAX_SEQUENCE_TOKENS:,}, "
+                "longer than the context window of any released model",
+            )
+        for name in ("micro_batch_size", "generation_batch_size"):
+            batch = getattr(self, name)
+            if batch * tokens > MAX_PASS_TOKENS:
+                raise ConfigError(
+                    name,
+                    f"{batch:,} sequences of up to {tokens:,} tokens make {batch * tokens:,} tokens in one pass, past "
+                    f"{MAX_PASS_TOKENS:,} (the logits alone would need over 1 TiB); lower {name}",
+                )
 
 
 def resolve_device(name: str) -> torch.device:
