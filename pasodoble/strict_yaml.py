@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
+from yaml.scanner import ScannerError
 
 from pasodoble.errors import ConfigError
 
@@ -53,6 +54,13 @@ class StrictLoader(yaml.SafeLoader):
     def __init__(self, stream: str):
         super().__init__(stream)
         self._depth = 0
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 (PyYAML's name)
+        # The scanner's bookkeeping costs O(depth) per bracket, so 10^6 `[` took minutes before the composer's
+        # depth check could run: stop at the bracket itself.
+        if self.flow_level >= MAX_DEPTH:
+            raise ScannerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
