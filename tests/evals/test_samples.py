@@ -40,5 +40,7 @@ def test_more_samples_than_k_is_a_user_error(tmp_path):
 def test_a_broken_line_in_the_middle_is_a_user_error(tmp_path):
     path = tmp_path / "samples.jsonl"
     path.write_text(json.dumps(_row("a", 0)) + "\n{broken\n" + json.dumps(_row("a", 1)) + "\n")
-    with pytest.raises(UserError, match=r"samples.jsonl:2: not valid JSON \(.*\); the samples file was edited"):
+    with pytest.raises(
+        UserError, match=r"samples.jsonl:2: not valid JSON \(.*\); the samples file was edited"
+    ):
         load_resume_state(path, 2)
