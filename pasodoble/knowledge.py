@@ -321,8 +321,13 @@ def _char_cuts(text: str, chunk_tokens: int) -> list[str]:
 def chunk_text(text: str, chunk_tokens: int, tokenizer=None) -> list[str]:
     """Split `text` into ceil(n / chunk_tokens) near-equal chunks of n tokens (or ~4 characters per token).
 
-    Text that fits is returned whole; with a fast tokenizer chunks are exact slices of `text`.
+    Text that fits is returned whole; with a fast tokenizer chunks are exact slices of `text`. Lone surrogates
+    (which no file reader lets through, but a caller's string may hold) become U+FFFD: tokenizers cannot encode them.
     """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     if tokenizer is not None:
         fits = len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= chunk_tokens
         chunks = [text] if fits else _token_cuts(text, chunk_tokens, tokenizer)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable
@@ -30,6 +31,13 @@ from pasodoble.strict_yaml import load_yaml
 from pasodoble.world import arith
 
 Target = tuple[Callable[[Any], Any], tuple[type[BaseException], ...]]
+
+
+@functools.cache
+def _tokenizer():
+    from tests.conftest import build_char_tokenizer
+
+    return build_char_tokenizer()  # a fast tokenizer: chunk_text cuts at its offsets
 
 
 def _half(text: str) -> tuple[str, str]:
@@ -55,6 +63,7 @@ PARSERS: dict[str, Target] = {
     "problems.parse_answers(plain)": (lambda t: parse_answers(t, "plain"), ()),
     "arith.solve": (arith.solve, ()),
     "knowledge.chunk_text": (lambda t: chunk_text(t, 4), ()),
+    "knowledge.chunk_text(tokenizer)": (lambda t: chunk_text(t, 4, _tokenizer()), ()),
     "config.apply_override": (lambda t: apply_override({}, t), (ConfigError,)),
     "config.apply_override(value)": (lambda t: apply_override({}, "solver.lr=" + t), (ConfigError,)),
     "strict_yaml.load_yaml": (lambda t: load_yaml(t, "recipe.yaml"), (ConfigError,)),

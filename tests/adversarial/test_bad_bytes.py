@@ -119,3 +119,11 @@ def test_samples_resume_treats_an_undecodable_last_line_as_torn(tmp_path):
     assert path.read_text(encoding="utf-8") == json.dumps(row, ensure_ascii=False) + "\n"
     path.write_text(json.dumps(row) + "\n" + json.dumps({"id": "no source"}) + "\n")
     assert load_resume_state(path, 1).torn_lines == 1  # JSON, but not a samples row: dropped, not a KeyError
+
+
+def test_chunking_text_with_a_lone_surrogate_does_not_reach_the_tokenizer():
+    from pasodoble.knowledge import chunk_text
+    from tests.conftest import build_char_tokenizer
+
+    chunks = chunk_text("ab\ud800cd " * 10, 4, build_char_tokenizer())  # raised TypeError in the tokenizer
+    assert chunks and all(c.encode("utf-8") for c in chunks) and "\ufffd" in "".join(chunks)
