@@ -73,10 +73,9 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     try:
         value = load_yaml(raw, key) if raw.strip() else ""
     except ConfigError as e:
-        shown = raw if len(raw) <= 80 else raw[:77] + "..."
         raise ConfigError(
             key,
-            f"the value {shown!r} is {e.message}; quote it, and write a list "
+            f"the value {_shown(raw)} is {e.message}; quote it, and write a list "
             "inside a list as a quoted string (overrides=['oracle.tiers=[t3]'])",
         ) from None
     node = data
@@ -92,7 +91,7 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     current = node.setdefault(parts[-1], [])
     if not isinstance(current, list):
         raise ConfigError(
-            key, f"'+=' appends to a list, but '{key}' holds {current!r}; use '=' to replace it"
+            key, f"'+=' appends to a list, but '{key}' holds {_shown(current)}; use '=' to replace it"
         )
     current.extend(value if isinstance(value, list) else [value])
 
@@ -102,7 +101,9 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
-        raise ConfigError(where or cls.__name__, f"expected a mapping of {cls.__name__} fields, got {data!r}")
+        raise ConfigError(
+            where or cls.__name__, f"expected a mapping of {cls.__name__} fields, got {_shown(data)}"
+        )
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = typing.get_type_hints(cls)
     unknown = [k for k in data if k not in fields]
@@ -116,6 +117,12 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
         return cls(**kwargs)
     except TypeError as e:
         raise ConfigError(where or cls.__name__, str(e)) from None
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """repr() for an error message, cut at `limit` characters (a 1 MB value must not become a 1 MB message)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _join(where: str, key: str) -> str:
@@ -142,18 +149,18 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(where, f"must be one of {', '.join(repr(a) for a in args)}, got {value!r}")
+        raise ConfigError(where, f"must be one of {', '.join(repr(a) for a in args)}, got {_shown(value)}")
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value if value is not None else {}, where)
     if origin in (list, tuple, Sequence) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(where, f"expected a list, got {value!r}")
+            raise ConfigError(where, f"expected a list, got {_shown(value)}")
         item = args[0] if args else Any
         items = [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple or tp is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            raise ConfigError(where, f"expected a mapping, got {value!r}")
+            raise ConfigError(where, f"expected a mapping, got {_shown(value)}")
         vt = args[1] if len(args) == 2 else Any
         return {str(k): _coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
     return _scalar(tp, value, where)
@@ -163,31 +170,31 @@ def _scalar(tp: Any, value: Any, where: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(where, f"expected true or false, got {value!r}")
+        raise ConfigError(where, f"expected true or false, got {_shown(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(where, f"expected an integer, got {value!r}")
+        raise ConfigError(where, f"expected an integer, got {_shown(value)}")
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ConfigError(where, f"expected a number, got {value!r}")
+            raise ConfigError(where, f"expected a number, got {_shown(value)}")
         try:  # a string too: a quoted "1e-6"
             number = float(value)
         except OverflowError:  # an integer past 1.8e308
             number = math.inf
         except ValueError:
-            raise ConfigError(where, f"expected a number, got {value!r}") from None
+            raise ConfigError(where, f"expected a number, got {_shown(value)}") from None
         if not math.isfinite(number):
-            raise ConfigError(where, f"must be a finite number, got {value!r}")
+            raise ConfigError(where, f"must be a finite number, got {_shown(value)}")
         return number
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(where, f"expected a string, got {value!r} (quote it in YAML)")
+        raise ConfigError(where, f"expected a string, got {_shown(value)} (quote it in YAML)")
     if tp is Path:
         if isinstance(value, (str, Path)):
             return Path(value)
-        raise ConfigError(where, f"expected a path, got {value!r}")
+        raise ConfigError(where, f"expected a path, got {_shown(value)}")
     raise ConfigError(where, f"unsupported config type {tp!r}")
 
 

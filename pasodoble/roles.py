@@ -39,14 +39,13 @@ from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParam
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Sizes past these cannot run anywhere, so they are refused at validation rather than hours in:
-MAX_GENERATIONS = 1024  # completions per prompt; GRPO setups use 4-64, and each one is a full generation
-MAX_SEQUENCE_TOKENS = (
-    1 << 24
-)  # prompt + completion: 16.8M tokens, past the longest context of any released model
-MAX_PASS_TOKENS = (
-    1 << 30
-)  # tokens in one forward pass: its logits alone would need 1 TiB at a 256-token vocabulary
+# Sizes past these cannot run anywhere, so they are refused at validation rather than hours in.
+# Completions per prompt: GRPO groups are 4-64, and each completion is a full generation.
+MAX_GENERATIONS = 1024
+# Prompt + completion tokens: 16.8M, over 100x the 32K-128K context of the models the recipes train (a typo).
+MAX_SEQUENCE_TOKENS = 1 << 24
+# Tokens in one forward pass: their fp32 logits alone would take 1 TiB even with a 256-token vocabulary.
+MAX_PASS_TOKENS = 1 << 30
 
 
 @dataclass
@@ -129,7 +128,7 @@ class RoleConfig:
             raise ConfigError(
                 "max_completion_length",
                 f"max_prompt_length + max_completion_length = {tokens:,} tokens is past {MAX_SEQUENCE_TOKENS:,}, "
-                "longer than the context window of any released model",
+                "over 100x the 32K-128K context window of the models the recipes train; check for a typo",
             )
         for name in ("micro_batch_size", "generation_batch_size"):
             batch = getattr(self, name)

@@ -174,3 +174,11 @@ def test_train_cli_refuses_a_duplicate_key_in_one_line(tmp_path):
         f"pasodoble train: error: {recipe}:3: not valid YAML (duplicate key 'steps' (first at line 2))"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_huge_value_is_cut_in_the_error_message(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("seed: [" + ", ".join(["lol"] * 100_000) + "]\n")
+    with pytest.raises(ConfigError, match=r"seed: expected an integer, got \['lol', 'lol'.*\.\.\.$") as err:
+        load_config(TrainConfig, recipe)
+    assert len(str(err.value)) < 200
