@@ -34,6 +34,7 @@ import pickle
 import re
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pasodoble.errors import UserError
@@ -82,12 +83,17 @@ def _files(folder: Path) -> list[str]:
     return sorted(rel for rel in found if rel != MANIFEST)
 
 
+def _sha256_all(folder: Path, rels: list[str]) -> dict[str, str]:
+    """Checksums of several files in parallel threads (hashlib releases the GIL on large reads)."""
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(rels)))) as pool:
+        return dict(zip(rels, pool.map(lambda rel: _sha256(folder / rel), rels)))
+
+
 def write_manifest(folder: Path) -> None:
     """List every file of a finished checkpoint folder with its size and sha256; written last."""
-    files = {
-        rel: {"size": (folder / rel).stat().st_size, "sha256": _sha256(folder / rel)}
-        for rel in _files(folder)
-    }
+    rels = _files(folder)
+    hashes = _sha256_all(folder, rels)
+    files = {rel: {"size": (folder / rel).stat().st_size, "sha256": hashes[rel]} for rel in rels}
     with open(folder / MANIFEST, "w", encoding="utf-8") as fh:
         json.dump({"version": 1, "files": files}, fh, indent=1)
         fh.flush()
@@ -132,8 +138,9 @@ def verify_checkpoint(folder: str | Path) -> tuple[str | None, bool]:
     extra = sorted(present - set(sizes))
     if extra:
         return f"{extra[0]} is not in the manifest", True
+    actual = _sha256_all(folder, sorted(sizes))
     for rel in sorted(sizes):
-        if _sha256(folder / rel) != hashes[rel]:
+        if actual[rel] != hashes[rel]:
             return f"{rel} fails its sha256 check", True
     return None, True
 
