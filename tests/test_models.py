@@ -89,12 +89,14 @@ def _no_build(*args, **kwargs):
 
 
 @pytest.mark.parametrize(
-    "override", ["proposer.model=/nonexistent", "solver.model=.", "proposer.model=tiny:x"]
+    "override",
+    ["proposer.model=/nonexistent", "solver.model=.", "proposer.model=tiny:x", "solver.model=org/absent"],
 )
-def test_train_with_a_bad_model_writes_nothing(tmp_path, capsys, monkeypatch, override):
+def test_train_with_a_bad_model_writes_nothing(tmp_path, capsys, monkeypatch, empty_hub_cache, override):
     import pasodoble.train
 
     monkeypatch.setattr(pasodoble.train, "ensure_sft_models", _no_build)
+    monkeypatch.setattr(models, "hub_offline", lambda: True)
     run_dir = tmp_path / "run"
     argv = ["train", "--config", str(ROOT / "recipes" / "tiny-online.yaml"), override, f"run_dir={run_dir}"]
     assert main(argv) == 2

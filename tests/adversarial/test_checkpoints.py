@@ -123,3 +123,10 @@ def test_strict_resume_stops_with_one_line(trained_run, tmp_path):
     loop, sampler = build_loop(run_dir, steps=4)
     with pytest.raises(UserError, match=r"step-2 is damaged \(state.json is missing\)"):
         prepare_resume(run_dir, loop, sampler, strict=True)
+
+
+def test_strict_resume_without_resume_is_a_user_error(capsys):
+    from pasodoble.cli import main
+
+    assert main(["train", "--config", "recipes/tiny-online.yaml", "--strict-resume"]) == 2
+    assert "--strict-resume only applies with --resume RUN_DIR" in capsys.readouterr().err
