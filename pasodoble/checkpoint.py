@@ -1,30 +1,48 @@
-"""Atomic, resumable checkpoints of a dual-play run.
+"""Atomic, verified, resumable checkpoints of a dual-play run.
 
 What: a checkpoint is a folder `RUN_DIR/checkpoints/step-N/` holding everything a resume needs: both roles
 (Hugging Face weights + tokenizer under `<role>/model/`, optimizer and scheduler states), the loop state
-(`state.json`: step counters, diversity history, question buffer, knowledge-sampler position, Python RNG) and the
-torch RNG state (`rng.pt`). `RUN_DIR/checkpoints/latest` names the newest complete checkpoint.
+(`state.json`: step counters, diversity history, question buffer, knowledge-sampler position), the RNG states
+(`rng.pt`) and `manifest.json`, which lists every other file with its size and sha256. `RUN_DIR/checkpoints/latest`
+names the newest complete checkpoint.
 
 Why: the reference code saved weights only, so a crashed run started over. Here a run killed at any instant
-(SIGKILL included) resumes from its last complete checkpoint and reproduces the uninterrupted run.
+(SIGKILL included) resumes from its last complete checkpoint and reproduces the uninterrupted run; a checkpoint
+damaged afterwards (a truncated copy, a deleted file, flipped bytes) is detected instead of half-loaded; and no file
+in a run directory can execute code when it is loaded (run directories get copied between people).
 
-How: the folder is written as `step-N.tmp/`, flushed, then renamed to `step-N/` with `os.replace` (atomic on one
-file system); only then is `latest` rewritten (temp file + rename), and only after that are checkpoints beyond
-`keep_last` removed (renamed to `*.del` first, so a half-deleted folder never looks like a checkpoint). Leftover
-`*.tmp` / `*.del` folders from a killed process are cleaned on the next start. Logs written after the checkpoint
-(metrics.jsonl, samples.jsonl) are cut back to its step on resume with `truncate_jsonl`.
+How: the folder is written as `step-N.tmp/`; the manifest is written last, the tree is flushed, then renamed to
+`step-N/` with `os.replace` (atomic on one file system); only then is `latest` rewritten (temp file + rename), and
+only after that are checkpoints beyond `keep_last` removed (renamed to `*.del` first, so a half-deleted folder never
+looks like a checkpoint). A writer that fails (a full disk included) removes its `step-N.tmp/`; leftovers of a
+killed process are cleaned on the next start. On resume `select_for_resume` verifies checkpoints newest first
+against their manifests: a damaged one is named in one warning line and moved aside to `step-N.damaged/`, and the
+newest intact one is used (with `strict`, the first damaged one stops the resume with a one-line error). Torch files
+are read by `load_torch_state` with `weights_only=True`, which refuses anything but tensors and plain values. Logs
+written after the checkpoint (metrics.jsonl, samples.jsonl) are cut back to its step on resume (`truncate_jsonl`).
+
+Departures: checkpoints written before manifests existed (a `state.json` and no `manifest.json`) are still resumed,
+unverified, with a warning line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pasodoble.errors import UserError
+from pasodoble.io import disk_full_error, is_disk_full, write_text_atomic
+
 CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+STATE = "state.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -40,15 +58,6 @@ def _fsync_tree(root: Path) -> None:
         os.close(fd)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _remove(path: Path) -> None:
     """Rename then delete, so a kill mid-way never leaves a partial `step-N` folder behind."""
     if not path.exists():
@@ -60,37 +69,131 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash)
 
 
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints as (step, folder), oldest first."""
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[str]:
+    """Relative paths (POSIX) of the regular files under `folder`, the manifest excluded."""
+    found = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return sorted(rel for rel in found if rel != MANIFEST)
+
+
+def _sha256_all(folder: Path, rels: list[str]) -> dict[str, str]:
+    """Checksums of several files in parallel threads (hashlib releases the GIL on large reads)."""
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(rels)))) as pool:
+        return dict(zip(rels, pool.map(lambda rel: _sha256(folder / rel), rels)))
+
+
+def write_manifest(folder: Path) -> None:
+    """List every file of a finished checkpoint folder with its size and sha256; written last."""
+    rels = _files(folder)
+    hashes = _sha256_all(folder, rels)
+    files = {rel: {"size": (folder / rel).stat().st_size, "sha256": hashes[rel]} for rel in rels}
+    with open(folder / MANIFEST, "w", encoding="utf-8") as fh:
+        json.dump({"version": 1, "files": files}, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def verify_checkpoint(folder: str | Path) -> tuple[str | None, bool]:
+    """(problem, verified): problem is None when the checkpoint is usable; verified is False for a checkpoint
+    without a manifest (written before manifests existed), which is only checked for a readable state.json."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        if not (folder / STATE).is_file():
+            return f"{MANIFEST} and {STATE} are missing", False
+        try:
+            json.loads((folder / STATE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return f"{STATE} is unreadable", False
+        return None, False
+    try:
+        listed = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
+        sizes = {rel: int(entry["size"]) for rel, entry in listed.items()}
+        hashes = {rel: str(entry["sha256"]) for rel, entry in listed.items()}
+    except (
+        OSError,
+        UnicodeDecodeError,
+        json.JSONDecodeError,
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+    ):
+        return f"{MANIFEST} is unreadable", True
+    if STATE not in sizes:
+        return f"{MANIFEST} does not list {STATE}", True
+    present = set(_files(folder))
+    for rel in sorted(sizes):
+        if rel not in present:
+            return f"{rel} is missing", True
+        size = (folder / rel).stat().st_size
+        if size != sizes[rel]:
+            return f"{rel} is {size} bytes, the manifest says {sizes[rel]}", True
+    extra = sorted(present - set(sizes))
+    if extra:
+        return f"{extra[0]} is not in the manifest", True
+    actual = _sha256_all(folder, sorted(sizes))
+    for rel in sorted(sizes):
+        if actual[rel] != hashes[rel]:
+            return f"{rel} fails its sha256 check", True
+    return None, True
+
+
+def _complete(folder: Path) -> bool:
+    """Renamed into place by `save_checkpoint` (cheap test; `verify_checkpoint` checks the contents)."""
+    return (folder / MANIFEST).is_file() or (folder / STATE).is_file()
+
+
+def _step_folders(run_dir: str | Path) -> list[tuple[int, Path]]:
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and child.is_dir() and (child / "state.json").exists():
+        if match and child.is_dir():
             found.append((int(match.group(1)), child))
     return sorted(found)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints as (step, folder), oldest first."""
+    return [(step, folder) for step, folder in _step_folders(run_dir) if _complete(folder)]
 
 
 def save_checkpoint(
     run_dir: str | Path, step: int, write: Callable[[Path], None], *, keep_last: int | None = None
 ) -> Path:
-    """Write checkpoint `step` atomically: `write(tmp_dir)` fills the folder, which must end with `state.json`."""
+    """Write checkpoint `step` atomically: `write(tmp_dir)` fills the folder, which must end with `state.json`.
+    A failed write removes the temporary folder; a full disk becomes one `UserError` line naming it."""
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f"step-{step}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    write(tmp)
-    if not (tmp / "state.json").exists():
-        raise RuntimeError("a checkpoint writer must create state.json (it marks the checkpoint complete)")
-    _fsync_tree(tmp)
+    try:
+        tmp.mkdir()
+        write(tmp)
+        if not (tmp / STATE).exists():
+            raise RuntimeError("a checkpoint writer must create state.json (it holds the loop state)")
+        write_manifest(tmp)
+        _fsync_tree(tmp)
+    except BaseException as err:
+        full = isinstance(err, Exception) and is_disk_full(err, root)  # before the space is freed
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise disk_full_error(tmp) from err
+        raise
     final = root / f"step-{step}"
     _remove(final)
     os.replace(tmp, final)
-    _write_text_atomic(root / "latest", final.name + "\n")
+    write_text_atomic(root / "latest", final.name + "\n")
     if keep_last is not None:
         for _, old in list_checkpoints(run_dir)[:-keep_last]:
             _remove(old)
@@ -98,15 +201,68 @@ def save_checkpoint(
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The folder named by `latest`, else the highest complete `step-N`; None when there is none."""
+    """The folder named by `latest`, else the highest complete `step-N`; None when there is none (unverified:
+    resume goes through `select_for_resume`)."""
     root = Path(run_dir) / CHECKPOINTS
     pointer = root / "latest"
     if pointer.exists():
         candidate = root / pointer.read_text(encoding="utf-8").strip()
-        if (candidate / "state.json").exists():
+        if _STEP_DIR.match(candidate.name) and candidate.is_dir() and _complete(candidate):
             return candidate
     found = list_checkpoints(run_dir)
     return found[-1][1] if found else None
+
+
+def select_for_resume(
+    run_dir: str | Path, *, strict: bool = False, warn: Callable[[str], None] = print
+) -> Path | None:
+    """The newest intact checkpoint (None when the run has none). Each damaged checkpoint newer than it is named
+    in one `warn` line and moved aside to `step-N.damaged`; with `strict` the first damaged one raises instead."""
+    damaged = []
+    for step, folder in reversed(_step_folders(run_dir)):
+        problem, verified = verify_checkpoint(folder)
+        if problem is None:
+            if not verified:
+                warn(
+                    f"warning: checkpoint {folder} has no {MANIFEST} (an older format); resuming from it unverified"
+                )
+            return folder
+        if strict:
+            raise UserError(
+                f"checkpoint {folder} is damaged ({problem}); restore it, remove it, or resume without "
+                "--strict-resume to fall back to the newest intact checkpoint"
+            )
+        aside = folder.with_name(folder.name + ".damaged")
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(folder, aside)
+        warn(
+            f"warning: checkpoint {folder} is damaged ({problem}); moved it to {aside.name}, trying an older one"
+        )
+        damaged.append(f"step-{step}")
+    if damaged:
+        raise UserError(
+            f"{Path(run_dir) / CHECKPOINTS}: no intact checkpoint to resume from (damaged: {', '.join(damaged)}); "
+            "restore one, or start a new run"
+        )
+    return None
+
+
+def load_torch_state(path: str | Path, map_location=None):
+    """`torch.load` restricted to tensors and plain values (`weights_only=True`): a file that would run code
+    (or build any other object) is refused with one `UserError` line naming it."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True, map_location=map_location)
+    except pickle.UnpicklingError as err:
+        raise UserError(
+            f"{path}: refused to load: it holds Python objects besides tensors and plain values, which no "
+            "checkpoint contains (the file was altered); restore the run directory from a trusted copy"
+        ) from err
+    except (OSError, EOFError, RuntimeError, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{path}: unreadable checkpoint file ({reason})") from err
 
 
 def clean_partial(run_dir: str | Path) -> list[str]:
@@ -135,5 +291,5 @@ def truncate_jsonl(path: str | Path, max_step: int) -> int:
             continue
         if int(row.get("step", 0)) <= max_step:
             kept.append(line)
-    _write_text_atomic(path, "".join(line + "\n" for line in kept))
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
     return len(kept)

@@ -4,10 +4,16 @@ A run may be killed at any moment (SIGKILL, a pre-empted node). Files that a res
 written to a temporary sibling and renamed into place (`os.replace` is atomic on POSIX), and JSONL streams are
 appended a whole line at a time with a flush and fsync, so a reader sees either a complete row or nothing; a torn
 last line left by a crash is dropped by `read_jsonl`, which also reads files with bad bytes (`pasodoble.jsonl`).
+
+New files get the permissions `open()` would give them (0666 minus the umask; `tempfile.mkstemp` alone makes them
+0600, unreadable to the rest of a team). A write that runs out of disk space ends in one `UserError` line ("no space
+left on device", naming the file) and leaves the file as it was: the temporary sibling is removed, and an append
+is cut back to the file's previous size.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -15,7 +21,53 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pasodoble.errors import UserError
 from pasodoble.jsonl import BadJsonlError, iter_jsonl, warn_skipped
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded", "storagefull")
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux exposes it (`os.umask` is the fallback)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """What `open(path, "w")` gives a new file: 0666 minus the umask."""
+    return 0o666 & ~current_umask()
+
+
+def is_disk_full(err: BaseException, path: str | Path | None = None) -> bool:
+    """Whether `err` (or an error it chains to) means the file system is full. Some writers (torch's zip writer)
+    lose the errno; for those a file system with under 1 MiB free at `path` counts as full."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(seen).lower() for text in _DISK_FULL_TEXTS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if path is not None:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < 1 << 20
+    return False
+
+
+def disk_full_error(path: str | Path) -> UserError:
+    return UserError(f"no space left on device writing {path}; free some space (or choose another run_dir)")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -23,13 +75,16 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and is_disk_full(err):
+            raise disk_full_error(path) from err
         raise
 
 
@@ -44,10 +99,22 @@ def append_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
     data = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
     if not data:
         return
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    payload = data.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as err:
+            os.ftruncate(fd, size)  # no torn row: the file stays as it was before this call
+            if is_disk_full(err):
+                raise disk_full_error(path) from err
+            raise
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: str | Path, *, strict: bool = False, skip_bad: bool = False) -> list[dict]:

@@ -33,7 +33,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from pasodoble import grpo
-from pasodoble.errors import ConfigError
+from pasodoble.checkpoint import load_torch_state
+from pasodoble.errors import ConfigError, UserError
 from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
@@ -332,13 +333,19 @@ class Role:
     def load_state(self, dirpath: str | Path) -> None:
         """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter."""
         dirpath = Path(dirpath)
-        saved = AutoModelForCausalLM.from_pretrained(str(dirpath / "model"), dtype=DTYPES[self.cfg.dtype])
+        try:  # safetensors only: a pickled weight file could run code
+            saved = AutoModelForCausalLM.from_pretrained(
+                str(dirpath / "model"), dtype=DTYPES[self.cfg.dtype], use_safetensors=True
+            )
+        except OSError as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(f"{dirpath / 'model'}: cannot load the saved weights ({reason})") from err
         self.model.load_state_dict(saved.state_dict())
         del saved
         state_path = dirpath / "trainer_state.pt"
         if self.optimizer is not None and state_path.exists():
             device = next(self.model.parameters()).device
-            state = torch.load(state_path, weights_only=False, map_location=device)
+            state = load_torch_state(state_path, map_location=device)
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.updates = int(state["updates"])

@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.jsonl import read_jsonl_skipping, warn_skipped
+from pasodoble.models import check_model_spec
 from pasodoble.tracking import Tracker
 
 IGNORE_INDEX = -100  # label value the HF loss skips
@@ -247,6 +248,7 @@ def run_sft(args: argparse.Namespace) -> int:
         num_threads=args.threads,
     )
     config.validate()
+    check_model_spec(args.model, "--model")
     examples = load_examples(args.data)
     model_path = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)

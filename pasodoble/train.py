@@ -11,8 +11,9 @@ sampler, grader, evaluator and tracker into `DualPlay`, and writes the run direc
     RUN_DIR/checkpoints/       step-N/{proposer,solver}/model (Hugging Face format) + optimizer/scheduler states,
                                state.json (loop state, sampler), rng.pt; `latest`
 
-Resume: `pasodoble train --resume RUN_DIR [overrides]` loads RUN_DIR/config.yaml, restores the latest complete
-checkpoint, cuts metrics.jsonl / samples.jsonl back to its step and continues; on CPU the result equals an
+Resume: `pasodoble train --resume RUN_DIR [overrides]` loads RUN_DIR/config.yaml, restores the newest checkpoint
+that passes its manifest check (a damaged newer one is named in a warning line; `--strict-resume` stops there
+instead), cuts metrics.jsonl / samples.jsonl back to its step and continues; on CPU the result equals an
 uninterrupted run with the same seed (tests/test_resume.py).
 
 Run: `pasodoble train --config recipes/tiny-online.yaml schedule.steps=20 solver.lr=1e-5`.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.models import check_model_spec
 from pasodoble.prompts import PromptConfig
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
@@ -228,15 +231,18 @@ def restore(loop: DualPlay, sampler, ckpt: Path) -> None:
     if loop.evaluator is not None and state.get("evaluator"):
         loop.evaluator.calls = state["evaluator"]["calls"]
         loop.evaluator.best = tuple(state["evaluator"]["best"]) if state["evaluator"]["best"] else None
-    rng = torch.load(ckpt / "rng.pt", weights_only=False)
+    rng = checkpoint.load_torch_state(ckpt / "rng.pt")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
 
 
-def prepare_resume(run_dir: Path, loop: DualPlay, sampler) -> int:
-    """Restore the latest checkpoint (if any) and cut the logs back to it; returns the inner step resumed at."""
+def prepare_resume(run_dir: Path, loop: DualPlay, sampler, *, strict: bool = False) -> int:
+    """Restore the newest intact checkpoint (if any; damaged newer ones are reported, or stop the resume when
+    `strict`) and cut the logs back to it; returns the inner step resumed at."""
     checkpoint.clean_partial(run_dir)
-    ckpt = checkpoint.latest_checkpoint(run_dir)
+    ckpt = checkpoint.select_for_resume(
+        run_dir, strict=strict, warn=lambda line: print(line, file=sys.stderr)
+    )
     if ckpt is not None:
         restore(loop, sampler, ckpt)
     step = loop.state.inner_step
@@ -246,8 +252,11 @@ def prepare_resume(run_dir: Path, loop: DualPlay, sampler) -> int:
     return step
 
 
-def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
+def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = False) -> Path:
     """Train per `cfg` into cfg.run_dir (continuing it when `resume`); returns the run directory."""
+    check_model_spec(cfg.solver.model, "solver.model")  # before any folder is written or model is built
+    if cfg.schedule.mode != "oracle":
+        check_model_spec(cfg.proposer.model, "proposer.model")
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
     random.seed(cfg.seed)
@@ -285,7 +294,7 @@ def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             verbose=not cfg.logging.quiet,
         )
         if resume:
-            at = prepare_resume(run_dir, loop, sampler)
+            at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)
             if not cfg.logging.quiet:
                 print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
         loop.run()
@@ -299,6 +308,11 @@ def register(subparsers) -> None:
     p.add_argument("--config", type=Path, help="YAML recipe, e.g. recipes/tiny-online.yaml")
     p.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+    )
+    p.add_argument(
+        "--strict-resume",
+        action="store_true",
+        help="with --resume: stop at a damaged checkpoint instead of falling back to the newest intact one",
     )
     p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. schedule.steps=20"
@@ -317,8 +331,10 @@ def run_train_cmd(args: argparse.Namespace) -> int:
             raise UserError("--resume reads RUN_DIR/config.yaml; give overrides instead of --config")
         cfg = load_config(TrainConfig, saved, args.overrides)
         cfg.run_dir = str(args.resume)
-        run_train(cfg, resume=True)
+        run_train(cfg, resume=True, strict_resume=args.strict_resume)
         return 0
+    if args.strict_resume:
+        raise UserError("--strict-resume only applies with --resume RUN_DIR")
     if args.config is None:
         raise UserError("pass --config RECIPE (e.g. recipes/tiny-online.yaml) or --resume RUN_DIR")
     run_train(load_config(TrainConfig, args.config, args.overrides))

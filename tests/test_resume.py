@@ -1,6 +1,8 @@
-"""Resume reproduces an uninterrupted run: in process (fast, scripted rollouts) and with SIGKILL (slow, real CLI).
+"""Resume reproduces an uninterrupted run: in process (fast, scripted rollouts) and with SIGKILL at random moments,
+checkpoint writes included (slow, real CLI); a run directory on a full disk stops with one line (slow, tmpfs).
 
-Both compare every metric outside `time/` and `proc/` (wall clock and process-local caches) and every weight.
+The resume tests compare every metric outside `time/` and `proc/` (wall clock and process-local caches) and every
+weight.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pasodoble.checkpoint import latest_checkpoint, list_checkpoints
+from pasodoble.checkpoint import latest_checkpoint, list_checkpoints, verify_checkpoint
 from pasodoble.dualplay import DualPlay, ScheduleConfig
 from pasodoble.io import read_jsonl
 from pasodoble.knowledge import KnowledgeConfig, Passage, PassageSampler
@@ -186,40 +188,101 @@ def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=600, capture_output=True)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["oracle", "online"])
-def test_sigkill_at_random_step_then_resume_matches(minimal_models, tmp_path, mode):
-    steps = 5
-    run(train_cmd(minimal_models, tmp_path / "full", mode, steps))
-    kill_after = random.randint(1, steps - 1)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        train_cmd(minimal_models, tmp_path / "cut", mode, steps),
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    metrics = tmp_path / "cut" / "metrics.jsonl"
+def _kill_at(proc, run_dir: Path, moment: str, rows: int, rng: random.Random) -> bool:
+    """SIGKILL `proc` once it has written `rows` metric rows: `mid-step` after a further random delay, `checkpoint`
+    a few milliseconds after the next `step-N.tmp/` folder appears (while it is being written). Returns whether a
+    partial checkpoint folder was left behind, i.e. the kill landed inside a checkpoint write."""
+    metrics, root = run_dir / "metrics.jsonl", run_dir / "checkpoints"
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= kill_after:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= rows:
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
+    if moment == "mid-step":
+        time.sleep(rng.uniform(0.0, 1.0))
+    else:
+        while time.time() < deadline and proc.poll() is None:
+            if root.is_dir() and any(p.name.endswith(".tmp") for p in root.iterdir()):
+                time.sleep(rng.uniform(0.0, 0.02))
+                break
+            time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    for _, ckpt in list_checkpoints(tmp_path / "cut"):  # never a half-written checkpoint under a step-N name
-        assert (ckpt / "state.json").exists() and (ckpt / "solver" / "model" / "model.safetensors").exists()
-    run([*train_cmd(minimal_models, tmp_path / "cut", mode, steps)[:4], "--resume", str(tmp_path / "cut")])
+    return root.is_dir() and any(p.name.endswith(".tmp") for p in root.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["oracle", "online"])
+def test_sigkill_at_random_moments_then_resume_matches(minimal_models, tmp_path, mode):
+    """Killed four times (twice inside a checkpoint write, twice mid-step) and resumed each time, the run ends with
+    the metrics and weights of an uninterrupted one; no kill ever leaves a damaged `step-N`."""
+    steps, seed = 5, random.randrange(1 << 30)
+    rng = random.Random(seed)
+    run(train_cmd(minimal_models, tmp_path / "full", mode, steps))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cut = tmp_path / "cut"
+    first = train_cmd(minimal_models, cut, mode, steps)
+    resume = [*first[:4], "--resume", str(cut)]
+    landed, log = 0, []
+    for i, moment in enumerate(("checkpoint", "mid-step", "checkpoint", "mid-step")):
+        done = len(read_jsonl(cut / "metrics.jsonl")) if (cut / "metrics.jsonl").exists() else 0
+        rows = min(steps - 1, done + rng.randint(0, 1))
+        cmd = first if i == 0 else resume
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        in_write = _kill_at(proc, cut, moment, rows, rng)
+        landed += in_write and moment == "checkpoint"
+        log.append(f"{moment}@{rows}{'(in write)' if in_write else ''}")
+        for _, ckpt in list_checkpoints(cut):  # a kill never leaves a damaged checkpoint under a step-N name
+            assert verify_checkpoint(ckpt) == (None, True), (seed, log, ckpt)
+    run(resume)
+    why = f"seed {seed}, kills {log}"
+    print(why)  # shown with -rP: which kills landed inside a checkpoint write
+    assert landed >= 1, f"no kill landed inside a checkpoint write ({why})"
     full = [deterministic(r) for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
-    cut = [deterministic(r) for r in read_jsonl(metrics)]
-    assert full == cut and len(full) == steps, f"killed after {kill_after} steps"
+    resumed = [deterministic(r) for r in read_jsonl(cut / "metrics.jsonl")]
+    assert full == resumed and len(full) == steps, why
     if mode == "oracle":
         assert sum(r["solver/update/applied"] for r in full) >= 1
     for role in ("solver",) if mode == "oracle" else ("proposer", "solver"):
         a = load_file(latest_checkpoint(tmp_path / "full") / role / "model" / "model.safetensors")
-        b = load_file(latest_checkpoint(tmp_path / "cut") / role / "model" / "model.safetensors")
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert (
-        json.loads((latest_checkpoint(tmp_path / "cut") / "state.json").read_text())["loop"]["step"] == steps
-    )
+        b = load_file(latest_checkpoint(cut) / role / "model" / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), why
+    assert json.loads((latest_checkpoint(cut) / "state.json").read_text())["loop"]["step"] == steps
+
+
+@pytest.fixture()
+def small_tmpfs(tmp_path):
+    """A 20 MB tmpfs (needs the right to mount; skipped where there is none), unmounted afterwards."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        pytest.skip(f"cannot mount a 20 MB tmpfs here ({err}); run as root to include this test")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True, timeout=30)
+
+
+@pytest.mark.slow
+def test_full_disk_stops_with_one_line_and_no_partial_checkpoint(minimal_models, small_tmpfs):
+    run_dir = small_tmpfs / "run"
+    cmd = [*train_cmd(minimal_models, run_dir, "online", 30), "schedule.keep_last=null"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, env=env, cwd=ROOT, timeout=900, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("pasodoble train: error: no space left on device writing " + str(run_dir)), last
+    root = run_dir / "checkpoints"
+    assert not [p.name for p in root.iterdir() if p.name.endswith((".tmp", ".del"))]
+    assert list_checkpoints(run_dir), "the disk should fill after some checkpoints, not before the first"
+    for _, ckpt in list_checkpoints(run_dir):
+        assert verify_checkpoint(ckpt) == (None, True)
+    rows = read_jsonl(run_dir / "metrics.jsonl", strict=True)  # intact: every line a whole row
+    assert [r["step"] for r in rows if "step" in r] == sorted(r["step"] for r in rows if "step" in r)

@@ -26,6 +26,7 @@ from pasodoble.evals.report import build_results, merge_tables, read_results, sc
 from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalSettings, evaluate, settings_dict
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
+from pasodoble.models import check_model_spec
 
 ENGINES = ("hf",)
 
@@ -205,6 +206,7 @@ def build_engine(name: str, model, tokenizer, batch_size: int):
 def run_eval(args: argparse.Namespace) -> int:
     from pasodoble.grader import Grader
 
+    check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)
     problems = problems_from_args(args)
     counts = dict(Counter(p.source for p in problems))

@@ -29,12 +29,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble.config import to_dict
 from pasodoble.errors import UserError
 from pasodoble.io import read_jsonl
+from pasodoble.models import TINY_PREFIX, TINY_ROLES
 from pasodoble.sft import SFTConfig, train_sft
 from pasodoble.tracking import Tracker
 from pasodoble.world.build import FORMAT_VERSION, WorldConfig, WorldPaths, build_world
-
-TINY_PREFIX = "tiny:"
-TINY_ROLES = ("proposer", "solver", "base")
 
 
 @dataclass(frozen=True)
