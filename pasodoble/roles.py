@@ -68,9 +68,7 @@ class RoleConfig:
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
-    dtype: str = (
-        "float32"  # compute dtype "float32" | "bfloat16" | "float16" (trainable weights stay float32)
-    )
+    dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
     gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
     trainable: bool = True  # False: the role only generates (no optimizer is built)
