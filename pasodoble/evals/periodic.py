@@ -53,6 +53,7 @@ class EvalConfig:
             raise ConfigError("eval.metric", f"{self.metric!r} is not one of avg@k, pass@k, maj@k")
         if self.limit is not None and self.limit < 1:
             raise ConfigError("eval.limit", "must be >= 1, or None for every problem")
+        self.settings().validate()  # sampling fields, at config time rather than at the first evaluation
 
     def settings(self) -> EvalSettings:
         return EvalSettings(

@@ -71,5 +71,6 @@ class RolloutEngine(Protocol):
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from `model`'s current weights (called after each optimizer step)."""
+        """Make the engine sample from `model`'s current weights (called after each optimizer step). A trainable
+        role's parameters are float32 master weights; an engine holding its own copy casts them to its dtype."""
         ...
