@@ -19,6 +19,9 @@ Departures from the reference code:
   policy that generated them), not against a fresh forward pass of the current weights.
 - Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
   (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
+- `dtype` is the compute dtype: a trainable role keeps float32 master weights and AdamW states and autocasts its
+  forward passes to `dtype` (`pasodoble.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
+  updates away.
 """
 
 from __future__ import annotations
@@ -32,14 +35,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-from pasodoble import grpo
+from pasodoble import grpo, precision
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.precision import DTYPES
 from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Sizes past these cannot run anywhere, so they are refused at validation rather than hours in.
 # Completions per prompt: GRPO groups are 4-64, and each completion is a full generation.
 MAX_GENERATIONS = 1024
@@ -57,6 +60,8 @@ class RoleConfig:
     num_generations: int = 6  # completions per prompt (I for the Proposer, J for the Solver)
     temperature: float = 0.6  # sampling temperature (0 = greedy)
     top_p: float = 1.0  # nucleus sampling mass
+    top_k: int | None = None  # sample only from the k most likely tokens (None or 0: off)
+    min_p: float | None = None  # drop tokens below min_p x the top token's probability (None or 0: off)
     max_prompt_length: int = 512  # prompt tokens kept (left-truncated, keeping the end); Proposer: 1280
     max_completion_length: int = 6144  # new tokens per completion; also the dr_grpo normaliser
     lr: float = 1e-6  # AdamW learning rate
@@ -71,7 +76,7 @@ class RoleConfig:
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
-    dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+    dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
     gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
     trainable: bool = True  # False: the role only generates (no optimizer is built)
@@ -81,6 +86,10 @@ class RoleConfig:
             raise ConfigError("num_generations", "must be >= 1 (GRPO needs a group; the paper uses 6)")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ConfigError("temperature", "temperature must be >= 0 and top_p in (0, 1]")
+        if self.top_k is not None and self.top_k < 0:
+            raise ConfigError("top_k", f"must be an integer >= 0 (0 or null: off), got {self.top_k}")
+        if self.min_p is not None and not 0 <= self.min_p < 1:
+            raise ConfigError("min_p", f"must be in [0, 1) (0 or null: off), got {self.min_p}")
         if self.max_prompt_length < 1 or self.max_completion_length < 1:
             raise ConfigError("max_prompt_length", "prompt and completion lengths must be >= 1")
         if self.loss_type not in LOSS_TYPES:
@@ -169,10 +178,21 @@ class Role:
         engine: RolloutEngine | None = None,
         total_updates: int | None = None,
     ):
-        self.name, self.cfg, self.model, self.tokenizer = name, cfg, model, tokenizer
+        self.name, self.cfg, self.tokenizer = name, cfg, tokenizer
+        self.compute_dtype = DTYPES[cfg.dtype]
+        # in place, so an engine handed the same module keeps seeing the live weights
+        self.model = model.to(precision.weights_dtype(cfg.dtype, cfg.trainable))
         self.engine = (
-            engine if engine is not None else HFEngine(model, tokenizer, batch_size=cfg.generation_batch_size)
+            engine
+            if engine is not None
+            else HFEngine(
+                model,
+                tokenizer,
+                batch_size=cfg.generation_batch_size,
+                autocast_dtype=self.compute_dtype,
+            )
         )
+        self.scaler = precision.grad_scaler(next(model.parameters()).device, self.compute_dtype)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
         self.reference: torch.nn.Module | None = None
@@ -182,7 +202,7 @@ class Role:
         if cfg.trainable:
             self._build_optimizer(total_updates)
         if cfg.trainable and cfg.beta > 0:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
 
     @classmethod
     def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, **kwargs) -> Role:
@@ -190,7 +210,8 @@ class Role:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[cfg.dtype])
+        dtype = precision.weights_dtype(cfg.dtype, cfg.trainable)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         return cls(name, cfg, model.to(resolve_device(cfg.device)), tokenizer, **kwargs)
 
     def _build_optimizer(self, total_updates: int | None) -> None:
@@ -217,6 +238,8 @@ class Role:
             n=1 if greedy else (n or self.cfg.num_generations),
             temperature=0.0 if greedy else self.cfg.temperature,
             top_p=self.cfg.top_p,
+            top_k=self.cfg.top_k,
+            min_p=self.cfg.min_p,
             max_new_tokens=self.cfg.max_completion_length,
             seed=seed,
         )
@@ -254,8 +277,9 @@ class Role:
         grad_norm = 0.0
         for _ in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
             for chunk, adv, weight in chunks:
-                loss, stats = self._micro_batch_loss(chunk, adv)
-                (loss * weight).backward()
+                with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
+                    loss, stats = self._micro_batch_loss(chunk, adv)
+                self.scaler.scale(loss * weight).backward()
                 for key, value in {"loss": loss.item(), **stats}.items():
                     sums[key] = sums.get(key, 0.0) + weight * float(value) / passes
             grad_norm += self._clip_and_step() / passes
@@ -272,8 +296,10 @@ class Role:
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
+        self.scaler.unscale_(self.optimizer)  # float16 only: clip the true gradient, not the scaled one
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # skips the step if a float16 gradient overflowed
+        self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
@@ -316,7 +342,8 @@ class Role:
         )
 
     def save(self, dirpath: str | Path) -> None:
-        """Weights + tokenizer (Hugging Face format, under `model/`), optimizer and scheduler states."""
+        """Weights + tokenizer (Hugging Face format, under `model/`; a trainable role's in float32, its master
+        weights), optimizer, scheduler and loss-scaler states."""
         dirpath = Path(dirpath)
         self.model.save_pretrained(dirpath / "model")
         self.tokenizer.save_pretrained(dirpath / "model")
@@ -325,6 +352,7 @@ class Role:
                 {
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
+                    "scaler": self.scaler.state_dict(),
                     "updates": self.updates,
                 },
                 dirpath / "trainer_state.pt",
@@ -333,9 +361,10 @@ class Role:
     def load_state(self, dirpath: str | Path) -> None:
         """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter."""
         dirpath = Path(dirpath)
+        dtype = next(self.model.parameters()).dtype  # float32 master weights load without rounding
         try:  # safetensors only: a pickled weight file could run code
             saved = AutoModelForCausalLM.from_pretrained(
-                str(dirpath / "model"), dtype=DTYPES[self.cfg.dtype], use_safetensors=True
+                str(dirpath / "model"), dtype=dtype, use_safetensors=True
             )
         except OSError as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -348,6 +377,8 @@ class Role:
             state = load_torch_state(state_path, map_location=device)
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+            if state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
             self.updates = int(state["updates"])
         self.engine.update_weights(self.model)
 

@@ -135,3 +135,18 @@ def test_role_config_validation_names_the_field():
         RoleConfig(dtype="int8").validate()
     with pytest.raises(ConfigError, match="num_iterations"):
         RoleConfig(num_iterations=0).validate()
+
+
+def test_top_k_and_min_p_are_validated_and_reach_the_engine():
+    from pasodoble.config import load_config
+    from pasodoble.train import TrainConfig
+
+    cfg = load_config(TrainConfig, overrides=["solver.top_k=5", "solver.min_p=0.1", "schedule.mode=oracle"])
+    assert (cfg.solver.top_k, cfg.solver.min_p) == (5, 0.1)
+    assert (RoleConfig().top_k, RoleConfig().min_p) == (None, None)  # off unless asked for
+    for bad in ("solver.top_k=-1", "solver.top_k=2.5", "solver.min_p=1.0", "solver.min_p=-0.5"):
+        with pytest.raises(ConfigError, match=bad.split("=")[0]):
+            load_config(TrainConfig, overrides=[bad, "schedule.mode=oracle"])
+    role = make_role(top_k=5, min_p=0.1)
+    sampling = role.sampling(seed=0)
+    assert (sampling.top_k, sampling.min_p) == (5, 0.1)

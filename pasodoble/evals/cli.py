@@ -58,6 +58,18 @@ def register(subparsers) -> None:
     s.add_argument("--num-samples", type=int, default=defaults.num_samples, help="k samples per problem")
     s.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
     s.add_argument("--top-p", type=float, default=defaults.top_p)
+    s.add_argument(
+        "--top-k",
+        type=int,
+        default=defaults.top_k or 0,
+        help="sample only from the k most likely tokens; 0 = off (default: %(default)s)",
+    )
+    s.add_argument(
+        "--min-p",
+        type=float,
+        default=defaults.min_p or 0.0,
+        help="drop tokens below MIN_P x the top token's probability; 0 = off (default: %(default)s)",
+    )
     s.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     s.add_argument("--max-prompt-length", type=int, help="keep the last N prompt tokens")
     s.add_argument("--seed", type=int, default=defaults.seed)
@@ -113,6 +125,8 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
         num_samples=args.num_samples,
         temperature=args.temperature,
         top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
         prompt_template=template,

@@ -36,6 +36,8 @@ class EvalConfig:
     limit: int | None = 64  # first N problems of each set; None: all
     num_samples: int = 1  # k samples per problem
     temperature: float = 0.0  # 0 = greedy
+    top_k: int | None = None  # sample only from the k most likely tokens (None or 0: off)
+    min_p: float | None = None  # drop tokens below min_p x the top token's probability (None or 0: off)
     max_new_tokens: int = 512  # completion budget
     prompt_template: str = DEFAULT_TEMPLATE  # user message with a {question} placeholder
     seed: int = 0  # generation seed
@@ -51,11 +53,14 @@ class EvalConfig:
             raise ConfigError("eval.metric", f"{self.metric!r} is not one of avg@k, pass@k, maj@k")
         if self.limit is not None and self.limit < 1:
             raise ConfigError("eval.limit", "must be >= 1, or None for every problem")
+        self.settings().validate()  # sampling fields, at config time rather than at the first evaluation
 
     def settings(self) -> EvalSettings:
         return EvalSettings(
             num_samples=self.num_samples,
             temperature=self.temperature,
+            top_k=self.top_k,
+            min_p=self.min_p,
             max_new_tokens=self.max_new_tokens,
             prompt_template=self.prompt_template,
             seed=self.seed,

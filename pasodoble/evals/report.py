@@ -119,6 +119,8 @@ def detail_table(result: dict) -> str:
 def settings_block(result: dict) -> str:
     """The facts needed to reproduce a run, in Markdown."""
     s = result["settings"]
+    # results written before top_k / min_p were recorded sampled with transformers' default top-k of 50
+    top_k = s.get("top_k", "50 (unrecorded default)" if s["temperature"] > 0 else None)
     template = s["prompt_template"].replace("```", "'''")
     versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
     lines = [
@@ -126,6 +128,7 @@ def settings_block(result: dict) -> str:
         f"- engine: {result.get('engine', 'hf')}; chat template: {s['use_chat_template']}; "
         f"system prompt: {s['system_prompt']!r}",
         f"- sampling: k={s['num_samples']}, temperature={s['temperature']}, top_p={s['top_p']}, "
+        f"top_k={top_k}, min_p={s.get('min_p')}, "
         f"max_new_tokens={s['max_new_tokens']}, max_prompt_length={s['max_prompt_length']}, seed={s['seed']}, "
         f"chunk_size={s['chunk_size']}",
         f"- versions: {versions}",

@@ -39,6 +39,8 @@ class EvalSettings:
     num_samples: int = 1  # k samples per problem (the paper: 6)
     temperature: float = 0.0  # 0 = greedy; the paper samples at 0.6
     top_p: float = 1.0  # nucleus mass
+    top_k: int | None = None  # sample only from the k most likely tokens (None or 0: off)
+    min_p: float | None = None  # drop tokens below min_p x the top token's probability (None or 0: off)
     max_new_tokens: int = 2048  # completion budget in tokens
     seed: int = 0  # base seed; each chunk's seed derives from it and the chunk's first problem index
     prompt_template: str = DEFAULT_TEMPLATE  # user message; `{question}` is replaced by the question text
@@ -54,6 +56,12 @@ class EvalSettings:
             raise ConfigError("temperature", f"must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0
+        ):
+            raise ConfigError("top_k", f"must be an integer >= 0 (0 or None: off), got {self.top_k!r}")
+        if self.min_p is not None and not 0 <= self.min_p < 1:
+            raise ConfigError("min_p", f"must be in [0, 1) (0 or None: off), got {self.min_p}")
         for name in ("max_new_tokens", "chunk_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
@@ -164,6 +172,8 @@ def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters
         n=settings.num_samples,
         temperature=settings.temperature,
         top_p=settings.top_p,
+        top_k=settings.top_k,
+        min_p=settings.min_p,
         max_new_tokens=settings.max_new_tokens,
         seed=settings.seed * 1_000_003 + start,
     )

@@ -6,6 +6,12 @@ later) live one per file behind this protocol, so the loop never branches on whi
 
 Prompts go in as token ids, not text: the caller applies the chat template and truncation once and uses the same
 ids for generation and for the loss. (The reference code truncated the prompt differently in the two places.)
+
+Sampling is exactly what `SamplingParams` says: softmax(logits / temperature), truncated by `top_k`, `top_p` and
+`min_p` only when they are set (each is off by default), and by nothing else; an engine must not let a library
+default or a checkpoint's generation_config.json add a filter. The log-probs an engine reports are those of the
+untruncated softmax(logits / temperature), the distribution the loss differentiates; with a truncation active
+the sampled tokens come from the renormalised truncated distribution, but are scored under the full one.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ class SamplingParams:
     n: int = 1  # completions per prompt
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0  # nucleus sampling mass; 1.0 keeps the whole distribution
+    top_k: int | None = None  # keep the k most likely tokens; None or 0: off
+    min_p: float | None = None  # drop tokens below min_p x the top token's probability; None or 0: off
     max_new_tokens: int = 256  # completion budget in tokens
     seed: int | None = None  # seeds the sampler for this call; None draws from the global RNG
 
@@ -32,6 +40,14 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0
+        ):
+            raise ValueError(
+                f"SamplingParams.top_k must be an integer >= 0 or None (off), got {self.top_k!r}"
+            )
+        if self.min_p is not None and not 0 <= self.min_p < 1:
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1) or None (off), got {self.min_p!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
@@ -42,7 +58,7 @@ class Completion:
     token_ids: list[int]  # sampled ids, EOS included when generated, no padding
     logprobs: list[
         float
-    ]  # log-prob of each sampled id under softmax(logits / temperature); temperature 1 if greedy
+    ]  # log-prob of each sampled id under the untruncated softmax(logits / temperature); temperature 1 if greedy
     finish_reason: str  # "stop" (EOS) or "length" (budget exhausted)
 
 
@@ -55,5 +71,6 @@ class RolloutEngine(Protocol):
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from `model`'s current weights (called after each optimizer step)."""
+        """Make the engine sample from `model`'s current weights (called after each optimizer step). A trainable
+        role's parameters are float32 master weights; an engine holding its own copy casts them to its dtype."""
         ...

@@ -4,19 +4,29 @@ It samples from the live training model (no copy, so `update_weights` is a no-op
 sequences with left padding. Log-probs of the sampled tokens are not taken from `generate`'s per-step logits, whose
 memory grows with vocabulary x length (151k x 6k for Qwen); they are recomputed afterwards with one forward pass
 per micro-batch through `grpo.token_logprobs`, the function the loss uses. That makes them the log-probs the loss
-sees for the generating weights, so the first importance ratio of an update is exactly 1.
+sees for the generating weights, so the first importance ratio of an update is exactly 1. They are log-probs of
+the untruncated softmax(logits / temperature) even when `top_k` / `top_p` / `min_p` truncate what is sampled
+(see `rollout.base`); renormalising them would break that equality with the loss.
+
+Sampling is set only by `SamplingParams`: `generate` fills every field the call leaves unset from the model's
+`generation_config` (a checkpoint's generation_config.json may carry top_k, temperature, repetition_penalty...)
+and then from library defaults (top_k=50), so the engine passes top_k=0 for "off" and swaps in a bare
+generation config for the duration of the call. With `autocast_dtype` (a trainable role's float32 master weights,
+`pasodoble.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
 
 Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temperature=0.6))`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 from transformers import GenerationConfig
 
 from pasodoble.grpo import token_logprobs
+from pasodoble.precision import autocast
 from pasodoble.rollout.base import Completion, SamplingParams
 
 
@@ -30,16 +40,37 @@ def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
     return ids
 
 
+@contextlib.contextmanager
+def _bare_generation_config(model: torch.nn.Module):
+    """Hide the checkpoint's generation_config for one call, so none of its fields fills an unset one."""
+    saved = getattr(model, "generation_config", None)
+    if saved is None:
+        yield
+        return
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
 class HFEngine:
     """`RolloutEngine` over `model.generate` (see module docstring)."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, logprob_batch_size: int = 16
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        *,
+        batch_size: int = 64,
+        logprob_batch_size: int = 16,
+        autocast_dtype: torch.dtype | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.logprob_batch_size = logprob_batch_size
+        self.autocast_dtype = autocast_dtype  # None: run in the weights' own dtype
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
@@ -56,8 +87,14 @@ class HFEngine:
         out: list[Completion] = []
         was_training = self.model.training
         self.model.eval()
+        device = next(self.model.parameters()).device
         try:
-            with torch.random.fork_rng(devices=[]), torch.no_grad():
+            with (
+                torch.random.fork_rng(devices=[]),
+                torch.no_grad(),
+                autocast(device, self.autocast_dtype),
+                _bare_generation_config(self.model),
+            ):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(flat), self.batch_size):
@@ -76,7 +113,8 @@ class HFEngine:
             do_sample=not greedy,
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p,
-            top_k=None,
+            top_k=None if greedy else (sampling.top_k or 0),  # 0, not None: None means transformers' 50
+            min_p=None if greedy else (sampling.min_p or None),
             max_new_tokens=sampling.max_new_tokens,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,

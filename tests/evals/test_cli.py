@@ -173,3 +173,19 @@ def test_killed_subprocess_resumes_without_duplicates_or_losses(tiny_lm, tmp_pat
     keys = [(r["id"], r["sample"]) for r in rows]
     assert len(keys) == len(set(keys)) == 24
     assert json.loads((out / "results.json").read_text())["per_source"]["many"]["n"] == 12
+
+
+def test_top_k_and_min_p_flags_are_off_by_default_and_recorded(tiny_lm, own_set, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--top-k TOP_K" in help_text and "0 = off (default: 0)" in help_text
+    assert "--min-p MIN_P" in help_text and "0 = off (default: 0.0)" in help_text
+    out = tmp_path / "run"
+    flags = ("--num-samples", "2", "--temperature", "0.7", "--top-k", "3", "--min-p", "0.1")
+    assert main(_eval_args(tiny_lm[2], own_set, out, *flags)) == 0
+    settings = json.loads((out / "results.json").read_text())["settings"]
+    assert (settings["top_k"], settings["min_p"]) == (3, 0.1)
+    assert "top_k=3, min_p=0.1" in (out / "results.md").read_text()
+    assert main(_eval_args(tiny_lm[2], own_set, tmp_path / "bad", "--min-p", "1.5")) == 2
+    assert "min_p" in capsys.readouterr().err

@@ -93,3 +93,14 @@ def test_grading_line_names_what_needs_a_look(tmp_path):
     result["counters"] = counters
     write_run_outputs(tmp_path, result)
     assert "6 checks against a gold math-verify read only in part" in (tmp_path / "results.md").read_text()
+
+
+def test_settings_block_states_top_k_and_min_p_also_for_results_that_predate_them():
+    from pasodoble.evals.report import settings_block
+
+    assert "top_k=20, min_p=0.05" in settings_block(
+        _result("a", {"gsm8k": 0.5}, temperature=0.6, top_k=20, min_p=0.05)
+    )
+    old = _result("b", {"gsm8k": 0.5}, temperature=0.6)
+    del old["settings"]["top_k"], old["settings"]["min_p"]  # results.json written before the fields existed
+    assert "top_k=50 (unrecorded default), min_p=None" in settings_block(old)
