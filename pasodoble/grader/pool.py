@@ -1,31 +1,42 @@
-"""A pool of killable worker processes that run math-verify checks under a hard wall-clock limit.
+"""A pool of killable worker processes that run math-verify checks under a CPU-time limit and a wall-clock backstop.
 
 Why: a SymPy computation (`9^{9^{9^{9}}}`, 100 KB of nested braces) can run for hours and cannot be interrupted, and
-math-verify's `signal.alarm` timeout fails off the main thread. Here every check runs in a worker process; the
-worker stops its own check at the limit and answers `timeout` (`worker.py`), staying warm; the calling thread waits
-on the worker's pipe until the deadline plus a grace period (`KILL_GRACE_S`, for work stuck in C code that the
-worker's timer cannot interrupt), and past it kills the process (SIGKILL), starts a replacement and reports
-`timeout`. A worker that dies (segfault, out of memory) is reported as `error` and replaced. Any number of threads may call `run` at once: workers are borrowed from a shared idle queue one check at
-a time, so a stuck worker holds up nobody but its own check, and only for its limit.
+math-verify's `signal.alarm` timeout fails off the main thread. Here every check runs in a worker process. The limit
+is the worker's CPU time, not the wall clock, so a verdict does not depend on how busy the machine is: a worker
+starved by other processes simply takes longer. The worker stops its own check at the limit and answers `timeout`
+(`worker.py`), staying warm; work stuck in C code, deaf to the worker's timer, runs into the worker's CPU rlimit
+`KILL_GRACE_S` later (rounded up to whole seconds) and the kernel ends it; the pool reports `timeout` and starts a
+replacement. Against hangs that use no CPU (a worker that stopped reading, a machine swapping) the calling thread
+waits at most `wall_limit_factor` times the limit of wall clock, then kills the process (SIGKILL), starts a
+replacement and reports `wall_timeout`, which the grader counts apart and does not cache. A worker that dies
+otherwise (segfault, out of memory) is reported as `error` and replaced. Any number of threads may call `run` at
+once: workers are borrowed from a shared idle queue one check at a time, so a stuck worker holds up nobody but its own
+check.
 
 How: `WorkerPool(num_workers).run([(gold, pred), ...], timeout_s)`; processes start lazily on first use and stop
-in `close()`. A worker is a fresh interpreter (`python -m pasodoble.grader.worker FD`) talking over a socket pair,
-not a `multiprocessing` child: nothing is forked from a threaded parent and the caller's `__main__` module is never
-re-imported, so a grader works from any script, thread or notebook. POSIX only (pass_fds). A replacement imports
-math-verify again (about a second of CPU) while the other workers go on. The limit counts from the moment a ready
-worker receives the check; start-up has its own, larger limit.
+in `close()`. A worker is a fresh interpreter (`python -m pasodoble.grader.worker FD ...`) talking over a socket
+pair, not a `multiprocessing` child: nothing is forked from a threaded parent and the caller's `__main__` module is
+never re-imported, so a grader works from any script, thread or notebook. Workers are started from the main thread
+or from one long-lived spawner thread, never from a short-lived caller thread, because Linux's parent-death signal
+(which a worker asks for, so it never outlives this process) fires when the *thread* that started it ends. POSIX
+only (pass_fds). A replacement imports math-verify again (about a second of CPU) while the other workers go on.
+The limit counts from the moment a ready worker receives the check; start-up has its own, larger wall-clock limit.
+Each result says whether its worker was replaced (`CheckResult.restarted`), so every restart is counted once, by
+the call that caused it.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_pipes
@@ -37,18 +48,20 @@ WORKER_MODULE = "pasodoble.grader.worker"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _IDLE_POLL_S = 0.05  # how often a caller with waiting checks looks for a free worker
 KILL_GRACE_S = (
-    0.5  # how long past its limit a check may take to answer "timeout" itself before its worker is killed
+    0.5  # CPU time past its limit a check may take to answer "timeout" itself before the kernel stops it
 )
+_RLIMIT_ROUNDING_S = 1.0  # the CPU rlimit counts whole seconds
 
 
 @dataclass
 class CheckResult:
     """What a worker said about one pair."""
 
-    status: str  # "ok" | "timeout" | "error"
+    status: str  # "ok" | "timeout" (CPU-time limit) | "wall_timeout" (wall-clock backstop) | "error"
     correct: bool = False
     counters: dict[str, int] = field(default_factory=dict)
     message: str = ""
+    restarted: bool = False  # the worker was killed or died and a replacement was started
 
 
 def _worker_env() -> dict[str, str]:
@@ -56,6 +69,46 @@ def _worker_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     env["OMP_NUM_THREADS"] = "1"  # a worker is one core's worth of SymPy
     return env
+
+
+def wall_limit_s(timeout_s: float, wall_limit_factor: float) -> float:
+    """Wall-clock seconds after which a check is abandoned: the backstop, never before its CPU limit could fire."""
+    return max(timeout_s * wall_limit_factor, timeout_s + KILL_GRACE_S + _RLIMIT_ROUNDING_S)
+
+
+class _Spawner:
+    """Starts processes from one long-lived daemon thread (one per process id, so a forked copy makes its own)."""
+
+    _lock = threading.Lock()
+    _queue: queue.SimpleQueue | None = None
+    _pid: int | None = None
+
+    @classmethod
+    def popen(cls, command: list[str], **kwargs: Any) -> subprocess.Popen:
+        if threading.current_thread() is threading.main_thread():
+            return subprocess.Popen(command, **kwargs)
+        future: Future = Future()
+        cls._requests().put((command, kwargs, future))
+        return future.result()
+
+    @classmethod
+    def _requests(cls) -> queue.SimpleQueue:
+        with cls._lock:
+            if cls._pid != os.getpid():
+                cls._queue, cls._pid = queue.SimpleQueue(), os.getpid()
+                threading.Thread(
+                    target=cls._serve, args=(cls._queue,), name="grader-spawner", daemon=True
+                ).start()
+            return cls._queue
+
+    @staticmethod
+    def _serve(requests: queue.SimpleQueue) -> None:
+        while True:
+            command, kwargs, future = requests.get()
+            try:
+                future.set_result(subprocess.Popen(command, **kwargs))
+            except BaseException as error:  # handed to the waiting caller, which raises it
+                future.set_exception(error)
 
 
 class _Worker:
@@ -75,8 +128,9 @@ class _Worker:
             WORKER_MODULE,
             str(child_end.fileno()),
             str(self._memory_limit_mb or 0),
+            str(os.getpid()),
         ]
-        self.process = subprocess.Popen(
+        self.process = _Spawner.popen(
             command,
             pass_fds=(child_end.fileno(),),
             env=_worker_env(),
@@ -134,12 +188,14 @@ class WorkerPool:
         *,
         memory_limit_mb: int | None = None,
         startup_timeout_s: float = 120.0,
+        wall_limit_factor: float = 10.0,
     ):
         self._workers = [_Worker(memory_limit_mb) for _ in range(num_workers)]
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         for worker in self._workers:
             self._idle.put(worker)
         self._startup_timeout_s = startup_timeout_s
+        self._wall_limit_factor = wall_limit_factor
         self._lock = threading.Lock()
         self._closed = False
         self.restarts = 0  # workers killed and replaced (timeouts and crashes)
@@ -175,7 +231,7 @@ class WorkerPool:
         worker.start()  # the replacement warms up while others work; the next borrower waits until it is ready
 
     def run(self, pairs: list[tuple[str, str]], timeout_s: float) -> list[CheckResult]:
-        """Check every (gold, pred) pair with math-verify, each under `timeout_s` seconds of wall clock."""
+        """Check every (gold, pred) pair with math-verify, each under `timeout_s` seconds of the worker's CPU time."""
         if self._closed:
             raise RuntimeError("the grader pool is closed")
         results: list[CheckResult | None] = [None] * len(pairs)
@@ -197,6 +253,7 @@ class WorkerPool:
         in_flight: dict[Any, tuple[_Worker, int, float]],
     ) -> None:
         pending = deque(range(len(pairs)))
+        wall_s = wall_limit_s(timeout_s, self._wall_limit_factor)
         while pending or in_flight:
             while pending:
                 worker = self._acquire(block=not in_flight)
@@ -204,29 +261,40 @@ class WorkerPool:
                     break
                 index = pending.popleft()
                 worker.conn.send((index, *pairs[index], timeout_s))
-                in_flight[worker.conn] = (worker, index, time.monotonic() + timeout_s + KILL_GRACE_S)
+                in_flight[worker.conn] = (worker, index, time.monotonic() + wall_s)
             wait_s = min(deadline for _, _, deadline in in_flight.values()) - time.monotonic()
             if pending:
                 wait_s = min(wait_s, _IDLE_POLL_S)  # a worker may become free or ready meanwhile
             for conn in wait_for_pipes(list(in_flight), timeout=max(0.0, wait_s)):
                 worker, index, _ = in_flight.pop(conn)
-                results[index] = self._receive(worker)
+                results[index] = self._receive(worker, timeout_s)
             now = time.monotonic()
             for conn, (worker, index, deadline) in list(in_flight.items()):
                 if now >= deadline:
                     del in_flight[conn]
                     self._replace(worker)
                     self._idle.put(worker)
-                    results[index] = CheckResult("timeout", message=f"no verdict within {timeout_s:g} s")
+                    results[index] = CheckResult(
+                        "wall_timeout",
+                        message=f"no verdict within {wall_s:g} s of wall clock",
+                        restarted=True,
+                    )
 
-    def _receive(self, worker: _Worker) -> CheckResult:
+    def _receive(self, worker: _Worker, timeout_s: float) -> CheckResult:
         try:
             _, status, correct, counters, message = worker.conn.recv()
         except (EOFError, OSError):
-            code = worker.process.poll() if worker.process is not None else None
+            try:
+                code = worker.process.wait(timeout=5) if worker.process is not None else None
+            except subprocess.TimeoutExpired:
+                code = None  # closed its end but still running: _replace kills it
             self._replace(worker)
             self._idle.put(worker)
-            return CheckResult("error", message=f"grader worker died (exit code {code})")
+            if code == -signal.SIGXCPU:  # its CPU rlimit: stuck past the limit inside C code
+                return CheckResult(
+                    "timeout", message=f"no verdict within {timeout_s:g} s of CPU time", restarted=True
+                )
+            return CheckResult("error", message=f"grader worker died (exit code {code})", restarted=True)
         self._idle.put(worker)
         return CheckResult(status, correct, counters, message)
 
