@@ -21,9 +21,9 @@ settings. One departure from plain math-verify: its own timeouts are wall clock,
 need the main thread); ours is one limit on the worker's CPU time per check (both parses and the comparison), so a
 busy machine makes a check slower but never changes its verdict, and a check past it is status "timeout",
 correct=False (`timeouts`). The worker stops such a check itself and stays warm; one stuck inside C code, deaf to its
-timer, is stopped by its CPU rlimit about `pool.KILL_GRACE_S` later and its worker replaced. A wall-clock backstop,
-`wall_limit_factor` times the limit, catches checks that hang without using CPU (also status "timeout", counted as
-`wall_timeouts`).
+timer, is stopped by its CPU rlimit about `pool.KILL_GRACE_S` later and its worker replaced. A wall-clock backstop
+catches checks that hang without using CPU: a worker whose CPU time stood still for `wall_limit_factor` times the
+limit is killed (also status "timeout", counted as `wall_timeouts`); a merely starved one keeps its check.
 
 math-verify sometimes reads only a piece of an answer (the whole box does not parse, so it takes a smaller match
 inside it; see `worker.py`); such pairs are counted (`partial_parses`, `gold_partial_parses`) and, with
@@ -59,7 +59,7 @@ COUNTER_NAMES = (
     "no_answer",  # no answer found in the response
     "fallbacks",  # answer found only by the configured fallback (last number)
     "timeouts",  # pairs whose check used up its CPU-time limit (now or, cached, earlier)
-    "wall_timeouts",  # pairs abandoned at the wall-clock backstop (a hang, or a machine too busy to run the check)
+    "wall_timeouts",  # pairs abandoned at the wall-clock backstop: their worker used no CPU for the whole period
     "errors",  # pairs whose check raised or whose worker died
     "parse_failures",  # extracted answers math-verify could not turn into a value
     "gold_parse_failures",  # gold answers math-verify could not turn into a value
@@ -93,12 +93,8 @@ class GradeBatch:
 class GraderConfig:
     """Answer checking."""
 
-    timeout_s: float = (
-        5.0  # CPU-time limit of one math-verify check in its worker (math-verify's default, in CPU s)
-    )
-    wall_limit_factor: float = (
-        10.0  # backstop against hangs: a check is abandoned after this many timeout_s of wall
-    )
+    timeout_s: float = 5.0  # limit of one math-verify check, in its worker's CPU seconds (load-proof)
+    wall_limit_factor: float = 10.0  # hang backstop: kill a worker with no CPU use in this many timeout_s
     num_workers: int = 1  # math-verify worker processes
     cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
     fallback: str = "none"  # answer source when no box/tag/####: "none" | "last_number"
@@ -285,7 +281,7 @@ class Grader:
         reject_partial = self.config.partial_parses == "reject"
         for key, result in zip(keys, results, strict=True):
             counters.update(result.counters)
-            counters["worker_restarts"] += result.restarted
+            counters["worker_restarts"] += result.restarts
             status = "timeout" if result.status == "wall_timeout" else result.status
             partial = result.counters.get("partial_parses", 0) + result.counters.get("gold_partial_parses", 0)
             rejected = (

@@ -6,9 +6,11 @@ is the worker's CPU time, not the wall clock, so a verdict does not depend on ho
 starved by other processes simply takes longer. The worker stops its own check at the limit and answers `timeout`
 (`worker.py`), staying warm; work stuck in C code, deaf to the worker's timer, runs into the worker's CPU rlimit
 `KILL_GRACE_S` later (rounded up to whole seconds) and the kernel ends it; the pool reports `timeout` and starts a
-replacement. Against hangs that use no CPU (a worker that stopped reading, a machine swapping) the calling thread
-waits at most `wall_limit_factor` times the limit of wall clock, then kills the process (SIGKILL), starts a
-replacement and reports `wall_timeout`, which the grader counts apart and does not cache. A worker that dies
+replacement. Against hangs that use no CPU (a worker that stopped reading, a stopped process) the calling thread
+looks again every `wall_limit_factor` times the limit of wall clock: a worker whose CPU time has grown since the
+last look is starved, not hung, and keeps its check (its CPU limit still ends it); one whose CPU time stood still is
+killed (SIGKILL), replaced, and its check reported as `wall_timeout`, which the grader counts apart and does not
+cache. Where `/proc` cannot tell a process's CPU time, the first look kills. A worker that dies
 otherwise (segfault, out of memory) is reported as `error` and replaced. Any number of threads may call `run` at
 once: workers are borrowed from a shared idle queue one check at a time, so a stuck worker holds up nobody but its own
 check.
@@ -21,7 +23,7 @@ or from one long-lived spawner thread, never from a short-lived caller thread, b
 (which a worker asks for, so it never outlives this process) fires when the *thread* that started it ends. POSIX
 only (pass_fds). A replacement imports math-verify again (about a second of CPU) while the other workers go on.
 The limit counts from the moment a ready worker receives the check; start-up has its own, larger wall-clock limit.
-Each result says whether its worker was replaced (`CheckResult.restarted`), so every restart is counted once, by
+Each result says how many workers were replaced for it (`CheckResult.restarts`), so every restart is counted once, by
 the call that caused it.
 """
 
@@ -53,6 +55,11 @@ KILL_GRACE_S = (
 _RLIMIT_ROUNDING_S = 1.0  # the CPU rlimit counts whole seconds
 
 
+_InFlight = tuple[
+    "_Worker", int, float, "int | None"
+]  # worker, pair index, backstop deadline, its CPU ticks then
+
+
 @dataclass
 class CheckResult:
     """What a worker said about one pair."""
@@ -61,7 +68,7 @@ class CheckResult:
     correct: bool = False
     counters: dict[str, int] = field(default_factory=dict)
     message: str = ""
-    restarted: bool = False  # the worker was killed or died and a replacement was started
+    restarts: int = 0  # workers killed or found dead, and replaced, while this pair was being checked
 
 
 def _worker_env() -> dict[str, str]:
@@ -72,8 +79,17 @@ def _worker_env() -> dict[str, str]:
 
 
 def wall_limit_s(timeout_s: float, wall_limit_factor: float) -> float:
-    """Wall-clock seconds after which a check is abandoned: the backstop, never before its CPU limit could fire."""
+    """Wall-clock seconds of the backstop period, never shorter than the CPU limit could take to fire."""
     return max(timeout_s * wall_limit_factor, timeout_s + KILL_GRACE_S + _RLIMIT_ROUNDING_S)
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """CPU time a process has used so far (user + system, in clock ticks), or None where /proc cannot tell."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class _Spawner:
@@ -235,11 +251,11 @@ class WorkerPool:
         if self._closed:
             raise RuntimeError("the grader pool is closed")
         results: list[CheckResult | None] = [None] * len(pairs)
-        in_flight: dict[Any, tuple[_Worker, int, float]] = {}
+        in_flight: dict[Any, _InFlight] = {}
         try:
             self._drive(pairs, timeout_s, results, in_flight)
         except BaseException:
-            for worker, _, _ in in_flight.values():  # their answers can no longer be matched to a request
+            for worker, *_ in in_flight.values():  # their answers can no longer be matched to a request
                 self._replace(worker)
                 self._idle.put(worker)
             raise
@@ -250,34 +266,54 @@ class WorkerPool:
         pairs: list[tuple[str, str]],
         timeout_s: float,
         results: list[CheckResult | None],
-        in_flight: dict[Any, tuple[_Worker, int, float]],
+        in_flight: dict[Any, _InFlight],
     ) -> None:
         pending = deque(range(len(pairs)))
         wall_s = wall_limit_s(timeout_s, self._wall_limit_factor)
+        resent: set[int] = set()  # pairs whose first worker had died while idle
         while pending or in_flight:
             while pending:
                 worker = self._acquire(block=not in_flight)
                 if worker is None:
                     break
                 index = pending.popleft()
-                worker.conn.send((index, *pairs[index], timeout_s))
-                in_flight[worker.conn] = (worker, index, time.monotonic() + wall_s)
-            wait_s = min(deadline for _, _, deadline in in_flight.values()) - time.monotonic()
+                try:
+                    worker.conn.send((index, *pairs[index], timeout_s))
+                except OSError:  # died while idle (killed, out of memory): the check never started
+                    if index not in resent:
+                        resent.add(index)
+                        self._replace(worker)
+                        self._idle.put(worker)
+                        pending.appendleft(index)
+                        continue
+                    # a second dead worker in a row: _receive reads its end of file and reports an error
+                in_flight[worker.conn] = (
+                    worker,
+                    index,
+                    time.monotonic() + wall_s,
+                    cpu_ticks(worker.process.pid),
+                )
+            wait_s = min(deadline for _, _, deadline, _ in in_flight.values()) - time.monotonic()
             if pending:
                 wait_s = min(wait_s, _IDLE_POLL_S)  # a worker may become free or ready meanwhile
             for conn in wait_for_pipes(list(in_flight), timeout=max(0.0, wait_s)):
-                worker, index, _ = in_flight.pop(conn)
+                worker, index, *_ = in_flight.pop(conn)
                 results[index] = self._receive(worker, timeout_s)
+                results[index].restarts += index in resent
             now = time.monotonic()
-            for conn, (worker, index, deadline) in list(in_flight.items()):
+            for conn, (worker, index, deadline, ticks) in list(in_flight.items()):
                 if now >= deadline:
+                    ticks_now = cpu_ticks(worker.process.pid)
+                    if ticks is not None and ticks_now is not None and ticks_now > ticks:
+                        in_flight[conn] = (worker, index, now + wall_s, ticks_now)  # starved, not hung
+                        continue
                     del in_flight[conn]
                     self._replace(worker)
                     self._idle.put(worker)
                     results[index] = CheckResult(
                         "wall_timeout",
                         message=f"no verdict within {wall_s:g} s of wall clock",
-                        restarted=True,
+                        restarts=1,
                     )
 
     def _receive(self, worker: _Worker, timeout_s: float) -> CheckResult:
@@ -292,9 +328,9 @@ class WorkerPool:
             self._idle.put(worker)
             if code == -signal.SIGXCPU:  # its CPU rlimit: stuck past the limit inside C code
                 return CheckResult(
-                    "timeout", message=f"no verdict within {timeout_s:g} s of CPU time", restarted=True
+                    "timeout", message=f"no verdict within {timeout_s:g} s of CPU time", restarts=1
                 )
-            return CheckResult("error", message=f"grader worker died (exit code {code})", restarted=True)
+            return CheckResult("error", message=f"grader worker died (exit code {code})", restarts=1)
         self._idle.put(worker)
         return CheckResult(status, correct, counters, message)
 
