@@ -31,8 +31,14 @@ from pasodoble.grader.fastpath import fast_verdict, normalised, parse_number
         ("1,000", "1000", None),
         ("1.5e3", "1500", None),
         ("007", "7", None),
-        ("9^{9^{9^{9}}}", "9^{9^{9^{9}}}", None),  # a power tower could hang the parser: a worker decides
-        ("10^{100000}", "10^{100000}", None),
+        ("9^{9^{9^{9}}}", "9^{9^{9^{9}}}", True),  # identical: right without the parse that would hang
+        ("10^{100000}", "10^{100000}", True),
+        ("9^{9^{9^{9}}}", "9^{9^{9^{8}}}", None),  # a power tower could hang the parser: a worker decides
+        ("10^{100000}", "10^{100001}", None),
+        ("7" * 10**6, "7" * 10**6, True),  # too long to normalise: identical digits are right
+        ("7" * 10**6, "7" * (10**6 - 1) + "8", None),
+        ("}" + "1" * 400 + "{", "}" + "1" * 400 + "{", None),  # unbalanced and long: a worker decides
+        ("\\text{ }" * 50, "\\text{ }" * 50, None),  # long but without a digit: may normalise to nothing
         ("\\text{ }", "\\text{ }", None),  # normalises to nothing: math-verify says False
         ("69$,$84", "69$,$84", None),
     ],
