@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -106,3 +108,42 @@ def test_a_slow_comparison_times_out_inside_its_worker_which_stays_up():
         assert seconds < HANG_GUARD_S, seconds
         again = grader.grade(["x^2-1"], ["\\boxed{(x-1)(x+1)}"])
         assert again.verdicts[0].correct is True and again.counters["worker_restarts"] == 0
+
+
+_STUCK_IN_C = """
+import hashlib, resource, signal
+from pasodoble.grader import worker
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+signal.signal(signal.SIGPROF, worker._on_timer)
+# About 20 s of CPU inside OpenSSL, which never lets Python's signal handlers run: C code deaf to the timer.
+worker.check = lambda gold, pred: hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**8)
+worker.timed_check("1", "1", 0.3)
+"""
+
+
+def test_a_check_stuck_in_c_code_is_ended_by_its_cpu_rlimit():
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _STUCK_IN_C], timeout=HANG_GUARD_S, capture_output=True)
+    assert done.returncode == -signal.SIGXCPU, done.stderr[-500:]
+    assert time.monotonic() - start < HANG_GUARD_S
+
+
+def test_a_worker_ended_by_its_cpu_rlimit_is_a_timeout_and_is_replaced():
+    with Grader(GraderConfig(timeout_s=30.0, num_workers=1, cache_size=0)) as grader:
+        grader.start()
+        pool = grader._workers()
+        (worker,) = pool._workers
+
+        def signal_when_busy() -> None:
+            while pool._idle.qsize():
+                time.sleep(0.01)
+            time.sleep(0.2)
+            os.kill(worker.process.pid, signal.SIGXCPU)  # what the kernel sends at the CPU rlimit
+
+        sender = threading.Thread(target=signal_when_busy)
+        sender.start()
+        batch = grader.grade(["1"], [TOWER])
+        sender.join()
+        assert batch.verdicts[0].status == "timeout" and batch.verdicts[0].correct is False
+        assert batch.counters["timeouts"] == 1 and batch.counters["worker_restarts"] == 1
+        assert grader.grade(["x^2-1"], ["\\boxed{(x-1)(x+1)}"]).verdicts[0].correct is True
