@@ -10,20 +10,19 @@ replacement. Against hangs that use no CPU (a worker that stopped reading, a sto
 looks again every `wall_limit_factor` times the limit of wall clock: a worker whose CPU time has grown since the
 last look is starved, not hung, and keeps its check (its CPU limit still ends it); one whose CPU time stood still is
 killed (SIGKILL), replaced, and its check reported as `wall_timeout`, which the grader counts apart and does not
-cache. Where `/proc` cannot tell a process's CPU time, the first look kills. A worker that dies
-otherwise (segfault, out of memory) is reported as `error` and replaced. Any number of threads may call `run` at
-once: workers are borrowed from a shared idle queue one check at a time, so a stuck worker holds up nobody but its own
-check.
+cache. Where `/proc` cannot tell a process's CPU time, the first look kills. A worker that dies otherwise (segfault,
+out of memory) is reported as `error` and replaced. Any number of threads may call `run` at once: workers are
+borrowed from a shared idle queue one check at a time, so a stuck worker holds up nobody but its own check.
 
-How: `WorkerPool(num_workers).run([(gold, pred), ...], timeout_s)`; processes start lazily on first use and stop
-in `close()`. A worker is a fresh interpreter (`python -m pasodoble.grader.worker FD ...`) talking over a socket
-pair, not a `multiprocessing` child: nothing is forked from a threaded parent and the caller's `__main__` module is
-never re-imported, so a grader works from any script, thread or notebook. Workers are started from the main thread
-or from one long-lived spawner thread, never from a short-lived caller thread, because Linux's parent-death signal
+How: `WorkerPool(num_workers).run([(gold, pred), ...], timeout_s)`; processes start lazily on first use and stop in
+`close()`. A worker is a fresh interpreter (`python -m pasodoble.grader.worker FD ...`) talking over a socket pair,
+not a `multiprocessing` child: nothing is forked from a threaded parent and the caller's `__main__` module is never
+re-imported, so a grader works from any script, thread or notebook. Workers are started from the main thread or
+from one long-lived spawner thread, never from a short-lived caller thread, because Linux's parent-death signal
 (which a worker asks for, so it never outlives this process) fires when the *thread* that started it ends. POSIX
-only (pass_fds). A replacement imports math-verify again (about a second of CPU) while the other workers go on.
-The limit counts from the moment a ready worker receives the check; start-up has its own, larger wall-clock limit.
-Each result says how many workers were replaced for it (`CheckResult.restarts`), so every restart is counted once, by
+only (pass_fds). A replacement imports math-verify again (about a second of CPU) while the other workers go on. The
+limit counts from the moment a ready worker receives the check; start-up has its own, larger wall-clock limit. Each
+result says how many workers were replaced for it (`CheckResult.restarts`), so every restart is counted once, by
 the call that caused it.
 """
 

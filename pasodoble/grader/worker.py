@@ -1,20 +1,20 @@
 """The check that runs inside a grader worker process: math-verify's `parse` + `verify` on one pair.
 
 Why a separate process: math-verify's own timeouts use `signal.alarm`, which only works in the main thread, and a
-SymPy computation cannot be interrupted from outside. So workers call math-verify with its timeouts disabled and run
-each whole check (both parses and the comparison) under one CPU-time budget of their own, in their main thread: a
-profiling interval timer (`ITIMER_PROF`, which counts the worker's CPU time, not the wall clock, so a busy machine
-that starves the worker does not use up its budget) raises `CheckTimeout` at the limit (a `BaseException`, so
-math-verify's `except Exception` cannot swallow it) and the worker answers "timeout" and goes on, warm, like
-math-verify after its own timeouts. Work stuck inside C code (a huge integer power) never sees that signal; for it
-the worker also sets its CPU rlimit (`RLIMIT_CPU`, whole seconds) to the budget plus `pool.KILL_GRACE_S`, rounded
-up, so the kernel stops it (SIGXCPU) even when nobody is left to kill it, and the parent (`pool.py`) reports
-"timeout" and starts a replacement. The pool runs this module as
-`python -m pasodoble.grader.worker FD MEMORY_LIMIT_MB PARENT_PID`, FD being its end of a socket pair; not meant for
-users. A worker never outlives the parent: on Linux it asks for SIGKILL when its parent goes
-(`PR_SET_PDEATHSIG`), everywhere a watchdog thread exits when its parent PID changes, and a pipe broken by a
-parent's death ends the loop without a traceback. Inside, math-verify runs with two verdict-keeping helpers
-installed: two-stage parsing (`sll.py`) and the simplify disproof and solve memo (`shortcuts.py`).
+SymPy computation cannot be interrupted from outside. So workers call math-verify with its timeouts disabled and
+run each whole check (both parses and the comparison) under one CPU-time budget of their own, in their main thread:
+a profiling interval timer (`ITIMER_PROF`, which counts the worker's CPU time, not the wall clock, so a busy
+machine that starves the worker does not use up its budget) raises `CheckTimeout` at the limit (a `BaseException`,
+so math-verify's `except Exception` cannot swallow it) and the worker answers "timeout" and goes on, warm, like
+math-verify after its own timeouts. Work stuck inside one C call (a huge power with gmpy2 installed) never sees
+that signal; for it the worker also sets its CPU rlimit (`RLIMIT_CPU`, whole seconds) to the budget plus
+`pool.KILL_GRACE_S`, rounded up, so the kernel stops it (SIGXCPU) even when nobody is left to kill it, and the
+parent (`pool.py`) reports "timeout" and starts a replacement. The pool runs this module as `python -m
+pasodoble.grader.worker FD MEMORY_LIMIT_MB PARENT_PID`, FD being its end of a socket pair; not meant for users. A
+worker never outlives the parent: on Linux it asks for SIGKILL when its parent goes (`PR_SET_PDEATHSIG`),
+everywhere a watchdog thread exits when its parent PID changes, and a pipe broken by a parent's death ends the loop
+without a traceback. Inside, math-verify runs with two verdict-keeping helpers installed: two-stage parsing
+(`sll.py`) and the simplify disproof and solve memo (`shortcuts.py`).
 
 Partial parses: when the whole `\\boxed{...}` does not parse, math-verify quietly tries smaller matches inside it
 and takes the first that does, so `\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}` is read as `2/3` (its grammar rejects
