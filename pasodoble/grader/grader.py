@@ -36,6 +36,7 @@ never zeroes the whole batch; the time limit works in any thread; every failure 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import weakref
 from collections import Counter, OrderedDict
@@ -105,11 +106,14 @@ class GraderConfig:
     partial_parses: str = "keep"
 
     def validate(self) -> None:
-        if not self.timeout_s > 0:
-            raise ConfigError("grader.timeout_s", f"must be > 0 seconds, got {self.timeout_s}")
-        if not self.wall_limit_factor >= 1:
+        if not 0 < self.timeout_s < math.inf:
             raise ConfigError(
-                "grader.wall_limit_factor", f"must be >= 1 (times timeout_s), got {self.wall_limit_factor}"
+                "grader.timeout_s", f"must be a finite number > 0 of seconds, got {self.timeout_s}"
+            )
+        if not 1 <= self.wall_limit_factor < math.inf:
+            raise ConfigError(
+                "grader.wall_limit_factor",
+                f"must be finite and >= 1 (times timeout_s), got {self.wall_limit_factor}",
             )
         if self.num_workers < 1:
             raise ConfigError("grader.num_workers", f"must be >= 1, got {self.num_workers}")
