@@ -311,7 +311,7 @@ class WorkerPool:
                     self._idle.put(worker)
                     results[index] = CheckResult(
                         "wall_timeout",
-                        message=f"no verdict within {wall_s:g} s of wall clock",
+                        message=f"its worker used no CPU for {wall_s:g} s of wall clock (hung)",
                         restarts=1,
                     )
 
