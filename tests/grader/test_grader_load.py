@@ -1,6 +1,6 @@
 """Verdicts do not depend on machine load: checks run under a CPU-time limit, with a wall-clock backstop.
 
-`busy_cpu` oversubscribes the CPU with busy-loop processes (four per core, each ending by itself after a minute,
+`busy_cpu` oversubscribes the CPU with busy-loop processes (four per core, each ending by itself after two minutes,
 killed by PID when the block ends) while symbolic pairs are graded under a tight limit: every verdict must be the unloaded
 one and nothing may time out. With a wall-clock limit the starved workers ran past it and correct answers came
 back "timeout". Also here: a worker that hangs without using CPU is caught by the backstop (counted as
@@ -35,7 +35,7 @@ LIMIT_S = 0.5  # CPU seconds: several times what any pair above needs
 SLOW_GOLD = (
     "m l \\ddot{\\theta}(t)-m g \\sin \\theta(t)=f(t) \\cos \\theta(t)"  # SymPy's solve runs for seconds
 )
-_BUSY_LOOP = "import time\nend = time.time() + 60\nwhile time.time() < end:\n    pass\n"
+_BUSY_LOOP = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    pass\n"
 
 
 @contextmanager
