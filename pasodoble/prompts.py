@@ -5,7 +5,9 @@ Solver (from a question); `parse_proposal` turns a Proposer completion into (que
 reason; `answer_leaked` is the leak test of the validity gate (METHOD.md steps 3 and 5).
 
 Why: every Proposer reward starts here, so malformed model output (no tags, unbalanced braces, huge or non-text
-output) must end as an *invalid proposal with a reason* that the loop counts, never as an exception.
+output) must end as an *invalid proposal with a reason* that the loop counts, never as an exception, and in time
+linear in its length (tags are found with `str.find` from where the last search ended, boxes with the grader's
+one-pass brace matcher, the leak test with a linear token search); `max_chars` caps the input on top of that.
 
 How to run: pure functions; `python -m pytest tests/test_prompts.py`.
 
@@ -230,8 +232,27 @@ def normalized_tokens(text: str) -> list[str]:
 
 
 def _contains(haystack: list[str], needle: list[str]) -> bool:
-    n = len(needle)
-    return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
+    """Whether `needle` is a contiguous run of `haystack`; Knuth-Morris-Pratt, so linear on any tokens (comparing a
+    slice at every offset is quadratic: a 10 KB question of ones against an answer of ones and a two)."""
+    if not needle:
+        return True
+    fallback = [0] * len(needle)  # fallback[i]: length of the longest proper border of needle[: i + 1]
+    border = 0
+    for i in range(1, len(needle)):
+        while border and needle[i] != needle[border]:
+            border = fallback[border - 1]
+        if needle[i] == needle[border]:
+            border += 1
+        fallback[i] = border
+    matched = 0
+    for token in haystack:
+        while matched and token != needle[matched]:
+            matched = fallback[matched - 1]
+        if token == needle[matched]:
+            matched += 1
+            if matched == len(needle):
+                return True
+    return False
 
 
 def answer_leaked(question: str, answer: str) -> bool:

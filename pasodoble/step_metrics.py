@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-# Grader counters whose values depend on the process's cache (a resumed process starts cold); logged under proc/.
-PROCESS_LOCAL_COUNTERS = frozenset({"cache_hits", "fast_path", "math_verify", "worker_restarts"})
+# Grader counters whose values depend on the process (its cache: a resumed process starts cold; a hung worker), not
+# on the run's inputs; logged under proc/.
+PROCESS_LOCAL_COUNTERS = frozenset(
+    {"cache_hits", "fast_path", "math_verify", "worker_restarts", "wall_timeouts"}
+)
 NON_DETERMINISTIC_PREFIXES = ("time/", "proc/")
 
 

@@ -89,7 +89,7 @@ def register(subparsers) -> None:
         "--grader-timeout-s",
         type=float,
         default=GraderConfig.timeout_s,
-        help="wall-clock limit of one answer check, seconds (default: %(default)s)",
+        help="limit of one answer check, CPU seconds of its worker (default: %(default)s)",
     )
     e.add_argument(
         "--grader-workers",

@@ -145,6 +145,7 @@ def settings_block(result: dict) -> str:
 _GRADING_ISSUES = (  # grader counters a reader of the scores should see, with how to read them
     ("no_answer", "responses without an answer"),
     ("timeouts", "checks past the time limit (graded wrong)"),
+    ("wall_timeouts", "checks whose worker hung, stopped by the wall-clock backstop (graded wrong)"),
     ("errors", "checks that failed (graded wrong)"),
     ("partial_parses", "answers math-verify read only in part"),
     ("gold_partial_parses", "checks against a gold math-verify read only in part"),

@@ -1,7 +1,10 @@
 """Answer extraction: find the final answer inside a model response.
 
-Every reward and every benchmark number starts here, so extraction is a pure function of the text that never raises
-and runs in linear time (a 100 KB response of nested braces costs one pass, not a quadratic rescan).
+Every reward and every benchmark number starts here, and it runs outside any time limit, so extraction is a pure
+function of the text that never raises and runs in linear time on any input: a 1 MB response of nested braces,
+unclosed `<answer>` tags or repeated `\\boxed{` costs a few passes, never a rescan per opener (a regular expression
+like `<answer>(.*?)</answer>` rescans the rest of the text for every unclosed opener: quadratic). The test-suite
+times 1 MB adversarial inputs of every shape; `bench/parsers.py` prints the table.
 
 Order (the first that finds a non-empty answer wins):
 1. the last balanced `\\boxed{...}` / `\\fbox{...}` (the prompts ask for `\\boxed{}`);
@@ -25,7 +28,8 @@ import re
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # A backslash escapes the next character (so `\{`, `\}` and `\\` are skipped); bare braces are structure.
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 _GSM8K = re.compile(r"####[ \t]*([^\n]*)")
 _LAST_NUMBER = re.compile(
     r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?(?:\s*\\?%)?|-?\.\d+(?:\s*\\?%)?"
@@ -69,9 +73,19 @@ def extract_boxed(text: str, which: str = "last") -> str | None:
 
 
 def extract_answer_tag(text: str) -> str | None:
-    """Return the stripped content of the last `<answer>...</answer>` tag, or None."""
-    matches = _ANSWER_TAG.findall(text)
-    return matches[-1].strip() if matches else None
+    """Return the stripped content of the last `<answer>...</answer>` tag, or None.
+
+    Tags pair up left to right as a lazy `<answer>(.*?)</answer>` would match them (an opener, then the first closer
+    after it; a later opener inside that content is text), but every search starts where the last one ended, so
+    the whole scan is one pass: an opener without a closer ends it.
+    """
+    last, position = None, 0
+    while (opener := _ANSWER_OPEN.search(text, position)) is not None:
+        closer = _ANSWER_CLOSE.search(text, opener.end())
+        if closer is None:
+            break
+        last, position = (opener.end(), closer.start()), closer.end()
+    return text[last[0] : last[1]].strip() if last else None
 
 
 def extract_gsm8k(text: str) -> str | None:

@@ -3,8 +3,15 @@
 Why: math-verify (LaTeX -> SymPy through an ANTLR parser, then SymPy comparisons) costs milliseconds per pair and
 needs a killable worker process; most reward checks are plain numbers or an answer copied verbatim from the gold.
 How: `fast_verdict(gold, pred)` returns True / False when math-verify's verdict on `\\boxed{gold}` against
-`\\boxed{pred}` is known for sure, and None ("defer") otherwise. It answers only in two cases:
+`\\boxed{pred}` is known for sure, and None ("defer") otherwise. It answers only in three cases:
 
+0. *Same text.* An answer identical to the gold (both stripped) is right whenever math-verify's normalised string of
+   it is not empty: math-verify's string comparison says so, given the time to parse. Decided before any parse, so
+   a 10^6-digit integer or a power tower against itself is right instead of timing out (the one place where the
+   grader's verdict is not math-verify's under its limit). Texts longer than 300 characters are not normalised
+   (`normalize_latex` is quadratic on some inputs, e.g. long runs of spaces); for them the test is conservative and
+   linear: balanced braces, no trailing backslash, and an ASCII digit, which normalisation never removes. Answers
+   that could change which math-verify pattern matches (`$`, `\\[`, `\\(`, `boxed`, `answer`) are deferred.
 1. *Same normalised answer.* math-verify's `parse` returns the SymPy value *and* the normalised LaTeX string, and
    `verify` also compares string with string, so two answers whose normalised strings are equal and not empty are
    equal for math-verify (`\\dfrac` vs `\\frac`, `\\left(` vs `(`, `5 \\text{ cm}` vs `5`, and identical answers).
@@ -32,13 +39,13 @@ from functools import lru_cache
 from latex2sympy2_extended.latex2sympy2 import normalize_latex
 from math_verify.parser import LatexExtractionConfig
 
-_NORMALISED_MAX_CHARS = 300
-# Inputs that change which math-verify pattern matches (so the string fallback may differ) or that can make SymPy
-# evaluate something huge while parsing or comparing.
-_UNSAFE = re.compile(
-    r"\$|\\\[|\\\(|boxed|fbox|answer|!|\\sum|\\prod|\\int|\\lim|\\binom|\\choose|\d{30,}|\^\s*\{?\s*-?\d{4,}",
-    re.IGNORECASE,
-)
+_NORMALISED_MAX_CHARS = 300  # normalize_latex is quadratic on some inputs: longer texts are never normalised
+# Inputs that change which math-verify pattern matches (so the string fallback may differ).
+_OTHER_PATTERN = re.compile(r"\$|\\\[|\\\(|boxed|fbox|answer", re.IGNORECASE)
+# Inputs that can make SymPy evaluate something huge while parsing or comparing.
+_COSTLY = re.compile(r"!|\\sum|\\prod|\\int|\\lim|\\binom|\\choose|\d{30,}|\^\s*\{?\s*-?\d{4,}")
+_ASCII_DIGIT = re.compile(r"[0-9]")
+_BRACE = re.compile(r"[{}]")
 _EXPONENT_GROUP = re.compile(r"\^\s*\{")
 _NORMALISATION = replace(LatexExtractionConfig().normalization_config, boxed="last")
 
@@ -64,10 +71,17 @@ def _power_tower(answer: str) -> bool:
     return False
 
 
-@lru_cache(maxsize=65_536)
 def normalised(answer: str) -> str | None:
     """math-verify's normalised string for `\\boxed{answer}`, or None when empty or unsafe to rely on."""
-    if len(answer) > _NORMALISED_MAX_CHARS or _UNSAFE.search(answer) or _power_tower(answer):
+    if len(answer) > _NORMALISED_MAX_CHARS or _COSTLY.search(answer) or _power_tower(answer):
+        return None
+    return _normalised_text(answer)
+
+
+@lru_cache(maxsize=65_536)
+def _normalised_text(answer: str) -> str | None:
+    """`normalised` without the guards against slow parses (callers bound the length)."""
+    if len(answer) > _NORMALISED_MAX_CHARS or _OTHER_PATTERN.search(answer):
         return None
     try:
         text = normalize_latex(f"\\boxed{{{answer}}}", config=_NORMALISATION).strip()
@@ -110,9 +124,30 @@ def _numeric_verdict(gold: tuple[Fraction, bool], pred: tuple[Fraction, bool]) -
     return False if clearly_apart else None
 
 
+def _balanced(text: str) -> bool:
+    depth = 0
+    for brace in _BRACE.finditer(text):
+        depth += 1 if brace.group() == "{" else -1
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def same_text_verdict(answer: str) -> bool | None:
+    """True when an answer compared with its own text is surely right (its normalised string is not empty), else
+    None; linear in the length of the answer (see case 0 of the module docstring)."""
+    if len(answer) <= _NORMALISED_MAX_CHARS:
+        return True if _normalised_text(answer) else None
+    if answer.endswith("\\") or _OTHER_PATTERN.search(answer) or not _ASCII_DIGIT.search(answer):
+        return None
+    return True if _balanced(answer) else None
+
+
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """Return math-verify's verdict for (gold answer, extracted prediction) when certain, else None."""
     gold, pred = gold.strip(), pred.strip()
+    if gold == pred and same_text_verdict(gold):
+        return True
     gold_text = normalised(gold)
     pred_text = normalised(pred) if gold_text is not None else None
     if gold_text is not None and gold_text == pred_text:

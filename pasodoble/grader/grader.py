@@ -9,18 +9,21 @@ Used by the rewards and by the evaluation harness:
 
 Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
 up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
-runs math-verify's `parse` + `verify` under a hard wall-clock limit (`pool.py`; workers parse LaTeX with ANTLR's
+runs math-verify's `parse` + `verify` under a hard limit on its CPU time (`pool.py`; workers parse LaTeX with ANTLR's
 faster SLL prediction first, with identical results, `sll.py`, and skip `simplify` where a numeric evaluation
 already proves two expressions different and `solve` for an equation already solved, `shortcuts.py`). A verdict
-never depends on the route taken: the fast path only answers where math-verify surely agrees. Timeouts are cached
-like verdicts (the same pair would only burn the limit again); errors (a worker that died) are not, as they may be
-transient.
+never depends on the route taken: the fast path only answers where math-verify surely agrees (and an answer identical
+to the gold is right without any parse, `fastpath.py`). Timeouts are cached like verdicts (the same pair would only
+burn the limit again); errors (a worker that died) and wall-clock backstop timeouts are not, as they may be transient.
 
 Semantics: `correct` is math-verify's `verify(parse("\\boxed{gold}"), parse("\\boxed{answer}"))` with its default
-settings. One departure from plain math-verify: its own timeouts are per parse and per comparison (and need the
-main thread); ours is one wall-clock limit per check (both parses and the comparison), and a check past it is status
-"timeout", correct=False. The worker stops such a check itself and stays warm; one stuck inside C code, deaf to its
-timer, is killed at most `pool.KILL_GRACE_S` later and its worker replaced.
+settings. One departure from plain math-verify: its own timeouts are wall clock, per parse and per comparison (and
+need the main thread); ours is one limit on the worker's CPU time per check (both parses and the comparison), so a
+busy machine makes a check slower but never changes its verdict, and a check past it is status "timeout",
+correct=False (`timeouts`). The worker stops such a check itself and stays warm; one stuck inside C code, deaf to its
+timer, is stopped by its CPU rlimit about `pool.KILL_GRACE_S` later and its worker replaced. A wall-clock backstop
+catches checks that hang without using CPU: a worker whose CPU time stood still for `wall_limit_factor` times the
+limit is killed (also status "timeout", counted as `wall_timeouts`); a merely starved one keeps its check.
 
 math-verify sometimes reads only a piece of an answer (the whole box does not parse, so it takes a smaller match
 inside it; see `worker.py`); such pairs are counted (`partial_parses`, `gold_partial_parses`) and, with
@@ -33,6 +36,7 @@ never zeroes the whole batch; the time limit works in any thread; every failure 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import weakref
 from collections import Counter, OrderedDict
@@ -55,7 +59,8 @@ COUNTER_NAMES = (
     "math_verify",  # sent to a math-verify worker
     "no_answer",  # no answer found in the response
     "fallbacks",  # answer found only by the configured fallback (last number)
-    "timeouts",  # pairs whose check hit the time limit (now or, cached, earlier)
+    "timeouts",  # pairs whose check used up its CPU-time limit (now or, cached, earlier)
+    "wall_timeouts",  # pairs abandoned at the wall-clock backstop: their worker used no CPU for the whole period
     "errors",  # pairs whose check raised or whose worker died
     "parse_failures",  # extracted answers math-verify could not turn into a value
     "gold_parse_failures",  # gold answers math-verify could not turn into a value
@@ -64,7 +69,7 @@ COUNTER_NAMES = (
     "mv_exceptions",  # exceptions math-verify caught inside its comparisons (verdict unchanged)
     "simplify_skipped",  # simplify calls a worker skipped: a numeric evaluation proved the pair different
     "solve_reused",  # solve calls a worker answered from equations it had already solved
-    "worker_restarts",  # worker processes killed and replaced during this batch
+    "worker_restarts",  # worker processes this batch's checks had killed and replaced (each restart counted once)
 )
 
 
@@ -89,7 +94,8 @@ class GradeBatch:
 class GraderConfig:
     """Answer checking."""
 
-    timeout_s: float = 5.0  # wall-clock limit of one math-verify check (math-verify's own default)
+    timeout_s: float = 5.0  # limit of one math-verify check, in its worker's CPU seconds (load-proof)
+    wall_limit_factor: float = 10.0  # hang backstop: kill a worker with no CPU use in this many timeout_s
     num_workers: int = 1  # math-verify worker processes
     cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
     fallback: str = "none"  # answer source when no box/tag/####: "none" | "last_number"
@@ -100,8 +106,15 @@ class GraderConfig:
     partial_parses: str = "keep"
 
     def validate(self) -> None:
-        if not self.timeout_s > 0:
-            raise ConfigError("grader.timeout_s", f"must be > 0 seconds, got {self.timeout_s}")
+        if not 0 < self.timeout_s < math.inf:
+            raise ConfigError(
+                "grader.timeout_s", f"must be a finite number > 0 of seconds, got {self.timeout_s}"
+            )
+        if not 1 <= self.wall_limit_factor < math.inf:
+            raise ConfigError(
+                "grader.wall_limit_factor",
+                f"must be finite and >= 1 (times timeout_s), got {self.wall_limit_factor}",
+            )
         if self.num_workers < 1:
             raise ConfigError("grader.num_workers", f"must be >= 1, got {self.num_workers}")
         if self.cache_size < 0:
@@ -120,11 +133,16 @@ class GraderConfig:
 
 
 def counters_to_metrics(counters: dict[str, int]) -> dict[str, float]:
-    """Grader counters as `grader/<name>` metrics, plus the timeout and error rates per check."""
+    """Grader counters as `grader/<name>` metrics, plus the timeout and error rates per check.
+
+    `timeout_rate` counts every pair graded "timeout" (CPU limit and wall-clock backstop alike).
+    """
     metrics = {f"grader/{name}": float(value) for name, value in counters.items()}
     checks = counters.get("checks", 0)
     if checks:
-        metrics["grader/timeout_rate"] = counters.get("timeouts", 0) / checks
+        metrics["grader/timeout_rate"] = (
+            counters.get("timeouts", 0) + counters.get("wall_timeouts", 0)
+        ) / checks
         metrics["grader/error_rate"] = counters.get("errors", 0) / checks
     return metrics
 
@@ -177,6 +195,7 @@ class Grader:
                 self._pool = WorkerPool(
                     self.config.num_workers,
                     memory_limit_mb=self.config.memory_limit_mb,
+                    wall_limit_factor=self.config.wall_limit_factor,
                 )
                 self._finalizer = weakref.finalize(self, self._pool.close)
             return self._pool
@@ -261,25 +280,27 @@ class Grader:
         counters: Counter[str],
     ) -> None:
         keys = list(waiting)
-        pool = self._workers()
-        restarts_before = pool.restarts
-        results = pool.run(keys, self.config.timeout_s)
+        results = self._workers().run(keys, self.config.timeout_s)
         counters["math_verify"] += len(keys)
-        counters["worker_restarts"] += pool.restarts - restarts_before
         reject_partial = self.config.partial_parses == "reject"
         for key, result in zip(keys, results, strict=True):
             counters.update(result.counters)
+            counters["worker_restarts"] += result.restarts
+            status = "timeout" if result.status == "wall_timeout" else result.status
             partial = result.counters.get("partial_parses", 0) + result.counters.get("gold_partial_parses", 0)
             rejected = (
                 reject_partial and partial > 0 and key[0] != key[1]
             )  # the gold's own text is never rejected
-            correct = result.correct and result.status == "ok" and not rejected
-            if result.status != "error":
-                self._cache.put(key, (correct, result.status))
+            correct = result.correct and status == "ok" and not rejected
+            if result.status in ("ok", "timeout"):  # a verdict or a spent CPU budget would only repeat
+                self._cache.put(key, (correct, status))
             if result.status != "ok":
-                counters["timeouts" if result.status == "timeout" else "errors"] += len(waiting[key])
+                counted = {"timeout": "timeouts", "wall_timeout": "wall_timeouts"}.get(
+                    result.status, "errors"
+                )
+                counters[counted] += len(waiting[key])
                 logger.warning(
                     "grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message
                 )
             for index in waiting[key]:
-                verdicts[index] = Verdict(correct, result.status, key[1])
+                verdicts[index] = Verdict(correct, status, key[1])

@@ -136,10 +136,13 @@ def test_counters_to_metrics_names_and_rates():
     ("field", "value"),
     [
         ("timeout_s", 0),
+        ("timeout_s", float("inf")),
         ("num_workers", 0),
         ("cache_size", -1),
         ("fallback", "first"),
         ("memory_limit_mb", 10),
+        ("wall_limit_factor", 0.5),
+        ("wall_limit_factor", float("nan")),
     ],
 )
 def test_config_validation_names_the_field(field, value):

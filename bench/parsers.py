@@ -1,0 +1,139 @@
+"""Benchmark: worst-case time per call of every parser that reads model text, on adversarial inputs of 1 KB to 1 MB.
+
+The parsers run outside any time limit (in training, evaluation and `verify-answers`), so each must be linear in
+the length of its input. For every parser and every input shape (unclosed tags, thousands of openers, `\\boxed{`
+repeated, braces nested 100k deep, a leak test on two long token runs, ...) this prints the slowest of `--repeats`
+calls, in CPU seconds (`time.process_time`, so other load on the machine barely moves it), at 1 KB, 16 KB, 256 KB
+and 1 MB, and the growth from 64 KB to 1 MB (a linear parser grows about 16x; a quadratic one 256x). Parsers:
+`extract_answer` (boxed, `<answer>`, `####`, last-number fallback), `parse_proposal` (its `max_chars` cap lifted,
+so the parsing itself is timed) and the fast path (`fast_verdict`, same text and one character apart, which covers
+its normaliser). The exit status is 1 if any growth is 40x or more. `tests/grader/test_parsers_linear.py` runs the
+64 KB -> 1 MB growth of the same shapes.
+
+    python bench/parsers.py                      # about a minute; --repeats 3 --sizes 1024 1048576
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from pasodoble.grader.extract import extract_answer
+from pasodoble.grader.fastpath import fast_verdict
+from pasodoble.prompts import parse_proposal
+
+SIZES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024)
+GROWTH_FROM, GROWTH_TO = 64 * 1024, 1024 * 1024
+MAX_GROWTH = 40.0  # for 16x the size; linear is about 16, quadratic 256
+
+
+def _fill(unit: str, size: int, head: str = "", tail: str = "") -> str:
+    count = max(1, (size - len(head) - len(tail)) // len(unit))
+    return head + unit * count + tail
+
+
+def _nested(size: int, head: str = "", tail: str = "") -> str:
+    depth = max(1, (size - len(head) - len(tail)) // 2)
+    return head + "{" * depth + "1" + "}" * depth + tail
+
+
+# Each shape makes a text of about `size` characters from the size.
+SHAPES: dict[str, Callable[[int], str]] = {
+    "unclosed_answer": lambda n: _fill("x", n, head="<answer>"),
+    "many_answer_openers": lambda n: _fill("<answer>", n),
+    "answer_openers_closed": lambda n: _fill("<answer>", n, tail="</answer>"),
+    "many_boxed_openers": lambda n: _fill("\\boxed{", n),
+    "many_open_braces": lambda n: _fill("{", n, head="\\boxed"),
+    "nested_braces": lambda n: _nested(n, head="\\boxed"),
+    "escaped_braces": lambda n: _fill("\\{", n, head="\\boxed{"),
+    "boxed_spaces": lambda n: _fill(" ", n, head="\\boxed"),
+    "many_gsm8k_markers": lambda n: _fill("#", n),
+    "gsm8k_lines": lambda n: _fill("#### 1\n", n),
+    "digits": lambda n: _fill("7", n),
+    "number_spaces": lambda n: _fill("1 ", n),
+    "thousands_groups": lambda n: _fill(",000", n, head="1"),
+    "unclosed_problem": lambda n: _fill("x", n, head="<problem>"),
+    "many_problem_openers": lambda n: _fill("<problem>", n),
+    "problem_then_answer_openers": lambda n: _fill("<answer>", n, head="<problem>q</problem>"),
+    "nested_in_answer": lambda n: _nested(n, head="<problem>q</problem><answer>\\boxed", tail="</answer>"),
+    "leak_test": lambda n: (
+        "<problem>" + "1 " * (n // 3) + "</problem><answer>\\boxed{" + "1 " * (n // 6) + "2}</answer>"
+    ),
+    "unclosed_think": lambda n: _fill("x", n, head="<think>"),
+    "frac_spaces": lambda n: _fill("\\frac ", n),
+}
+
+
+def _fast_path_same(text: str) -> object:
+    return fast_verdict(text, text)
+
+
+def _fast_path_near(text: str) -> object:
+    return fast_verdict(text, text[:-1] + "9")
+
+
+PARSERS: dict[str, Callable[[str], object]] = {
+    "extract_answer": lambda text: extract_answer(text, "last_number"),
+    "parse_proposal": lambda text: parse_proposal(text, max_chars=len(text) + 1),
+    "fast_path_same": _fast_path_same,
+    "fast_path_near": _fast_path_near,
+}
+
+
+def worst_cpu_s(parser: Callable[[str], object], text: str, repeats: int) -> float:
+    """The slowest of `repeats` calls, in CPU seconds."""
+    worst = 0.0
+    for _ in range(repeats):
+        start = time.process_time()
+        parser(text)
+        worst = max(worst, time.process_time() - start)
+    return worst
+
+
+def best_cpu_s(parser: Callable[[str], object], text: str, repeats: int) -> float:
+    """The fastest of `repeats` calls, in CPU seconds (what a growth test compares: the least disturbed run)."""
+    return min(_one_cpu_s(parser, text) for _ in range(repeats))
+
+
+def _one_cpu_s(parser: Callable[[str], object], text: str) -> float:
+    start = time.process_time()
+    parser(text)
+    return time.process_time() - start
+
+
+def growth(parser: Callable[[str], object], shape: Callable[[int], str], repeats: int) -> float:
+    """CPU time at 1 MB over CPU time at 64 KB (best of `repeats` each)."""
+    small = best_cpu_s(parser, shape(GROWTH_FROM), repeats)
+    large = best_cpu_s(parser, shape(GROWTH_TO), repeats)
+    return large / max(small, 1e-5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="calls per cell (default: %(default)s)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="input sizes in characters")
+    args = parser.parse_args(argv)
+    sizes = args.sizes
+    header = f"{'parser':16} {'shape':28} " + " ".join(f"{_label(n):>9}" for n in sizes) + f" {'64K->1M':>8}"
+    print(header)
+    print("-" * len(header))
+    failed = False
+    for parser_name, parse in PARSERS.items():
+        for shape_name, shape in SHAPES.items():
+            cells = [worst_cpu_s(parse, shape(n), args.repeats) for n in sizes]
+            ratio = growth(parse, shape, args.repeats)
+            failed |= ratio >= MAX_GROWTH
+            row = " ".join(f"{seconds * 1e3:8.2f}m" for seconds in cells)
+            print(f"{parser_name:16} {shape_name:28} {row} {ratio:7.1f}x", flush=True)
+    print("cells: worst CPU milliseconds per call; last column: growth from 64 KB to 1 MB (linear ~16x)")
+    return 1 if failed else 0
+
+
+def _label(size: int) -> str:
+    return f"{size // 1024 // 1024} MB" if size >= 1024 * 1024 else f"{size // 1024} KB"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Every parser on model text is linear: 1 MB adversarial inputs of each shape cost about 16x their 64 KB versions.
+
+The shapes and parsers are those of `bench/parsers.py` (which prints the full table). Times are CPU seconds, the
+fastest of a few calls, so a loaded machine does not move the ratio much; a quadratic parser grows 256x. The linear
+rewrites are also checked against the plain definitions they replace on random strings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pasodoble.grader.extract import extract_answer_tag
+from pasodoble.prompts import _contains
+
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_parsers", Path(__file__).resolve().parents[2] / "bench" / "parsers.py"
+)
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+REPEATS = 2
+
+
+@pytest.mark.parametrize("shape", sorted(bench.SHAPES))
+@pytest.mark.parametrize("parser", sorted(bench.PARSERS))
+def test_growth_from_64_kb_to_1_mb_is_linear(parser, shape):
+    ratio = bench.growth(bench.PARSERS[parser], bench.SHAPES[shape], REPEATS)
+    assert ratio < bench.MAX_GROWTH, f"{parser} on {shape}: {ratio:.0f}x for 16x the input"
+
+
+def test_every_shape_has_about_the_size_asked_for():
+    for name, shape in bench.SHAPES.items():
+        assert 0.9 * 65536 <= len(shape(65536)) <= 1.1 * 65536, name
+
+
+_LAZY_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_TAG_PARTS = st.sampled_from(
+    ["<answer>", "</answer>", "<ANSWER>", "</Answer>", "x", " ", "\n", "<", "/", "answer"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_TAG_PARTS, max_size=14).map("".join))
+def test_answer_tag_pairs_up_tags_as_the_lazy_regex_did(text):
+    matches = _LAZY_TAG.findall(text)
+    assert extract_answer_tag(text) == (matches[-1].strip() if matches else None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from("ab"), max_size=12), st.lists(st.sampled_from("ab"), max_size=5))
+def test_token_run_search_agrees_with_slice_comparison(haystack, needle):
+    expected = any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+    assert _contains(haystack, needle) == expected
