@@ -67,7 +67,7 @@ def is_disk_full(err: BaseException, path: str | Path | None = None) -> bool:
 
 
 def disk_full_error(path: str | Path) -> UserError:
-    return UserError(f"no space left on device writing {path}; free some space (or choose another run_dir)")
+    return UserError(f"no space left on device writing {path}; free some space or write somewhere else")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -78,7 +78,7 @@ def test_verify_answers_leaves_no_temporary_file_when_the_write_fails(tmp_path, 
     args = parser.parse_args(
         ["verify-answers", str(source), "--out", str(out), "--no-extract", "--no-progress"]
     )
-    with pytest.raises(UserError, match="graded.jsonl: cannot write \\(No space left on device\\)"):
+    with pytest.raises(UserError, match="no space left on device writing .*graded.jsonl"):
         cli.run_verify_answers(args)
     assert list(out.parent.iterdir()) == []
     args.out = tmp_path
