@@ -162,6 +162,15 @@ def digest(obj: object) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
 
 
+def weights_digest(model: torch.nn.Module) -> str:
+    """Fingerprint of a model's parameters (bit-exact): equal on every rank after a synchronised update."""
+    h = hashlib.blake2b(digest_size=12)
+    for name, p in model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 @dataclass
 class Attempts:
     """Solver answers to some questions, graded against the given gold answers."""
@@ -512,6 +521,9 @@ class DualPlay:
             "buffer": digest(st.buffer.state_dict()),
             "skipped": st.skipped,
             "counters": st.counters,
+            "weights": {
+                r.name: weights_digest(r.model) for r in (self.proposer, self.solver) if r is not None
+            },
         }
         append_jsonl(self.decisions_dir / f"rank-{self.collective.rank}.jsonl", [row])
 

@@ -316,6 +316,10 @@ def _train(cfg: TrainConfig, collective, resume: bool) -> Path:
     if rank0 and not cfg.logging.quiet and collective.world_size > 1:
         print(describe(cfg.distributed.resolved), flush=True)
     run_dir = _prepare_run_dir(cfg, collective, resume)
+    if collective.world_size > 1 and any(m.startswith(TINY) for m in (cfg.proposer.model, cfg.solver.model)):
+        if rank0:  # one rank builds the tiny world's cache; the others then find it
+            _tiny_models(cfg)
+        collective.barrier("tiny world build (run once on one process if this times out)")
     proposer, solver = build_roles(cfg, collective.world_size)
     sampler = build_sampler(cfg, proposer)
     with (
