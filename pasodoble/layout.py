@@ -12,7 +12,7 @@ raises one `LayoutError` line naming the numbers (exit 2):
 The memory estimate (GB = 1e9 bytes) per role: weights (dtype bytes x parameters), gradients (same dtype),
 AdamW states (two fp32 moments, plus an fp32 master copy when training in 16 bits: 12 or 8 bytes a parameter),
 divided by the world size where the backend shards them (ZeRO-1: states; ZeRO-2: states and gradients; ZeRO-3
-and FSDP2: all three), optimizer states at 0 on the GPU when offloaded; activations for one micro-batch of
+and FSDP2: all three), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
 prompt + completion tokens (with gradient checkpointing one hidden state per layer plus one layer's working set,
 else every layer's) plus the fp32 logits of the loss; a frozen reference model when beta > 0. It is an estimate
 to catch impossible layouts early (a 4B model fully fine-tuned without offload on a 24 GB GPU), not a profiler.
@@ -114,6 +114,8 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
     """Per-GPU memory estimate of one role (see the module docstring for the terms)."""
     n = parameter_count(arch)
     b = DTYPE_BYTES[role.dtype]
+    if world_size <= 1:  # one rank trains with plain PyTorch: nothing sharded, nothing offloaded
+        dist = DistributedConfig(backend="ddp")
     shard_all = dist.backend == "fsdp2" or (dist.backend == "deepspeed" and dist.zero_stage == 3)
     shard_grads = shard_all or (dist.backend == "deepspeed" and dist.zero_stage >= 2)
     shard_states = shard_grads or dist.backend == "deepspeed"
@@ -158,13 +160,6 @@ def check_layout(cfg, launch: Launch, archs: dict[str, dict | None], show=None) 
             f"layout: distributed.backend={d.backend} needs CUDA GPUs but none is visible (Accelerate uses FSDP2 and "
             "DeepSpeed only for GPU runs); use distributed.backend=ddp on CPU"
         )
-    if d.backend == "deepspeed" and launch.world_size > 1:
-        import importlib.util
-
-        if importlib.util.find_spec("deepspeed") is None:
-            raise LayoutError(
-                "layout: distributed.backend=deepspeed but deepspeed is not installed; pip install deepspeed"
-            )
     if d.gpus is not None and d.gpus > launch.visible_gpus:
         raise LayoutError(
             f"layout: {d.gpus} GPUs asked for (distributed.gpus) but {launch.visible_gpus} visible; "

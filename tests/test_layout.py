@@ -30,12 +30,58 @@ QWEN3_4B = {
     "vocab_size": 151936,
     "tie_word_embeddings": True,
 }
+QWEN2_5 = {"model_type": "qwen2", "vocab_size": 151936, "tie_word_embeddings": True}
+ARCHS = {  # config.json numbers of the paper's base models (architecture only)
+    "Qwen/Qwen2.5-0.5B": {
+        **QWEN2_5,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+    },
+    "Qwen/Qwen2.5-1.5B": {
+        **QWEN2_5,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+    },
+    "Qwen/Qwen2.5-3B": {
+        **QWEN2_5,
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+    },
+    "Qwen/Qwen3-0.6B-Base": {
+        **QWEN3_4B,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+    },
+    "Qwen/Qwen3-4B-Base": QWEN3_4B,
+}
 QWEN3_1_7B = {
     **QWEN3_4B,
     "hidden_size": 2048,
     "intermediate_size": 6144,
     "num_hidden_layers": 28,
     "num_attention_heads": 16,
+}
+
+
+ARCHS["Qwen/Qwen3-1.7B-Base"] = QWEN3_1_7B
+PUBLISHED_B = {  # parameters in billions, as the model cards give them
+    "Qwen/Qwen2.5-0.5B": 0.49,
+    "Qwen/Qwen2.5-1.5B": 1.54,
+    "Qwen/Qwen2.5-3B": 3.09,
+    "Qwen/Qwen3-0.6B-Base": 0.6,
+    "Qwen/Qwen3-1.7B-Base": 1.7,
+    "Qwen/Qwen3-4B-Base": 4.0,
 }
 
 
@@ -55,9 +101,9 @@ def config(tmp_path, arch, *overrides):
     )
 
 
-def test_parameter_count_matches_the_published_sizes():
-    assert parameter_count(QWEN3_4B) == pytest.approx(4.02e9, rel=0.01)  # Qwen3-4B: 4.0B
-    assert parameter_count(QWEN3_1_7B) == pytest.approx(1.72e9, rel=0.01)  # Qwen3-1.7B: 1.7B
+@pytest.mark.parametrize("model", sorted(PUBLISHED_B))
+def test_parameter_count_matches_the_published_sizes(model):
+    assert parameter_count(ARCHS[model]) / 1e9 == pytest.approx(PUBLISHED_B[model], rel=0.03)
 
 
 def test_eight_gpus_asked_with_two_visible(tmp_path):
