@@ -228,10 +228,14 @@ def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[li
     lines.append(f"{'vllm':<12}{'':>60}{vllm:>10.2f}")
     lines.append(f"{'total':<12}{'':>60}{total:>10.2f}" + (f"  of {gpu_gb:g} GB" if gpu_gb else ""))
     overflow = None
+    how = (
+        "one rank: nothing sharded or offloaded"
+        if launch.world_size <= 1
+        else f"backend {d.backend}, {launch.world_size} ranks, offload_optimizer={str(d.offload_optimizer).lower()}"
+    )
     if gpu_gb and parts and total > gpu_gb:
         overflow = (
-            f"layout: needs about {total:.1f} GB per GPU ({', '.join(parts)}, vLLM {vllm:.1f}; backend "
-            f"{d.backend}, {launch.world_size} ranks, offload_optimizer={str(d.offload_optimizer).lower()}) but a GPU "
+            f"layout: needs about {total:.1f} GB per GPU ({', '.join(parts)}, vLLM {vllm:.1f}; {how}) but a GPU "
             f"has {gpu_gb:g} GB; offload the optimizer, shard (fsdp2 or deepspeed zero_stage=3), use more GPUs "
             "or shorter sequences / smaller micro batches"
         )
