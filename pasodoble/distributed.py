@@ -9,8 +9,9 @@ picks one from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_
 
 Why: every rank must take the same decisions (rewards, skips, diversity history, buffer) from the same data, and a
 rank that dies must stop the others instead of leaving them blocked forever. Every operation runs under the process
-group's timeout (`distributed.timeout_s`) and a failure becomes one `CollectiveError` line naming the rank, the
-operation and what it was exchanging; `barrier` is gloo's monitored barrier, which also names the missing ranks.
+group's timeout (`distributed.timeout_s`) and a failure becomes one error line naming the rank, the operation and
+what it was exchanging, and the rank exits at once with code 1 (see `TorchDistributed.fail` for why it does not
+unwind); `barrier` is gloo's monitored barrier, which also names the missing ranks.
 
 How: `collective = from_env(timeout_s=600)`; `collective.all_gather(obj, "solver answers")` -> list by rank.
 Tests: tests/test_distributed.py (shares, a 2-process gloo group, a dead and a silent peer).
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Protocol
+import sys
+from typing import Any, NoReturn, Protocol
 
 import torch
 
@@ -36,7 +38,8 @@ LAUNCH_HINT = (
 
 
 class CollectiveError(UserError):
-    """A collective operation failed or timed out (a peer rank died or stopped answering); exit code 1."""
+    """A collective operation failed or timed out (a peer rank died or stopped answering); exit code 1. Ranks
+    under `TorchDistributed` print its line and exit rather than raise it (`TorchDistributed.fail`)."""
 
     exit_code = 1
 
@@ -110,10 +113,20 @@ class TorchDistributed:
         except (RuntimeError, ValueError, OSError) as e:  # gloo/NCCL report peer loss and timeouts this way
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             label = f"{op}({what})" if what else op
-            raise CollectiveError(
+            self.fail(
                 f"rank {self.rank} of {self.world_size}: {label} failed (timeout {self.timeout_s:g}s): "
                 f"a peer rank died or stopped answering [{first[:300]}]"
-            ) from None
+            )
+
+    def fail(self, message: str) -> NoReturn:
+        """Print the error line and end this process now.
+
+        Unwinding normally is not safe after a failed collective: tearing down the process group (from DDP's
+        reducer, as the frames holding the roles are freed) joins gloo's worker thread while that thread waits
+        for the GIL to release the failed operation's tensors, and the rank hangs forever instead of exiting."""
+        print(f"pasodoble: error: {message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(CollectiveError.exit_code)
 
     def broadcast(self, obj: Any, what: str = "") -> Any:
         box = [obj]

@@ -40,6 +40,15 @@ SMALL = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def tiny_models():
+    """Build (or find) the tiny world's cached models in this process, so no rank waits on the build."""
+    from pasodoble.config import load_config
+    from pasodoble.train import TrainConfig, _tiny_models
+
+    _tiny_models(load_config(TrainConfig, ROOT / "recipes" / "tiny-online.yaml", ["logging.quiet=true"]))
+
+
 def env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -188,7 +197,7 @@ def test_killed_rank_stops_the_others_and_the_run_resumes_on_three(tmp_path):
     assert procs[0].returncode == 1, err[-2000:]
     assert time.monotonic() - killed_at < timeout_s + 60
     last = err.strip().splitlines()[-1]
-    assert last.startswith("pasodoble train: error: rank 0 of 2: ") and "a peer rank died" in last, last
+    assert last.startswith("pasodoble: error: rank 0 of 2: ") and "a peer rank died" in last, last
     procs[1].communicate()
     resumed_at = int((out / "checkpoints" / "latest").read_text().strip().split("-")[-1])
     assert 1 <= resumed_at < 4
