@@ -16,6 +16,44 @@ import torch
 from pasodoble.distributed import from_env
 
 
+def ddp_update_vs_one_rank(collective, *, checkpointing: bool) -> dict:
+    """Two updates through Accelerate's DDP, each rank on its share, vs one rank on the whole batch."""
+    from pasodoble.data_parallel import update_shared
+    from pasodoble.roles import Role, RoleConfig
+    from pasodoble.sharding import Unsharded, build_sharding
+    from tests.loop_helpers import make_model, make_tokenizer
+    from tests.test_roles import sampled
+
+    cfg = RoleConfig(
+        model="test",
+        num_generations=3,
+        temperature=1.0,
+        max_completion_length=8,
+        lr=1e-2,
+        micro_batch_size=2,
+        gradient_checkpointing=checkpointing,
+    )
+    tokenizer = make_tokenizer()
+    sharded = Role(
+        "solver", cfg, make_model(tokenizer), tokenizer, sharding=build_sharding("ddp", collective.world_size)
+    )
+    single = Role("solver", cfg, make_model(tokenizer), tokenizer, sharding=Unsharded())
+    stats = []
+    for step in range(2):
+        samples, advantages = sampled(single, ["a", "bb", "c"], seed=step)  # 9 samples: ragged shares
+        stats.append(
+            (update_shared(sharded, samples, advantages, collective), single.update(samples, advantages))
+        )
+    diff = max(
+        (a - b).abs().max().item() for a, b in zip(single.model.parameters(), sharded.model.parameters())
+    )
+    return {
+        "max_abs_diff": diff,
+        "grad_norms": [[s["grad_norm"], f["grad_norm"]] for s, f in stats],
+        "losses": [[s["loss"], f["loss"]] for s, f in stats],
+    }
+
+
 def main(scenario: str) -> int:
     collective = from_env(timeout_s=float(os.environ.get("TEST_TIMEOUT_S", "30")))
     rank = collective.rank
@@ -27,6 +65,11 @@ def main(scenario: str) -> int:
         }
         collective.barrier("test")
         print(json.dumps(out), flush=True)
+        collective.close()
+    elif scenario.startswith("update"):
+        print(
+            json.dumps(ddp_update_vs_one_rank(collective, checkpointing=scenario == "update-checkpointing"))
+        )
         collective.close()
     elif scenario in ("dead", "silent"):
         collective.barrier("start")

@@ -96,6 +96,18 @@ def test_two_ranks_broadcast_and_gather():
         assert out["tensors"] == [[0, 0], [1, 10]]
 
 
+@pytest.mark.distributed
+@pytest.mark.parametrize("scenario", ["update", "update-checkpointing"])
+def test_ddp_update_on_shares_equals_the_one_rank_update(scenario):
+    """Accelerate's DDP averages gradients; each share's loss carries its share of the full batch times the world
+    size, so two ranks on 5 + 4 samples take the one-rank step on all 9 (two steps, Adam moments included)."""
+    for rc, out in [last_json(p) for p in launch(scenario, world=2)]:
+        assert rc == 0
+        assert out["max_abs_diff"] < 1e-4  # lr 1e-2: below 1% of one step
+        for sharded, single in out["grad_norms"] + out["losses"]:
+            assert sharded == pytest.approx(single, rel=1e-4, abs=1e-6)
+
+
 def error_exit(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, float]:
     """(exit code, last stderr line, seconds from the barrier before the failure to the exit)."""
     out, err = proc.communicate(timeout=timeout)
