@@ -15,11 +15,11 @@ weight in the full batch).
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.
 
-Departures: none from the method. What is exercised where: DDP on CPU/gloo in the distributed tests. FSDP2 and
-DeepSpeed need CUDA (Accelerate only selects FSDP for GPU-type distributed runs and silently falls back to DDP on
-MULTI_CPU; DeepSpeed is not a dependency), so `pasodoble.layout` refuses them on CPU and covers their memory in
-layout tests. Their training path is refused on several ranks (`NOT_WIRED` says why) until it is run on GPUs;
-the `Accelerated` branches that build their plugins are the place it goes.
+Departures: none from the method. What is exercised where: DDP on CPU/gloo in the distributed tests (the whole
+loop). Accelerate only selects FSDP for GPU-type runs (on MULTI_CPU it silently prepares DDP) and DeepSpeed is
+not a dependency, so `pasodoble.layout` refuses both without a GPU and covers their memory in layout tests;
+`FullyShard` applies torch's FSDP2 directly and its update is tested on CPU/gloo against the one-rank update.
+The loop refuses FSDP2 and DeepSpeed on several ranks (`NOT_WIRED` says what is missing).
 """
 
 from __future__ import annotations
@@ -98,9 +98,45 @@ class Accelerated:
         return float(norm) if norm is not None else 0.0
 
 
+class FullyShard(Unsharded):
+    """torch's FSDP2 (`fully_shard`, the engine Accelerate drives for `fsdp_version=2`), applied directly: each
+    decoder layer and then the whole model, over all ranks. Used where Accelerate will not select FSDP (CPU runs);
+    the update path only: see `NOT_WIRED` for what the loop still lacks."""
+
+    def __init__(self, world_size: int, *, offload: bool = False):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.grad_scale = float(world_size)  # FSDP2's reduce-scatter averages over ranks
+        self.offload = offload
+        self.mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (world_size,))
+
+    def prepare(self, name: str, model: torch.nn.Module, optimizer):
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+        kwargs = {"mesh": self.mesh, **({"offload_policy": CPUOffloadPolicy()} if self.offload else {})}
+        for layer in getattr(getattr(model, "model", model), "layers", []):
+            fully_shard(layer, **kwargs)
+        fully_shard(model, **kwargs)
+        # fully_shard replaced the parameters by sharded ones: point the optimizer (and its scheduler) at them.
+        optimizer.param_groups[0]["params"] = [p for p in model.parameters() if p.requires_grad]
+        return model, optimizer
+
+    def accumulate(self, model: torch.nn.Module, last: bool):
+        model.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
+        params = [p for p in model.parameters() if p.grad is not None]
+        if not params:
+            return 0.0
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
 NOT_WIRED = {
-    "fsdp2": "generation with the Hugging Face engine runs a different number of forwards per rank (ragged shares, "
-    "early stops), and FSDP2's per-forward parameter all-gather needs every rank in every forward",
+    "fsdp2": "its update path runs (FullyShard, tested on CPU/gloo), but the loop does not yet gather full weights "
+    "around each rank's generation phase (FSDP2 all-gathers in every forward, and ranks run different numbers of "
+    "forwards), nor full state dicts for checkpoints",
     "deepspeed": "Accelerate's DeepSpeed wrapper steps the optimizer inside backward() unless its gradient "
     "accumulation is configured per update, which the per-micro-batch loss weighting does not do yet",
 }

@@ -16,11 +16,11 @@ import torch
 from pasodoble.distributed import from_env
 
 
-def ddp_update_vs_one_rank(collective, *, checkpointing: bool) -> dict:
-    """Two updates through Accelerate's DDP, each rank on its share, vs one rank on the whole batch."""
+def ddp_update_vs_one_rank(collective, *, checkpointing: bool, fsdp2: bool = False) -> dict:
+    """Two updates through Accelerate's DDP (or torch's FSDP2), each rank on its share, vs one rank on all."""
     from pasodoble.data_parallel import update_shared
     from pasodoble.roles import Role, RoleConfig
-    from pasodoble.sharding import Unsharded, build_sharding
+    from pasodoble.sharding import FullyShard, Unsharded, build_sharding
     from tests.loop_helpers import make_model, make_tokenizer
     from tests.test_roles import sampled
 
@@ -34,9 +34,8 @@ def ddp_update_vs_one_rank(collective, *, checkpointing: bool) -> dict:
         gradient_checkpointing=checkpointing,
     )
     tokenizer = make_tokenizer()
-    sharded = Role(
-        "solver", cfg, make_model(tokenizer), tokenizer, sharding=build_sharding("ddp", collective.world_size)
-    )
+    engine = FullyShard(collective.world_size) if fsdp2 else build_sharding("ddp", collective.world_size)
+    sharded = Role("solver", cfg, make_model(tokenizer), tokenizer, sharding=engine)
     single = Role("solver", cfg, make_model(tokenizer), tokenizer, sharding=Unsharded())
     stats = []
     for step in range(2):
@@ -44,10 +43,10 @@ def ddp_update_vs_one_rank(collective, *, checkpointing: bool) -> dict:
         stats.append(
             (update_shared(sharded, samples, advantages, collective), single.update(samples, advantages))
         )
-    diff = max(
-        (a - b).abs().max().item() for a, b in zip(single.model.parameters(), sharded.model.parameters())
-    )
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in sharded.model.parameters()]
+    diff = max((a - b).abs().max().item() for a, b in zip(single.model.parameters(), full))
     return {
+        "sharded_params": sum(hasattr(p, "full_tensor") for p in sharded.model.parameters()),
         "max_abs_diff": diff,
         "grad_norms": [[s["grad_norm"], f["grad_norm"]] for s, f in stats],
         "losses": [[s["loss"], f["loss"]] for s, f in stats],
@@ -67,9 +66,10 @@ def main(scenario: str) -> int:
         print(json.dumps(out), flush=True)
         collective.close()
     elif scenario.startswith("update"):
-        print(
-            json.dumps(ddp_update_vs_one_rank(collective, checkpointing=scenario == "update-checkpointing"))
+        result = ddp_update_vs_one_rank(
+            collective, checkpointing=scenario == "update-checkpointing", fsdp2=scenario == "update-fsdp2"
         )
+        print(json.dumps(result))
         collective.close()
     elif scenario in ("dead", "silent"):
         collective.barrier("start")
