@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all lint format bench clean
+.PHONY: install demo test test-all test-distributed lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: install
 # Everything, slow end-to-end runs included (not vllm/gpu/distributed, which need extra installs or hardware).
 test-all: install
 	$(BIN)/python -m pytest -q -m "not vllm and not gpu and not distributed" $(PYTEST_ARGS)
+
+# Multi-process runs on CPU (gloo): collectives, 2- and 3-rank training, a killed rank, resume on another size.
+test-distributed: install
+	$(BIN)/python -m pytest -q -m distributed $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

@@ -22,6 +22,7 @@ from pasodoble.errors import UserError
 COMMAND_MODULES = (
     "pasodoble.demo",
     "pasodoble.train",
+    "pasodoble.layout",
     "pasodoble.experiment",
     "pasodoble.sft",
     "pasodoble.evals.cli",

@@ -13,8 +13,10 @@ Every inner step writes one row to metrics.jsonl (`step` = inner-step counter); 
 samples.jsonl every `samples_every` steps.
 
 State that a multi-rank version must keep identical on every rank (step counters, diversity history, question
-buffer, sampler position, skip decisions) lives in ONE place, `LoopState`, and every decision passes through
-`Collective.broadcast` (rank 0's value wins). `SingleProcess` is the only implementation today.
+buffer, sampler position, skip decisions) lives in ONE place, `LoopState`. On several ranks (`TorchDistributed`)
+each rank generates, grades and trains on its share of a step (`pasodoble.data_parallel`); the results are
+gathered, so every rank computes the same decisions, which still pass through `Collective.broadcast` (rank 0's
+value wins) as a guard. Only rank 0 writes samples.jsonl and runs the in-training evaluation.
 
 Determinism: every stochastic choice is seeded from (seed, inner step, tag) (`derive_seed`), so a run resumed from
 a checkpoint reproduces the uninterrupted one exactly on CPU.
@@ -32,16 +34,19 @@ Proposer's reward and the question selection) still come from real grading, whic
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from pasodoble.buffer import BufferItem, QuestionBuffer
+from pasodoble.data_parallel import generate_shared, solve_shared, update_shared
+from pasodoble.distributed import Collective, SingleProcess  # noqa: F401  (SingleProcess: imported from here too)
 from pasodoble.diversity import QuestionHistory
 from pasodoble.errors import ConfigError
 from pasodoble.grpo import group_advantages
@@ -118,24 +123,6 @@ class ScheduleConfig:
             raise ConfigError("schedule.similarity_threshold", "must be in [0, 1]")
 
 
-class Collective(Protocol):
-    """Where rank-dependent decisions are made identical on every rank."""
-
-    rank: int
-    world_size: int
-
-    def broadcast(self, obj: Any) -> Any:
-        """Return rank 0's `obj` on every rank."""
-        ...
-
-
-class SingleProcess:
-    rank, world_size = 0, 1
-
-    def broadcast(self, obj: Any) -> Any:
-        return obj
-
-
 @dataclass
 class LoopState:
     """Everything besides the two roles that a resume needs; identical on every rank."""
@@ -168,6 +155,20 @@ def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed from (seed, parts...), stable across processes (unlike Python's salted `hash`)."""
     digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
+def digest(obj: object) -> str:
+    """A short stable fingerprint of JSON-able state (history, buffer) for cross-rank comparisons."""
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """Fingerprint of a model's parameters (bit-exact): equal on every rank after a synchronised update."""
+    h = hashlib.blake2b(digest_size=12)
+    for name, p in model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 @dataclass
@@ -204,6 +205,7 @@ class DualPlay:
         evaluator: Callable[[Role], dict[str, float]] | None = None,
         on_checkpoint: Callable[[DualPlay], None] | None = None,
         verbose: bool = True,
+        decisions_dir: str | Path | None = None,
     ):
         self.proposer, self.solver, self.grader = proposer, solver, grader
         self.schedule, self.rewards, self.prompts = schedule, rewards, prompts
@@ -212,6 +214,7 @@ class DualPlay:
         self.collective = collective or SingleProcess()
         self.question_source, self.evaluator, self.on_checkpoint = question_source, evaluator, on_checkpoint
         self.verbose = verbose
+        self.decisions_dir = Path(decisions_dir) if decisions_dir is not None else None
         self.state = LoopState(
             history=QuestionHistory(schedule.history_size, schedule.similarity_threshold),
             buffer=QuestionBuffer(schedule.buffer_max_size, schedule.buffer_eviction),
@@ -251,7 +254,7 @@ class DualPlay:
                 )
 
     def _evaluate(self) -> None:
-        if self.evaluator is None:
+        if self.evaluator is None or self.collective.rank != 0:
             return
         metrics = {f"eval/{k}": v for k, v in self.evaluator(self.solver).items()}
         if self.tracker is not None:
@@ -269,7 +272,9 @@ class DualPlay:
         passages = self._passages(s)
         with timer("propose"):
             prompt_ids = [self.proposer.prompt_ids(proposer_messages(p, self.prompts)) for p in passages]
-            groups = self.proposer.generate(prompt_ids, derive_seed(self.seed, s, "proposer"))
+            groups = generate_shared(
+                self.proposer, prompt_ids, derive_seed(self.seed, s, "proposer"), self.collective, "proposals"
+            )
         proposals = [parse_proposal(c.text) for group in groups for c in group]
         valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         attempts = self.solve(
@@ -288,9 +293,11 @@ class DualPlay:
         if decision["skip"] is None:
             with timer("update"):
                 if self.proposer.cfg.trainable:
-                    updates["proposer"] = self.proposer.update(
+                    updates["proposer"] = update_shared(
+                        self.proposer,
                         [Sample(prompt_ids[g], c) for g, group in enumerate(groups) for c in group],
                         decision["proposer_advantages"],
+                        self.collective,
                     )
                 if train_solver:
                     updates["solver"] = self._update_solver(attempts, decision["learnable"], s)
@@ -304,7 +311,9 @@ class DualPlay:
         self._dump_samples(
             s, passages, proposals, texts, rates, diversity, decision["proposer_rewards"], attempts, valid_idx
         )
-        return self._finish_inner_step(row, decision["skip"])
+        return self._finish_inner_step(
+            row, decision["skip"], {"passages": passages, "texts": texts, **decision}
+        )
 
     def _decide(self, groups, proposals, rates, diversity, valid_idx) -> dict:
         """Rewards, advantages and the skip decision of an online step (rank 0's result is broadcast)."""
@@ -338,7 +347,7 @@ class DualPlay:
         for q, group_rewards in zip(questions, rewards):
             advantages += group_advantages(torch.tensor(group_rewards, dtype=torch.float32)).tolist()
             samples += [Sample(attempts.prompts[q], c) for c in attempts.completions[q]]
-        stats = self.solver.update(samples, advantages)
+        stats = update_shared(self.solver, samples, advantages, self.collective)
         stats["reward_mean"] = mean([r for group in rewards for r in group])
         return stats
 
@@ -403,25 +412,21 @@ class DualPlay:
             attempts,
             list(range(len(rates))),
         )
-        return self._finish_inner_step(row, skip)
+        return self._finish_inner_step(row, skip, {"questions": attempts.questions, "chosen": chosen})
 
     # ------------------------------------------------------------------ shared pieces
     def solve(self, questions: list[str], golds: list[str], step: int, timer: Timer) -> Attempts:
         """J Solver answers per question, graded against `golds` (grader failures are counted, not fatal)."""
         prompt_ids = [self.solver.prompt_ids(solver_messages(q, self.prompts)) for q in questions]
-        with timer("solve"):
-            completions = self.solver.generate(prompt_ids, derive_seed(self.seed, step, "solver"))
-        correct, answered, counters = [], [], {}
-        with timer("grade"):
-            if questions:
-                flat_golds = [g for g, group in zip(golds, completions) for _ in group]
-                batch = self.grader.grade(flat_golds, [c.text for group in completions for c in group])
-                verdicts = iter(batch.verdicts)
-                for group in completions:
-                    row = [next(verdicts) for _ in group]
-                    correct.append([v.correct for v in row])
-                    answered.append([v.extracted is not None for v in row])
-                counters = dict(batch.counters)
+        completions, correct, answered, counters = solve_shared(
+            self.solver,
+            prompt_ids,
+            golds,
+            derive_seed(self.seed, step, "solver"),
+            self.grader,
+            self.collective,
+            timer,
+        )
         timer.add_tokens("solver", sum(len(c.token_ids) for group in completions for c in group))
         return Attempts(list(questions), list(golds), prompt_ids, completions, correct, answered, counters)
 
@@ -474,12 +479,13 @@ class DualPlay:
             **timer.metrics(),
         }
 
-    def _finish_inner_step(self, row: dict, skip: str | None) -> dict:
+    def _finish_inner_step(self, row: dict, skip: str | None, decision: dict) -> dict:
         st = self.state
         if skip is not None:
             st.skipped += 1
             st.counters[f"skip/{skip}"] = st.counters.get(f"skip/{skip}", 0) + 1
         st.inner_step += 1
+        self._log_decisions(decision)
         row.update(
             {
                 "skip/skipped": float(skip is not None),
@@ -503,11 +509,29 @@ class DualPlay:
             )
         return row
 
+    def _log_decisions(self, decision: dict) -> None:
+        """Per-rank record of what this rank decided (`distributed.decisions_log`): ranks must agree line by line."""
+        if self.decisions_dir is None:
+            return
+        st = self.state
+        row = {
+            "step": st.inner_step,
+            "decision": decision,
+            "history": digest(st.history.state_dict()),
+            "buffer": digest(st.buffer.state_dict()),
+            "skipped": st.skipped,
+            "counters": st.counters,
+            "weights": {
+                r.name: weights_digest(r.model) for r in (self.proposer, self.solver) if r is not None
+            },
+        }
+        append_jsonl(self.decisions_dir / f"rank-{self.collective.rank}.jsonl", [row])
+
     def _dump_samples(
         self, step, passages, proposals, texts, rates, diversity, rewards, attempts, valid_idx
     ) -> None:
         every = self.schedule.samples_every
-        if self.run_dir is None or every is None or (step + 1) % every != 0:
+        if self.run_dir is None or every is None or (step + 1) % every != 0 or self.collective.rank != 0:
             return
         group_size = len(rates) // max(len(passages), 1)
         by_index = {i: q for q, i in enumerate(valid_idx)}

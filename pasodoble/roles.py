@@ -37,9 +37,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from pasodoble import grpo, precision
 from pasodoble.checkpoint import load_torch_state
+from pasodoble.data_parallel import GlobalBatch
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.precision import DTYPES
 from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
+from pasodoble.sharding import Unsharded
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
@@ -177,11 +179,15 @@ class Role:
         *,
         engine: RolloutEngine | None = None,
         total_updates: int | None = None,
+        sharding=None,
     ):
         self.name, self.cfg, self.tokenizer = name, cfg, tokenizer
         self.compute_dtype = DTYPES[cfg.dtype]
         # in place, so an engine handed the same module keeps seeing the live weights
         self.model = model.to(precision.weights_dtype(cfg.dtype, cfg.trainable))
+        # `train_model` is what the loss runs through (the engine's wrapper); `model` stays the plain module.
+        self.sharding = sharding if sharding is not None else Unsharded()
+        self.train_model = self.model
         self.engine = (
             engine
             if engine is not None
@@ -201,6 +207,7 @@ class Role:
             model.gradient_checkpointing_enable()
         if cfg.trainable:
             self._build_optimizer(total_updates)
+            self.train_model, self.optimizer = self.sharding.prepare(name, model, self.optimizer)
         if cfg.trainable and cfg.beta > 0:
             self.reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
 
@@ -253,17 +260,21 @@ class Role:
         self.model.eval()
         return self.engine.generate(prompt_ids, self.sampling(seed, n=n))
 
-    def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
+    def update(
+        self, samples: Sequence[Sample], advantages: Sequence[float], *, batch: GlobalBatch | None = None
+    ) -> dict[str, float]:
         """`num_iterations` optimizer steps on `samples` (each accumulated over micro-batches); returns loss and
-        gradient statistics averaged over those steps."""
+        gradient statistics averaged over those steps. With `batch`, `samples` is this rank's share of a batch
+        spread over ranks: the loss is normalised by the whole batch and padded to `batch.micro_batches`."""
         if self.optimizer is None:
             raise RuntimeError(f"role {self.name} is frozen (trainable: false) and cannot be updated")
-        if len(samples) != len(advantages) or not samples:
+        if len(samples) != len(advantages) or (not samples and batch is None):
             raise ValueError("update() needs one advantage per sample and at least one sample")
         start = time.perf_counter()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total_tokens = sum(max(len(s.completion.token_ids), 1) for s in samples)
+        total_tokens = batch.tokens if batch else sum(max(len(s.completion.token_ids), 1) for s in samples)
+        total_samples = batch.samples if batch else len(samples)
         mb, passes = self.cfg.micro_batch_size, self.cfg.num_iterations
         chunks = []  # (samples, advantages, weight of the micro-batch in the full-batch loss)
         for lo in range(0, len(samples), mb):
@@ -271,15 +282,19 @@ class Role:
             if self.cfg.loss_type == "dapo":
                 weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
             else:
-                weight = len(chunk) / len(samples)
+                weight = len(chunk) / total_samples
             chunks.append((chunk, advantages[lo : lo + mb], weight))
+        while batch is not None and len(chunks) < batch.micro_batches:  # every rank runs every forward
+            chunks.append(([self._dummy_sample()], [0.0], 0.0))
         sums: dict[str, float] = {}
         grad_norm = 0.0
+        scale = self.sharding.grad_scale
         for _ in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
-            for chunk, adv, weight in chunks:
-                with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
-                    loss, stats = self._micro_batch_loss(chunk, adv)
-                self.scaler.scale(loss * weight).backward()
+            for i, (chunk, adv, weight) in enumerate(chunks):
+                with self.sharding.accumulate(self.train_model, last=i == len(chunks) - 1):
+                    with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
+                        loss, stats = self._micro_batch_loss(chunk, adv)
+                    self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
                 for key, value in {"loss": loss.item(), **stats}.items():
                     sums[key] = sums.get(key, 0.0) + weight * float(value) / passes
             grad_norm += self._clip_and_step() / passes
@@ -293,11 +308,15 @@ class Role:
             "update_s": time.perf_counter() - start,
         }
 
+    def _dummy_sample(self) -> Sample:
+        """A one-token sample for a zero-weight forward/backward (a rank whose share ran out of micro-batches)."""
+        pad = self.tokenizer.pad_token_id
+        return Sample([pad], Completion("", [pad], [0.0], "length"))
+
     def _clip_and_step(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
         self.scaler.unscale_(self.optimizer)  # float16 only: clip the true gradient, not the scaled one
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        grad_norm = self.sharding.clip_grad_norm(self.train_model, max_norm)
         self.scaler.step(self.optimizer)  # skips the step if a float16 gradient overflowed
         self.scaler.update()
         self.scheduler.step()
@@ -312,7 +331,7 @@ class Role:
         batch = {k: v.to(device) for k, v in batch.items()}
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         logps = grpo.token_logprobs(
-            self.model,
+            self.train_model,
             batch["input_ids"],
             batch["attention_mask"],
             batch["completion_mask"],

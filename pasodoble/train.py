@@ -25,6 +25,7 @@ part of the method; its questions come from `oracle.tiers` of the tiny world.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -36,16 +37,19 @@ import torch
 
 from pasodoble import checkpoint
 from pasodoble.config import load_config, save_config
+from pasodoble.distributed import from_env
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.layout import DistributedConfig, check_layout, describe, launch_from_env, model_architectures
 from pasodoble.models import check_model_spec
 from pasodoble.prompts import PromptConfig
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.sft import SFTConfig
+from pasodoble.sharding import build_sharding
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import ensure_sft_models
@@ -94,6 +98,7 @@ class TrainConfig:
     world: WorldConfig = field(default_factory=WorldConfig)  # the tiny world behind tiny: model specs
     sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up behind tiny: model specs
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metric sinks
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # ranks, sharding, GPU layout
 
     def validate(self) -> None:
         if self.schedule.eval_every is not None and self.eval is None:
@@ -138,15 +143,24 @@ def resolve(spec: str, cfg: TrainConfig) -> str:
     return str(folders[role])
 
 
-def build_roles(cfg: TrainConfig) -> tuple[Role | None, Role]:
+def build_roles(cfg: TrainConfig, world_size: int = 1) -> tuple[Role | None, Role]:
+    """Both roles, wrapped for `world_size` ranks by the configured engine (one sharding object for both)."""
     p_updates, s_updates = total_updates(cfg)
+    d = cfg.distributed
+    sharding = build_sharding(
+        d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
+    )
     proposer = None
     if cfg.schedule.mode != "oracle":
         proposer = Role.from_pretrained(
-            "proposer", cfg.proposer, resolve(cfg.proposer.model, cfg), total_updates=p_updates
+            "proposer",
+            cfg.proposer,
+            resolve(cfg.proposer.model, cfg),
+            total_updates=p_updates,
+            sharding=sharding,
         )
     solver = Role.from_pretrained(
-        "solver", cfg.solver, resolve(cfg.solver.model, cfg), total_updates=s_updates
+        "solver", cfg.solver, resolve(cfg.solver.model, cfg), total_updates=s_updates, sharding=sharding
     )
     return proposer, solver
 
@@ -204,7 +218,12 @@ def _evaluator_state(evaluator) -> dict | None:
     return {"calls": evaluator.calls, "best": list(evaluator.best) if evaluator.best else None}
 
 
-def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | None) -> Path:
+def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | None) -> Path | None:
+    """Rank 0 writes the checkpoint (every rank holds the same full weights and state); the others wait."""
+    if loop.collective.rank != 0:
+        loop.collective.barrier(f"checkpoint step {loop.state.step}")
+        return None
+
     def write(tmp: Path) -> None:
         for role in (loop.proposer, loop.solver):
             if role is not None:
@@ -217,7 +236,9 @@ def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | No
         }
         (tmp / "state.json").write_text(json.dumps(state), encoding="utf-8")
 
-    return checkpoint.save_checkpoint(run_dir, loop.state.step, write, keep_last=keep_last)
+    path = checkpoint.save_checkpoint(run_dir, loop.state.step, write, keep_last=keep_last)
+    loop.collective.barrier(f"checkpoint step {loop.state.step}")
+    return path
 
 
 def restore(loop: DualPlay, sampler, ckpt: Path) -> None:
@@ -239,21 +260,37 @@ def restore(loop: DualPlay, sampler, ckpt: Path) -> None:
 def prepare_resume(run_dir: Path, loop: DualPlay, sampler, *, strict: bool = False) -> int:
     """Restore the newest intact checkpoint (if any; damaged newer ones are reported, or stop the resume when
     `strict`) and cut the logs back to it; returns the inner step resumed at."""
-    checkpoint.clean_partial(run_dir)
-    ckpt = checkpoint.select_for_resume(
-        run_dir, strict=strict, warn=lambda line: print(line, file=sys.stderr)
-    )
+    problem, choice = None, None
+    if loop.collective.rank == 0:  # one rank cleans, verifies and sets damaged checkpoints aside
+        checkpoint.clean_partial(run_dir)
+        try:
+            found = checkpoint.select_for_resume(
+                run_dir, strict=strict, warn=lambda line: print(line, file=sys.stderr)
+            )
+            choice = str(found) if found is not None else None
+        except UserError as err:
+            problem = str(err)
+    problem, choice = loop.collective.broadcast((problem, choice), "resume checkpoint")
+    if problem:
+        raise UserError(problem)
+    ckpt = Path(choice) if choice is not None else None
     if ckpt is not None:
         restore(loop, sampler, ckpt)
     step = loop.state.inner_step
     keep_step = step if ckpt is not None else -1  # no checkpoint: the run starts over
-    for name in ("metrics.jsonl", "samples.jsonl"):
-        checkpoint.truncate_jsonl(run_dir / name, keep_step)
+    if loop.collective.rank == 0:
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            checkpoint.truncate_jsonl(run_dir / name, keep_step)
+    if loop.decisions_dir is not None:
+        checkpoint.truncate_jsonl(loop.decisions_dir / f"rank-{loop.collective.rank}.jsonl", keep_step)
+    loop.collective.barrier("resume")
     return step
 
 
 def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = False) -> Path:
-    """Train per `cfg` into cfg.run_dir (continuing it when `resume`); returns the run directory."""
+    """Train per `cfg` into cfg.run_dir (continuing it when `resume`); returns the run directory.
+
+    Under `torchrun` / `accelerate launch` every rank runs this; rank 0 alone writes the run directory."""
     check_model_spec(cfg.solver.model, "solver.model")  # before any folder is written or model is built
     if cfg.schedule.mode != "oracle":
         check_model_spec(cfg.proposer.model, "proposer.model")
@@ -261,21 +298,54 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
         torch.set_num_threads(cfg.num_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.run_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
-    if not resume:
+    collective = from_env(cfg.distributed.timeout_s)
+    try:
+        return _train(cfg, collective, resume, strict_resume)
+    finally:
+        collective.close()
+
+
+def _prepare_run_dir(cfg: TrainConfig, collective, resume: bool) -> Path:
+    """Rank 0 checks and creates the run directory and its config.yaml; every rank learns the outcome."""
+    name = cfg.run_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(collective.broadcast(name, "run_dir"))
+    problem = None
+    if collective.rank == 0 and not resume:
         if (run_dir / "metrics.jsonl").exists():
-            raise UserError(
-                f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run_dir"
-            )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
-    proposer, solver = build_roles(cfg)
+            problem = f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run_dir"
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, run_dir / "config.yaml")
+    problem = collective.broadcast(problem, "run_dir check")
+    if problem:
+        raise UserError(problem)
+    if resume and collective.rank == 0:
+        save_config(cfg, run_dir / "config.yaml")  # the resolved layout of this launch
+    return run_dir
+
+
+def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = False) -> Path:
+    rank0 = collective.rank == 0
+    cfg.distributed.resolved = check_layout(
+        cfg,
+        launch_from_env(collective.world_size),
+        model_architectures(cfg),
+        show=(lambda lines: print("\n".join(lines), flush=True)) if rank0 and not cfg.logging.quiet else None,
+    )
+    if rank0 and not cfg.logging.quiet and collective.world_size > 1:
+        print(describe(cfg.distributed.resolved), flush=True)
+    run_dir = _prepare_run_dir(cfg, collective, resume)
+    if collective.world_size > 1 and any(m.startswith(TINY) for m in (cfg.proposer.model, cfg.solver.model)):
+        if rank0:  # one rank builds the tiny world's cache; the others then find it
+            _tiny_models(cfg)
+        collective.barrier("tiny world build (run once on one process if this times out)")
+    proposer, solver = build_roles(cfg, collective.world_size)
     sampler = build_sampler(cfg, proposer)
     with (
         Grader(cfg.grader) as grader,
-        Tracker(
-            run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project
-        ) as tracker,
+        Tracker(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project)
+        if rank0
+        else contextlib.nullcontext() as tracker,
     ):
         loop = DualPlay(
             proposer,
@@ -288,14 +358,16 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
             seed=cfg.seed,
             run_dir=run_dir,
             tracker=tracker,
+            collective=collective,
             question_source=oracle_source(cfg) if cfg.schedule.mode == "oracle" else None,
             evaluator=build_evaluator(cfg, grader),
             on_checkpoint=lambda dp: write_checkpoint(dp, sampler, run_dir, cfg.schedule.keep_last),
-            verbose=not cfg.logging.quiet,
+            verbose=rank0 and not cfg.logging.quiet,
+            decisions_dir=run_dir / "decisions" if cfg.distributed.decisions_log else None,
         )
         if resume:
             at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)
-            if not cfg.logging.quiet:
+            if rank0 and not cfg.logging.quiet:
                 print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
         loop.run()
     return run_dir

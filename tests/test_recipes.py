@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 from pasodoble.config import load_config
 from pasodoble.demo import DemoConfig
 from pasodoble.experiment import ExperimentConfig
+from pasodoble.layout import Launch, LayoutError, check_layout, model_architectures
 from pasodoble.train import TrainConfig
+from tests.test_layout import ARCHS, model_dir
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 KIND = {"demo.yaml": DemoConfig}
@@ -54,3 +57,50 @@ def test_paper_recipes_carry_the_paper_hyperparameters():
         10,
         5,
     )
+
+
+PAPER_RECIPES = sorted(p for p in RECIPES.glob("qwen*.yaml"))
+
+
+def test_every_paper_model_has_an_online_and_an_offline_recipe():
+    names = {p.name for p in PAPER_RECIPES}
+    for model in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b"):
+        assert {f"{model}-online.yaml", f"{model}-offline.yaml"} <= names
+
+
+def claimed_layouts(path: Path) -> list[tuple[int, float]]:
+    """The recipe's `# layouts: 4x80GB 8x80GB` header line as (GPUs, GB per GPU) pairs."""
+    line = next(line for line in path.read_text().splitlines() if line.startswith("# layouts:"))
+    return [(int(n), float(gb)) for n, gb in re.findall(r"(\d+)x(\d+)GB", line)]
+
+
+@pytest.mark.parametrize("path", PAPER_RECIPES, ids=lambda p: p.name)
+def test_paper_recipe_fits_every_layout_it_claims(path, tmp_path):
+    cfg = load_config(TrainConfig, path)
+    assert cfg.proposer.model == cfg.solver.model and cfg.proposer.model in ARCHS
+    folder = model_dir(tmp_path, "m", ARCHS[cfg.proposer.model])
+    cfg.proposer.model = cfg.solver.model = folder
+    layouts = claimed_layouts(path)
+    assert layouts
+    for gpus, gb in layouts:
+        launch = Launch(world_size=gpus, local_world_size=gpus, visible_gpus=gpus, gpu_memory_gb=gb)
+        resolved = check_layout(cfg, launch, model_architectures(cfg))
+        assert resolved.world_size == gpus and sum(resolved.proposer_shares) == 6
+    # ...and the recipe is not trivially small: half the smallest claimed GPU count's memory does not fit.
+    gpus, gb = min(layouts)
+    with pytest.raises(LayoutError):
+        check_layout(
+            cfg,
+            Launch(world_size=gpus, local_world_size=gpus, visible_gpus=gpus, gpu_memory_gb=gb / 4),
+            model_architectures(cfg),
+        )
+
+
+@pytest.mark.parametrize("path", sorted((RECIPES / "accelerate").glob("*.yaml")), ids=lambda p: p.name)
+def test_accelerate_configs_load(path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(path))
+    expected = {"1gpu.yaml": 1, "4gpu.yaml": 4, "8gpu.yaml": 8, "2node.yaml": 16, "cpu-2.yaml": 2}[path.name]
+    assert config.num_processes == expected
+    assert config.num_machines == (2 if path.name == "2node.yaml" else 1)

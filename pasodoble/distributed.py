@@ -1,0 +1,194 @@
+"""Collectives: where the ranks of one run agree, and how a step's work is shared out among them.
+
+What: the `Collective` protocol the dual-play loop talks to (broadcast, all-gather of Python objects and tensors,
+barrier), `SingleProcess` (one rank, every call an identity) and `TorchDistributed` (`torch.distributed`, gloo on
+CPU, NCCL on GPU; Python objects always travel over a gloo group so they never touch GPU memory). `from_env()`
+picks one from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, as set by
+`torchrun` and `accelerate launch`). `share(n, world_size, rank)` cuts n work items into contiguous ragged shares
+(the first n % world_size ranks take one more), so any world size works with any batch.
+
+Why: every rank must take the same decisions (rewards, skips, diversity history, buffer) from the same data, and a
+rank that dies must stop the others instead of leaving them blocked forever. Every operation runs under the process
+group's timeout (`distributed.timeout_s`) and a failure becomes one error line naming the rank, the operation and
+what it was exchanging, and the rank exits at once with code 1 (see `TorchDistributed.fail` for why it does not
+unwind); `barrier` is gloo's monitored barrier, which also names the missing ranks.
+
+How: `collective = from_env(timeout_s=600)`; `collective.all_gather(obj, "solver answers")` -> list by rank.
+Tests: tests/test_distributed.py (shares, a 2-process gloo group, a dead and a silent peer).
+
+Departures from the reference code: no rank holds state the others lack (the reference kept the diversity history
+on rank 0 only), and no divisibility rule ties the number of training processes to the batch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from typing import Any, NoReturn, Protocol
+
+import torch
+
+from pasodoble.errors import UserError
+
+LAUNCH_HINT = (
+    "start N ranks with `torchrun --standalone --nproc_per_node N -m pasodoble train ...` or "
+    "`accelerate launch --multi_gpu --num_processes N -m pasodoble train ...` (the latter also on CPU-only machines)"
+)
+
+
+class CollectiveError(UserError):
+    """A collective operation failed or timed out (a peer rank died or stopped answering); exit code 1. Ranks
+    under `TorchDistributed` print its line and exit rather than raise it (`TorchDistributed.fail`)."""
+
+    exit_code = 1
+
+
+class Collective(Protocol):
+    """Where rank-dependent values are made identical on every rank."""
+
+    rank: int
+    world_size: int
+
+    def broadcast(self, obj: Any, what: str = "") -> Any:
+        """Return rank 0's `obj` on every rank."""
+        ...
+
+    def all_gather(self, obj: Any, what: str = "") -> list[Any]:
+        """Every rank's `obj`, in rank order, on every rank."""
+        ...
+
+    def all_gather_tensor(self, tensor: torch.Tensor, what: str = "") -> list[torch.Tensor]:
+        """Every rank's tensor (same shape and dtype on all ranks), in rank order."""
+        ...
+
+    def barrier(self, what: str = "") -> None:
+        """Wait until every rank has arrived."""
+        ...
+
+
+class SingleProcess:
+    """One rank: every collective is an identity."""
+
+    rank, world_size = 0, 1
+
+    def broadcast(self, obj: Any, what: str = "") -> Any:
+        return obj
+
+    def all_gather(self, obj: Any, what: str = "") -> list[Any]:
+        return [obj]
+
+    def all_gather_tensor(self, tensor: torch.Tensor, what: str = "") -> list[torch.Tensor]:
+        return [tensor]
+
+    def barrier(self, what: str = "") -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class TorchDistributed:
+    """`torch.distributed` over the launcher's env:// rendezvous; every operation bounded by `timeout_s`."""
+
+    def __init__(self, timeout_s: float = 600.0):
+        import torch.distributed as dist
+
+        self.dist, self.timeout_s = dist, float(timeout_s)
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        self.backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if not dist.is_initialized():
+            if self.backend == "nccl":
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group(self.backend, timeout=timeout)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        # Objects (and barriers) over gloo: CPU memory, and gloo's monitored barrier names a missing rank.
+        self.objects = (
+            None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
+        )
+
+    def _run(self, op: str, what: str, fn):
+        try:
+            return fn()
+        except (RuntimeError, ValueError, OSError) as e:  # gloo/NCCL report peer loss and timeouts this way
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            label = f"{op}({what})" if what else op
+            self.fail(
+                f"rank {self.rank} of {self.world_size}: {label} failed (timeout {self.timeout_s:g}s): "
+                f"a peer rank died or stopped answering [{first[:300]}]"
+            )
+
+    def fail(self, message: str) -> NoReturn:
+        """Print the error line and end this process now.
+
+        Unwinding normally is not safe after a failed collective: tearing down the process group (from DDP's
+        reducer, as the frames holding the roles are freed) joins gloo's worker thread while that thread waits
+        for the GIL to release the failed operation's tensors, and the rank hangs forever instead of exiting."""
+        print(f"pasodoble: error: {message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(CollectiveError.exit_code)
+
+    def broadcast(self, obj: Any, what: str = "") -> Any:
+        box = [obj]
+        self._run("broadcast", what, lambda: self.dist.broadcast_object_list(box, src=0, group=self.objects))
+        return box[0]
+
+    def all_gather(self, obj: Any, what: str = "") -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        self._run("all_gather", what, lambda: self.dist.all_gather_object(out, obj, group=self.objects))
+        return out
+
+    def all_gather_tensor(self, tensor: torch.Tensor, what: str = "") -> list[torch.Tensor]:
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        self._run("all_gather_tensor", what, lambda: self.dist.all_gather(out, tensor.contiguous()))
+        return out
+
+    def barrier(self, what: str = "") -> None:
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        self._run(
+            "barrier",
+            what,
+            lambda: self.dist.monitored_barrier(group=self.objects, timeout=timeout, wait_all_ranks=True),
+        )
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+
+def _accelerate_cpu_single_launch() -> bool:
+    """`accelerate launch --cpu --num_processes N>1` without mpirun starts ONE process with MASTER_ADDR set and no
+    rank information; training would silently run on one rank."""
+    return (
+        os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true"
+        and "MASTER_ADDR" in os.environ
+        and "WORLD_SIZE" not in os.environ
+        and not any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"))
+    )
+
+
+def from_env(timeout_s: float = 600.0) -> SingleProcess | TorchDistributed:
+    """The run's collective: `TorchDistributed` when the launcher started several ranks, else `SingleProcess`."""
+    if _accelerate_cpu_single_launch():
+        raise UserError(
+            "accelerate launch --cpu --num_processes N started a single process (Accelerate runs several CPU "
+            f"processes only under mpirun); {LAUNCH_HINT}"
+        )
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return SingleProcess()
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise UserError(f"WORLD_SIZE={world_size} but {', '.join(missing)} not set; {LAUNCH_HINT}")
+    return TorchDistributed(timeout_s)
+
+
+def share(n: int, world_size: int, rank: int) -> range:
+    """Rank `rank`'s contiguous share of n items: sizes differ by at most one, the first n % world_size larger."""
+    base, extra = divmod(n, world_size)
+    lo = rank * base + min(rank, extra)
+    return range(lo, lo + base + (1 if rank < extra else 0))
+
+
+def share_sizes(n: int, world_size: int) -> list[int]:
+    return [len(share(n, world_size, r)) for r in range(world_size)]

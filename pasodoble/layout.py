@@ -1,0 +1,302 @@
+"""Layout: how a run spreads over processes and GPUs, checked before any model loads.
+
+What: `DistributedConfig` (the `distributed:` section of a recipe), `check_layout` (a pure function of the config,
+the launch's world size, the visible GPUs and the models' config.json numbers) and `pasodoble layout` (prints the
+resolved layout and the per-GPU memory table for a recipe without loading a model). A layout that cannot run
+raises one `LayoutError` line naming the numbers (exit 2):
+  - GPUs asked for (`distributed.gpus`) vs GPUs visible; training processes on a node vs training GPUs on it
+    (visible minus `distributed.vllm_gpus`, the GPUs of dedicated vLLM servers);
+  - vLLM tensor parallel size vs the models' attention and key/value heads, and vs the vLLM GPUs;
+  - the backend vs the hardware (FSDP2 and DeepSpeed need CUDA: Accelerate only selects them for GPU runs);
+  - the memory estimate per GPU for both roles (they live in the same processes) plus vLLM's share, vs the GPU.
+The memory estimate (GB = 1e9 bytes) per role: weights (dtype bytes x parameters), gradients (same dtype),
+AdamW states (two fp32 moments, plus an fp32 master copy when training in 16 bits: 12 or 8 bytes a parameter),
+divided by the world size where the backend shards them (ZeRO-1: states; ZeRO-2: states and gradients; ZeRO-3
+and FSDP2: all three), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
+prompt + completion tokens (with gradient checkpointing one hidden state per layer plus one layer's working set,
+else every layer's) plus the fp32 logits of the loss; a frozen reference model when beta > 0. It is an estimate
+to catch impossible layouts early (a 4B model fully fine-tuned without offload on a 24 GB GPU), not a profiler.
+
+Why: the reference code hard-codes GPU ids and ports and only works when the number of training GPUs divides 6; a
+wrong layout there fails after minutes of loading, or hangs.
+
+How: `pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80`.
+Tests: tests/test_layout.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pasodoble.distributed import share_sizes
+from pasodoble.errors import ConfigError, UserError
+
+BACKENDS = ("ddp", "fsdp2", "deepspeed")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass
+class ResolvedLayout:
+    world_size: int = 1  # ranks of the run
+    backend: str = "none"  # the engine that reduces gradients ("none" on one rank)
+    proposer_shares: list[int] = field(default_factory=list)  # Proposer completions per rank in a full step
+    solver_shares: list[int] = field(
+        default_factory=list
+    )  # Solver answers per rank when every question is valid
+
+
+@dataclass
+class DistributedConfig:
+    backend: str = "ddp"  # "ddp" | "fsdp2" | "deepspeed", driven by Accelerate (one rank: plain PyTorch)
+    zero_stage: int = 2  # DeepSpeed ZeRO stage (the paper: 2; 3 also shards the weights)
+    offload_optimizer: bool = False  # optimizer states in CPU memory (DeepSpeed offload, FSDP2 CPU offload)
+    timeout_s: float = (
+        600.0  # every collective fails with a clear line after this long (a dead or stuck rank)
+    )
+    gpus: int | None = None  # GPUs the layout needs on each node, vLLM's included (None: not checked)
+    vllm_gpus: int = (
+        0  # GPUs of dedicated vLLM servers on each node (the paper: 2); 0 = colocated or HF engine
+    )
+    tensor_parallel_size: int = 1  # vLLM tensor parallel size; must divide the attention and key/value heads
+    vllm_memory_fraction: float = 0.0  # share of each training GPU a colocated vLLM engine reserves
+    gpu_memory_gb: float | None = None  # memory of one GPU (None: read from the first visible GPU)
+    decisions_log: bool = False  # every rank writes RUN_DIR/decisions/rank-R.jsonl (rank-consistency checks)
+    resolved: ResolvedLayout | None = None  # written at launch into the run's config.yaml; ignored when read
+
+    def validate(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                "distributed.backend", f"unknown {self.backend!r}; use one of {', '.join(BACKENDS)}"
+            )
+        if self.zero_stage not in (1, 2, 3):
+            raise ConfigError("distributed.zero_stage", "use 1, 2 or 3")
+        if self.timeout_s <= 0:
+            raise ConfigError("distributed.timeout_s", "must be > 0 seconds")
+        if self.vllm_gpus < 0 or self.tensor_parallel_size < 1 or (self.gpus is not None and self.gpus < 1):
+            raise ConfigError("distributed.gpus", "gpus >= 1, vllm_gpus >= 0 and tensor_parallel_size >= 1")
+        if not 0 <= self.vllm_memory_fraction < 1:
+            raise ConfigError("distributed.vllm_memory_fraction", "must be in [0, 1)")
+
+
+class LayoutError(UserError):
+    """A layout that cannot run or cannot fit; one line with the numbers."""
+
+
+@dataclass
+class Launch:
+    """What the launcher and the machine provide."""
+
+    world_size: int = 1  # ranks over all nodes
+    local_world_size: int = 1  # ranks on this node
+    visible_gpus: int = 0  # CUDA devices visible to this node
+    gpu_memory_gb: float | None = None  # memory of one visible GPU
+
+
+def parameter_count(arch: dict) -> int:
+    """Parameters of a Llama/Qwen-style decoder from its config.json numbers."""
+    h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
+    heads = arch["num_attention_heads"]
+    kv = arch.get("num_key_value_heads", heads)
+    head_dim = arch.get("head_dim") or h // heads
+    inter = arch["intermediate_size"]
+    attn = h * heads * head_dim * 2 + h * kv * head_dim * 2  # q, o; k, v
+    if arch.get("attention_bias", arch.get("model_type") == "qwen2"):
+        attn += heads * head_dim + 2 * kv * head_dim
+    per_layer = attn + 3 * h * inter + 2 * h + (2 * head_dim if arch.get("model_type") == "qwen3" else 0)
+    embed = vocab * h * (1 if arch.get("tie_word_embeddings", False) else 2)
+    return embed + layers * per_layer + h
+
+
+def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -> dict[str, float]:
+    """Per-GPU memory estimate of one role (see the module docstring for the terms)."""
+    n = parameter_count(arch)
+    b = DTYPE_BYTES[role.dtype]
+    if world_size <= 1:  # one rank trains with plain PyTorch: nothing sharded, nothing offloaded
+        dist = DistributedConfig(backend="ddp")
+    shard_all = dist.backend == "fsdp2" or (dist.backend == "deepspeed" and dist.zero_stage == 3)
+    shard_grads = shard_all or (dist.backend == "deepspeed" and dist.zero_stage >= 2)
+    shard_states = shard_grads or dist.backend == "deepspeed"
+    ws = max(world_size, 1)
+    weights = n * b / (ws if shard_all else 1)
+    grads = states = 0.0
+    if role.trainable:
+        grads = n * b / (ws if shard_grads else 1)
+        states = (
+            0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
+        )
+    h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
+    tokens = role.micro_batch_size * (role.max_prompt_length + role.max_completion_length)
+    layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
+    kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
+    activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
+    reference = n * b / (ws if shard_all else 1) if role.trainable and role.beta > 0 else 0.0
+    gb = {
+        "weights": weights,
+        "grads": grads,
+        "optimizer": states,
+        "activations": activations,
+        "reference": reference,
+    }
+    return {k: v / 1e9 for k, v in gb.items()}
+
+
+def read_architecture(model: str) -> dict | None:
+    """config.json of a local model folder (None for hub ids and `tiny:` specs: nothing is downloaded)."""
+    path = Path(model) / "config.json"
+    if model.startswith("tiny:") or not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data.get("text_config", data)
+
+
+def check_layout(cfg, launch: Launch, archs: dict[str, dict | None], show=None) -> ResolvedLayout:
+    """Validate `cfg.distributed` for `launch`; `show(lines)` gets the memory table (before a memory error)."""
+    d = cfg.distributed
+    if d.backend in ("fsdp2", "deepspeed") and launch.world_size > 1 and launch.visible_gpus == 0:
+        raise LayoutError(
+            f"layout: distributed.backend={d.backend} needs CUDA GPUs but none is visible (Accelerate uses FSDP2 and "
+            "DeepSpeed only for GPU runs); use distributed.backend=ddp on CPU"
+        )
+    if d.gpus is not None and d.gpus > launch.visible_gpus:
+        raise LayoutError(
+            f"layout: {d.gpus} GPUs asked for (distributed.gpus) but {launch.visible_gpus} visible; "
+            "check CUDA_VISIBLE_DEVICES or lower distributed.gpus"
+        )
+    train_gpus = launch.visible_gpus - d.vllm_gpus
+    if launch.visible_gpus and launch.local_world_size > train_gpus:
+        raise LayoutError(
+            f"layout: {launch.local_world_size} training processes on this node but {train_gpus} training GPUs "
+            f"({launch.visible_gpus} visible - {d.vllm_gpus} for vLLM); launch at most {max(train_gpus, 0)} processes"
+        )
+    for name, arch in archs.items():
+        if arch is None:
+            continue
+        for key in ("num_attention_heads", "num_key_value_heads"):
+            heads = arch.get(key, arch["num_attention_heads"])
+            if heads % d.tensor_parallel_size:
+                raise LayoutError(
+                    f"layout: tensor_parallel_size {d.tensor_parallel_size} does not divide the {name}'s "
+                    f"{heads} {key.replace('num_', '').replace('_', ' ')}; use a divisor of {heads}"
+                )
+    if d.vllm_gpus and d.tensor_parallel_size > d.vllm_gpus:
+        raise LayoutError(
+            f"layout: tensor_parallel_size {d.tensor_parallel_size} needs that many vLLM GPUs, "
+            f"distributed.vllm_gpus is {d.vllm_gpus}"
+        )
+    lines, overflow = memory_table(cfg, launch, archs)
+    if show is not None:
+        show(lines)
+    if overflow:
+        raise LayoutError(overflow)
+    return resolve_shares(cfg, launch.world_size)
+
+
+def resolve_shares(cfg, world_size: int) -> ResolvedLayout:
+    proposals = cfg.schedule.passages_per_step * cfg.proposer.num_generations
+    answers = proposals * cfg.solver.num_generations
+    if cfg.schedule.mode == "oracle":
+        proposals, answers = 0, cfg.schedule.oracle_questions * cfg.solver.num_generations
+    return ResolvedLayout(
+        world_size=world_size,
+        backend=cfg.distributed.backend if world_size > 1 else "none",
+        proposer_shares=share_sizes(proposals, world_size),
+        solver_shares=share_sizes(answers, world_size),
+    )
+
+
+def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[list[str], str | None]:
+    """Rows of the per-GPU memory estimate, and the error line when the total exceeds one GPU's memory."""
+    d = cfg.distributed
+    cols = ("weights", "grads", "optimizer", "activations", "reference")
+    lines = [f"{'GB per GPU':<12}" + "".join(f"{c:>12}" for c in cols) + f"{'total':>10}"]
+    total, parts = 0.0, []
+    for name, arch in archs.items():
+        if arch is None:
+            lines.append(f"{name:<12}  (no local config.json: not estimated)")
+            continue
+        mem = role_memory_gb(arch, getattr(cfg, name), d, launch.world_size)
+        role_total = sum(mem.values())
+        total += role_total
+        parts.append(f"{name} {role_total:.1f}")
+        lines.append(f"{name:<12}" + "".join(f"{mem[c]:>12.2f}" for c in cols) + f"{role_total:>10.2f}")
+    gpu_gb = d.gpu_memory_gb or launch.gpu_memory_gb
+    vllm = d.vllm_memory_fraction * gpu_gb if gpu_gb else 0.0
+    total += vllm
+    lines.append(f"{'vllm':<12}{'':>60}{vllm:>10.2f}")
+    lines.append(f"{'total':<12}{'':>60}{total:>10.2f}" + (f"  of {gpu_gb:g} GB" if gpu_gb else ""))
+    overflow = None
+    how = (
+        "one rank: nothing sharded or offloaded"
+        if launch.world_size <= 1
+        else f"backend {d.backend}, {launch.world_size} ranks, offload_optimizer={str(d.offload_optimizer).lower()}"
+    )
+    if gpu_gb and parts and total > gpu_gb:
+        overflow = (
+            f"layout: needs about {total:.1f} GB per GPU ({', '.join(parts)}, vLLM {vllm:.1f}; {how}) but a GPU "
+            f"has {gpu_gb:g} GB; offload the optimizer, shard (fsdp2 or deepspeed zero_stage=3), use more GPUs "
+            "or shorter sequences / smaller micro batches"
+        )
+    return lines, overflow
+
+
+def launch_from_env(world_size: int) -> Launch:
+    """The launch as this process sees it (LOCAL_WORLD_SIZE from the launcher, GPUs from torch)."""
+    import os
+
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    memory = torch.cuda.get_device_properties(0).total_memory / 1e9 if visible else None
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    return Launch(world_size=world_size, local_world_size=local, visible_gpus=visible, gpu_memory_gb=memory)
+
+
+def model_architectures(cfg) -> dict[str, dict | None]:
+    roles = (
+        {"solver": cfg.solver}
+        if cfg.schedule.mode == "oracle"
+        else {"proposer": cfg.proposer, "solver": cfg.solver}
+    )
+    return {name: read_architecture(role.model) for name, role in roles.items()}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "layout", help="check a recipe's multi-GPU layout and print its memory estimate"
+    )
+    p.add_argument("--config", type=Path, required=True, help="YAML recipe")
+    p.add_argument("--processes", type=int, default=1, help="training processes (world size) to check")
+    p.add_argument("--nodes", type=int, default=1, help="nodes the processes are spread over")
+    p.add_argument("--visible-gpus", type=int, default=None, help="GPUs per node (default: this machine's)")
+    p.add_argument(
+        "--gpu-memory-gb", type=float, default=None, help="memory of one GPU (default: this machine's)"
+    )
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
+    p.set_defaults(func=run_layout_cmd)
+
+
+def run_layout_cmd(args: argparse.Namespace) -> int:
+    from pasodoble.config import load_config
+    from pasodoble.train import TrainConfig
+
+    cfg = load_config(TrainConfig, args.config, args.overrides)
+    here = launch_from_env(args.processes)
+    launch = Launch(
+        world_size=args.processes,
+        local_world_size=-(-args.processes // args.nodes),
+        visible_gpus=here.visible_gpus if args.visible_gpus is None else args.visible_gpus,
+        gpu_memory_gb=args.gpu_memory_gb if args.gpu_memory_gb is not None else here.gpu_memory_gb,
+    )
+    resolved = check_layout(cfg, launch, model_architectures(cfg), show=lambda lines: print("\n".join(lines)))
+    print(describe(resolved))
+    return 0
+
+
+def describe(resolved: ResolvedLayout) -> str:
+    return (
+        f"layout: {resolved.world_size} rank(s), backend {resolved.backend}, Proposer completions per rank "
+        f"{resolved.proposer_shares}, Solver answers per rank (all questions valid) {resolved.solver_shares}"
+    )

@@ -1,0 +1,190 @@
+"""Layout validation: impossible layouts fail with one line naming the numbers, before any model loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pasodoble.cli import main
+from pasodoble.config import load_config
+from pasodoble.layout import (
+    Launch,
+    LayoutError,
+    check_layout,
+    memory_table,
+    model_architectures,
+    parameter_count,
+)
+from pasodoble.train import TrainConfig
+
+# Qwen3-4B(-Base)'s config.json numbers (the architecture only; no weights).
+QWEN3_4B = {
+    "model_type": "qwen3",
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
+QWEN2_5 = {"model_type": "qwen2", "vocab_size": 151936, "tie_word_embeddings": True}
+ARCHS = {  # config.json numbers of the paper's base models (architecture only)
+    "Qwen/Qwen2.5-0.5B": {
+        **QWEN2_5,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+    },
+    "Qwen/Qwen2.5-1.5B": {
+        **QWEN2_5,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+    },
+    "Qwen/Qwen2.5-3B": {
+        **QWEN2_5,
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+    },
+    "Qwen/Qwen3-0.6B-Base": {
+        **QWEN3_4B,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+    },
+    "Qwen/Qwen3-4B-Base": QWEN3_4B,
+}
+QWEN3_1_7B = {
+    **QWEN3_4B,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+}
+
+
+ARCHS["Qwen/Qwen3-1.7B-Base"] = QWEN3_1_7B
+PUBLISHED_B = {  # parameters in billions, as the model cards give them
+    "Qwen/Qwen2.5-0.5B": 0.49,
+    "Qwen/Qwen2.5-1.5B": 1.54,
+    "Qwen/Qwen2.5-3B": 3.09,
+    "Qwen/Qwen3-0.6B-Base": 0.6,
+    "Qwen/Qwen3-1.7B-Base": 1.7,
+    "Qwen/Qwen3-4B-Base": 4.0,
+}
+
+
+def model_dir(tmp_path, name, arch):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(arch))
+    return str(folder)
+
+
+def config(tmp_path, arch, *overrides):
+    folder = model_dir(tmp_path, "m", arch)
+    return load_config(
+        TrainConfig,
+        "recipes/qwen3-1.7b-online.yaml",
+        [f"proposer.model={folder}", f"solver.model={folder}", *overrides],
+    )
+
+
+@pytest.mark.parametrize("model", sorted(PUBLISHED_B))
+def test_parameter_count_matches_the_published_sizes(model):
+    assert parameter_count(ARCHS[model]) / 1e9 == pytest.approx(PUBLISHED_B[model], rel=0.03)
+
+
+def test_eight_gpus_asked_with_two_visible(tmp_path):
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.gpus=8")
+    with pytest.raises(LayoutError, match=r"^layout: 8 GPUs asked for \(distributed.gpus\) but 2 visible"):
+        check_layout(
+            cfg,
+            Launch(world_size=2, local_world_size=2, visible_gpus=2, gpu_memory_gb=80),
+            model_architectures(cfg),
+        )
+
+
+def test_more_processes_than_training_gpus(tmp_path):
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.vllm_gpus=2")
+    with pytest.raises(
+        LayoutError, match=r"6 training processes on this node but 4 training GPUs \(6 visible - 2"
+    ):
+        check_layout(
+            cfg,
+            Launch(world_size=6, local_world_size=6, visible_gpus=6, gpu_memory_gb=80),
+            model_architectures(cfg),
+        )
+
+
+def test_tensor_parallel_three_on_sixteen_heads(tmp_path):
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.tensor_parallel_size=3", "distributed.vllm_gpus=3")
+    with pytest.raises(
+        LayoutError, match=r"tensor_parallel_size 3 does not divide the proposer's 16 attention heads"
+    ):
+        check_layout(cfg, Launch(world_size=1, visible_gpus=4, gpu_memory_gb=80), model_architectures(cfg))
+
+
+def test_4b_full_fine_tuning_without_offload_does_not_fit_24gb(tmp_path):
+    cfg = config(tmp_path, QWEN3_4B)
+    with pytest.raises(
+        LayoutError, match=r"^layout: needs about [0-9.]+ GB per GPU .* but a GPU has 24 GB"
+    ) as e:
+        check_layout(cfg, Launch(world_size=1, visible_gpus=1, gpu_memory_gb=24), model_architectures(cfg))
+    assert "\n" not in str(e.value)
+
+
+def test_sharding_and_offload_shrink_the_estimate(tmp_path):
+    totals = {}
+    for label, overrides in [
+        ("ddp", []),
+        ("fsdp2", ["distributed.backend=fsdp2"]),
+        ("zero2_offload", ["distributed.backend=deepspeed", "distributed.offload_optimizer=true"]),
+    ]:
+        (tmp_path / label).mkdir()
+        cfg = config(tmp_path / label, QWEN3_4B, *overrides)
+        lines, overflow = memory_table(cfg, Launch(world_size=8, visible_gpus=8), model_architectures(cfg))
+        assert overflow is None  # no GPU size known: nothing to compare against
+        totals[label] = float(lines[-1].split()[1])
+    assert totals["zero2_offload"] < totals["ddp"] and totals["fsdp2"] < totals["ddp"]
+
+
+def test_fsdp2_on_cpu_is_refused(tmp_path):
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.backend=fsdp2")
+    with pytest.raises(LayoutError, match="needs CUDA GPUs but none is visible"):
+        check_layout(cfg, Launch(world_size=2, local_world_size=2, visible_gpus=0), model_architectures(cfg))
+
+
+def test_a_good_layout_resolves_ragged_shares(tmp_path):
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.gpus=6", "distributed.vllm_gpus=2")
+    resolved = check_layout(
+        cfg,
+        Launch(world_size=4, local_world_size=4, visible_gpus=6, gpu_memory_gb=80),
+        model_architectures(cfg),
+    )
+    assert (resolved.world_size, resolved.backend) == (4, "ddp")
+    assert resolved.proposer_shares == [2, 2, 1, 1] and sum(resolved.solver_shares) == 36
+
+
+def test_layout_command_prints_the_table_and_exits_2_on_a_bad_layout(tmp_path, capsys):
+    folder = model_dir(tmp_path, "m4b", QWEN3_4B)
+    args = ["layout", "--config", "recipes/qwen3-1.7b-online.yaml"]
+    models = [f"proposer.model={folder}", f"solver.model={folder}"]
+    assert main([*args, "--visible-gpus", "1", "--gpu-memory-gb", "24", *models]) == 2
+    captured = capsys.readouterr()
+    assert "optimizer" in captured.out and "proposer" in captured.out
+    assert captured.err.count("\n") == 1 and "but a GPU has 24 GB" in captured.err
+    flags = ["--processes", "8", "--visible-gpus", "8", "--gpu-memory-gb", "80"]
+    assert main([*args, *flags, *models, "distributed.backend=fsdp2"]) == 0
+    assert "backend fsdp2" in capsys.readouterr().out
