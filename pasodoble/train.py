@@ -42,7 +42,9 @@ from pasodoble.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.prompts import PromptConfig
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
+from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
+from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import ensure_sft_models
@@ -69,7 +71,9 @@ class LoggingConfig:
 class TrainConfig:
     run_dir: str | None = None  # output folder (None: runs/train-<date>-<time>)
     seed: int = 0  # seeds every stochastic choice: sampling, passages, random rewards
-    num_threads: int | None = 2  # torch CPU threads (None: torch's default)
+    num_threads: int | None = (
+        None  # torch CPU threads (None: every CPU this process may use; 1 on a busy machine)
+    )
     cache_dir: str | None = None  # tiny-world model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
     proposer: RoleConfig = field(
         default_factory=lambda: RoleConfig(model="tiny:proposer", max_prompt_length=1280)
@@ -248,8 +252,8 @@ def prepare_resume(run_dir: Path, loop: DualPlay, sampler) -> int:
 
 def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
     """Train per `cfg` into cfg.run_dir (continuing it when `resume`); returns the run directory."""
-    if cfg.num_threads is not None:
-        torch.set_num_threads(cfg.num_threads)
+    threads = resolve_num_threads(cfg.num_threads)
+    torch.set_num_threads(threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -260,6 +264,10 @@ def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             )
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
+    if not cfg.logging.quiet:
+        print(f"run directory: {run_dir} ({threads} torch threads)", flush=True)
+        if (warning := busy_warning(threads)) is not None:
+            print(warning, flush=True)
     proposer, solver = build_roles(cfg)
     sampler = build_sampler(cfg, proposer)
     with (
@@ -288,7 +296,19 @@ def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             at = prepare_resume(run_dir, loop, sampler)
             if not cfg.logging.quiet:
                 print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
-        loop.run()
+        with stop_on_interrupt(loop, run_dir):
+            loop.run()
+    if not cfg.logging.quiet:
+        tiny_solver = cfg.solver.model.startswith(TINY)
+        print(
+            train_finished(
+                run_dir,
+                roles=[r.name for r in (proposer, solver) if r is not None],
+                tiers=_tiny_models(cfg).world.tiers if tiny_solver else None,
+                solver_template=cfg.prompts.solver_template,
+            ),
+            flush=True,
+        )
     return run_dir
 
 
