@@ -57,10 +57,10 @@ def solver_options(prompt: str) -> list[str]:
 
 
 class SeededEngine(ScriptedEngine):
-    def generate(self, prompt_ids, sampling):
+    def generate(self, prompt_ids, sampling, on_batch=None):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(sampling.seed)
-            return super().generate(prompt_ids, sampling)
+            return super().generate(prompt_ids, sampling, on_batch)
 
 
 def build_loop(run_dir: Path, steps: int) -> tuple[DualPlay, PassageSampler]:

@@ -11,7 +11,7 @@ Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temper
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import GenerationConfig
@@ -48,7 +48,10 @@ class HFEngine:
         self.model = model  # generation reads the live weights
 
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
     ) -> list[list[Completion]]:
         flat = [list(p) for p in prompt_ids for _ in range(sampling.n)]
         if any(len(p) == 0 for p in flat):
@@ -61,7 +64,10 @@ class HFEngine:
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(flat), self.batch_size):
-                    out.extend(self._generate_batch(flat[start : start + self.batch_size], sampling))
+                    batch = self._generate_batch(flat[start : start + self.batch_size], sampling)
+                    out.extend(batch)
+                    if on_batch is not None:  # must not draw from torch's RNG: the next batch samples from it
+                        on_batch(start, batch)
         finally:
             self.model.train(was_training)
         return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_ids))]
