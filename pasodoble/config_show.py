@@ -150,13 +150,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "config",
         help="print a recipe's resolved config with every key's default and comment",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     sub = p.add_subparsers(dest="config_command", metavar="<show|keys>")
     show = sub.add_parser(
         "show",
         help="the resolved config as commented YAML (readable back by --config)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     show.add_argument("recipe", nargs="?", type=Path, help="YAML recipe (none: the built-in defaults)")
     show.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, as for train")
@@ -167,7 +165,6 @@ def register(subparsers) -> None:
     keys = sub.add_parser(
         "keys",
         help="every key of a recipe kind: dotted name, default, comment",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     keys.add_argument("--kind", choices=("train", "experiment", "demo"), default="train", help="recipe kind")
     keys.set_defaults(func=run_keys)

@@ -218,11 +218,13 @@ def register(subparsers) -> None:
     )
     p.add_argument("--out", required=True, type=Path, help="output directory (HF checkpoint + metrics.jsonl)")
     defaults = SFTConfig()
-    p.add_argument("--max-steps", type=int, default=defaults.max_steps)
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    p.add_argument("--lr", type=float, default=defaults.lr)
-    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="examples per step")
+    p.add_argument(
+        "--lr", type=float, default=defaults.lr, help="peak AdamW learning rate (~1e-5 for 1B+ models)"
+    )
+    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up steps")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="data order")
     p.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_sft)

@@ -105,6 +105,26 @@ def render_prompt(question: str, settings: EvalSettings, tokenizer) -> tuple[str
     return text, ids, False
 
 
+def context_length(model_config) -> int | None:
+    """Longest sequence (prompt + completion) the model's positions allow, if its config says."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(model_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def completion_budget(context: int, longest_prompt: int) -> int:
+    """The default `max_new_tokens`: what the context leaves after the longest prompt."""
+    if longest_prompt >= context:
+        raise ConfigError(
+            "max_new_tokens",
+            f"the longest prompt takes {longest_prompt} tokens, the model's whole context ({context}); "
+            "pass --max-prompt-length to cut prompts, or a model with a longer context",
+        )
+    return context - longest_prompt
+
+
 def _grade(
     grader, problems: Sequence[Problem], texts: list[list[str]], counters: Counter
 ) -> list[list[dict]]:
