@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import random
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -248,6 +249,7 @@ def run_sft(args: argparse.Namespace) -> int:
     if tokenizer.chat_template is None or tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise UserError(f"--model {args.model}: the tokenizer needs a chat template, an eos and a pad token")
     model = AutoModelForCausalLM.from_pretrained(model_path)
+    print(f"fine-tuning {args.model} -> {args.out} (metrics.jsonl, then the model)", flush=True)
     with Tracker(args.out) as tracker:
         summary = train_sft(
             model, tokenizer, examples, config, tracker=tracker, progress=not args.no_progress
@@ -255,4 +257,11 @@ def run_sft(args: argparse.Namespace) -> int:
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    out = shlex.quote(str(args.out))
+    print(
+        f"wrote {args.out} (a Hugging Face model folder, with metrics.jsonl)\n"
+        f"next: pasodoble train --config RECIPE solver.model={out}   # or proposer.model=; "
+        f"pasodoble eval --model {out} --dataset FILE --out EVAL_DIR",
+        flush=True,
+    )
     return 0
