@@ -44,6 +44,7 @@ from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 
 ENGINES = ("hf",)
+TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out tier problems
 
 
 def register(subparsers) -> None:
@@ -63,7 +64,9 @@ def register(subparsers) -> None:
         "--data-dir", help=f"folder holding <set>/test.jsonl (default: ${DATA_DIR_ENV}, else the Hub)"
     )
     data.add_argument(
-        "--dataset", help="your own set: a .jsonl/.json/.parquet file or a Hugging Face dataset id"
+        "--dataset",
+        help="your own set: a .jsonl/.json/.parquet file or a Hugging Face dataset id; tiny:tiers = the tiny "
+        "world's held-out tiers",
     )
     data.add_argument("--question-field", default="question", help="field with the question text")
     data.add_argument("--question-template", help="build the question from fields, e.g. '{Body} {Question}'")
@@ -161,6 +164,14 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     problems: list[Problem] = []
     for name in parse_benchmark_names(args.benchmarks) if args.benchmarks else []:
         problems += load_benchmark(name, args.data_dir, limit=args.limit)
+    if args.dataset == TINY_TIERS:  # the default tiny world's held-out tiers (source = tier)
+        from pasodoble.sft import SFTConfig
+        from pasodoble.world import WorldConfig
+        from pasodoble.world.cache import ensure_sft_models
+        from pasodoble.world.tiers import load_tier_problems
+
+        tiers = ensure_sft_models(None, WorldConfig(), SFTConfig()).world.tiers
+        return problems + load_tier_problems(tiers, args.limit)
     if args.dataset:
         fields = FieldMap(
             question_field=args.question_field,
