@@ -8,9 +8,9 @@ Problems are generated in fixed chunks of `chunk_size` (fixed by position in the
 left to do), each with the seed `seed * 1_000_003 + index of its first problem`. On resume a chunk with any
 unfinished problem is regenerated whole and only its unfinished problems are written: the batch, and so the
 sampled text, is then the same as in an uninterrupted run (exactly so for the Hugging Face engine on one device).
-Within a chunk, the engine reports each finished batch of sequences (`on_batch`): the progress bar counts
-samples as they come, and a problem is graded and saved as soon as its k samples are in, so a run killed
-mid-chunk keeps every problem it finished.
+Within a chunk, the engine reports each sequence as it finishes (`on_progress`: the progress bar counts samples,
+0 to N) and each finished batch of sequences (`on_batch`): a problem is graded and saved as soon as its k samples
+are in, so a run killed mid-chunk keeps every problem it finished.
 
 Run: see `pasodoble.evals.cli` (`pasodoble eval ...`), or call `evaluate(engine, tokenizer, problems, settings,
 grader, samples_path=...)` from Python (the dual-play loop does, via `pasodoble.evals.periodic`).
@@ -193,6 +193,11 @@ def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters
         seed=settings.seed * 1_000_003 + start,
     )
     pending: dict[int, list] = {i: [None] * k for i in todo}  # chunk position -> its completions so far
+    shown = [0]  # samples the progress bar was told of by on_progress since the last batch
+
+    def progress(count: int) -> None:  # sequences finished inside a batch: move the bar before it returns
+        shown[0] += count
+        emit([], count)
 
     def take(first: int, completions: list) -> None:
         new = 0
@@ -201,6 +206,7 @@ def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters
             if i in pending and pending[i][j] is None:
                 pending[i][j] = completion
                 new += 1
+        new, shown[0] = max(0, new - shown[0]), 0  # what on_progress already counted is not counted twice
         ready = [i for i in pending if all(c is not None for c in pending[i])]
         if not ready:
             emit([], new)
@@ -214,7 +220,10 @@ def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters
         ]
         emit(rows, new)
 
-    out = engine.generate([r[1] for r in rendered], sampling, on_batch=take)
+    whole = len(todo) == len(chunk)  # a resumed chunk regenerates finished problems: count per batch only
+    out = engine.generate(
+        [r[1] for r in rendered], sampling, on_batch=take, on_progress=progress if whole else None
+    )
     if pending:  # an engine that returned without reporting every batch
         for position, completions in enumerate(out):
             take(position * k, completions)

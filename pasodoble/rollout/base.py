@@ -53,12 +53,14 @@ class RolloutEngine(Protocol):
         prompt_ids: Sequence[Sequence[int]],
         sampling: SamplingParams,
         on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> list[list[Completion]]:
         """One list per prompt, each holding `sampling.n` completions.
 
         `on_batch(first, completions)`, when given, is called as completions become ready (`first` is the index of
         the first one in the flat prompt-major order, prompt i's sample j at i * n + j), so a caller can save them
-        and show progress before the call returns; an engine that finishes everything at once calls it once."""
+        before the call returns; an engine that finishes everything at once calls it once. `on_progress(k)`, when
+        given, says that k more sequences have finished, for progress bars (an engine may never call it)."""
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:

@@ -129,14 +129,14 @@ def test_saves_each_problem_as_its_samples_finish_not_per_chunk(tiny_lm, grader,
         pass
 
     class Watching(HFEngine):
-        def generate(self, prompt_ids, sampling, on_batch=None):
+        def generate(self, prompt_ids, sampling, on_batch=None, on_progress=None):
             def watch(first, completions):
                 on_batch(first, completions)
                 seen.append(len(_rows(path)))
                 if len(seen) == 3:
                     raise Killed
 
-            return super().generate(prompt_ids, sampling, watch)
+            return super().generate(prompt_ids, sampling, watch, on_progress)
 
     with pytest.raises(Killed):
         evaluate(
@@ -154,3 +154,30 @@ def test_saves_each_problem_as_its_samples_finish_not_per_chunk(tiny_lm, grader,
     )
     assert report.counters["eval/resumed_problems"] == 3 and report.samples_generated == 4
     assert _rows(path) == _rows(whole)
+
+
+def test_progress_bar_counts_samples_zero_to_n_as_they_finish(tiny_lm, grader, monkeypatch):
+    import pasodoble.evals.runner as runner
+    from pasodoble.rollout import HFEngine
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, initial, **kwargs):
+            self.total, self.n, self.updates = total, initial, []
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+            self.updates.append(k)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(runner, "tqdm", Bar)
+    model, tok, _ = tiny_lm
+    settings = EvalSettings(num_samples=2, temperature=1.0, max_new_tokens=6, seed=3, chunk_size=5)
+    evaluate(HFEngine(model, tok, batch_size=4), tok, PROBLEMS, settings, grader)
+    (bar,) = bars
+    assert bar.total == 10 and bar.n == 10  # 0 to N samples
+    assert len([u for u in bar.updates if u]) >= 3  # moved within each engine call, not once per chunk
