@@ -55,7 +55,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "make demo": NETWORK_INSTALL,
     "make test": NETWORK_INSTALL,
     "pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour": Run(
-        add="schedule.steps=2 schedule.checkpoint_every=1 schedule.passages_per_step=1"
+        add="schedule.steps=2 schedule.checkpoint_every=1 schedule.passages_per_step=1 schedule.samples_every=1"
     ),
     "pasodoble plot runs/tour": Run(fast=True),
     "pasodoble inspect runs/tour": Run(fast=True),
