@@ -6,7 +6,8 @@ prints its run directory when it starts and, when it ends, the folders of the tr
 folders the same way (see their modules).
 
 Ctrl-C in `train`: the first one asks the loop to stop after the step it is in and write a checkpoint there (the
-loop's `stop_requested`); the run then ends with the resume command. A second Ctrl-C stops at once, and the message
+loop's `stop_requested`); the run then ends with the resume command, and `run_train` raises KeyboardInterrupt
+so that its caller stops too (the CLI exits 130; an experiment does not take the stopped run as finished). A second Ctrl-C stops at once, and the message
 names the last complete checkpoint, which is where `--resume` continues (or says that it starts over when there is
 none). Stopping at a step boundary keeps resume exact: the checkpoint is the one an uninterrupted run would write
 if it checkpointed at that step.

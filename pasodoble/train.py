@@ -309,6 +309,8 @@ def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             ),
             flush=True,
         )
+    if loop.stop_requested:  # stopped by Ctrl-C: callers (experiment, demo, the CLI: exit 130) must not go on
+        raise KeyboardInterrupt
     return run_dir
 
 
