@@ -84,3 +84,26 @@ def test_finished_lines_name_roles_and_next_commands(tmp_path):
 def test_default_threads_are_the_usable_cpus():
     assert resolve_num_threads(None) == usable_cpus() == len(os.sched_getaffinity(0))
     assert resolve_num_threads(3) == 3
+
+
+def test_run_train_stopped_by_ctrl_c_checkpoints_then_raises_so_callers_stop(tmp_path, monkeypatch, capsys):
+    import pasodoble.train as train
+    from pasodoble.rewards import RewardConfig
+    from pasodoble.train import TrainConfig
+    from tests.test_resume import PROMPTS
+
+    loop, sampler = build_loop(tmp_path / "scratch", steps=4)
+    monkeypatch.setattr(train, "build_roles", lambda cfg: (loop.proposer, loop.solver))
+    monkeypatch.setattr(train, "build_sampler", lambda cfg, proposer: sampler)
+    _interrupt_during_call(loop, call=2)
+    cfg = TrainConfig(run_dir=str(tmp_path / "run"), num_threads=1, prompts=PROMPTS)
+    cfg.proposer.model = cfg.solver.model = "local"  # not tiny: (the roles are given)
+    cfg.rewards = RewardConfig(use_diversity=False)
+    cfg.schedule.steps, cfg.schedule.checkpoint_every, cfg.schedule.passages_per_step = 4, None, 2
+    cfg.solver.num_generations = cfg.proposer.num_generations = 4
+    with pytest.raises(KeyboardInterrupt):
+        train.run_train(cfg)
+    out = capsys.readouterr().out
+    assert f"stopped at step 2; resume from step-2: pasodoble train --resume {tmp_path / 'run'}" in out
+    assert f"trained solver: {tmp_path / 'run' / 'checkpoints' / 'step-2' / 'solver' / 'model'}" in out
+    assert latest_checkpoint(tmp_path / "run").name == "step-2"
