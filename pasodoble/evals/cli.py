@@ -314,16 +314,22 @@ def run_eval(args: argparse.Namespace) -> int:
         num_workers=args.grader_workers,
         partial_parses=args.grader_partial_parses,
     )
-    with Grader(config) as grader:
-        report = evaluate(
-            engine,
-            tokenizer,
-            problems,
-            settings,
-            grader,
-            samples_path=args.out / "samples.jsonl",
-            progress=not args.no_progress,
-        )
+    try:
+        with Grader(config) as grader:
+            report = evaluate(
+                engine,
+                tokenizer,
+                problems,
+                settings,
+                grader,
+                samples_path=args.out / "samples.jsonl",
+                progress=not args.no_progress,
+            )
+    except KeyboardInterrupt:
+        path = args.out / "samples.jsonl"
+        saved = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+        print(f"\nstopped: {saved} samples kept in {path}; the same command resumes from there", flush=True)
+        raise
     label = args.label or default_label(args.model)
     arguments = {
         k: (str(v) if isinstance(v, Path) else v)

@@ -280,3 +280,21 @@ def test_help_shows_every_default():
             if action.default is not None and action.default is not False:
                 shown = " ".join(str(action.default).split())
                 assert "default" in action.help or f"(default: {shown})" in text, (parser.prog, action.dest)
+
+
+def test_ctrl_c_keeps_finished_samples_and_says_how_to_resume(
+    tiny_lm, own_set, tmp_path, monkeypatch, capsys
+):
+    import pasodoble.evals.cli as cli
+
+    def interrupted(*args, samples_path, **kwargs):
+        samples_path.write_text('{"source": "pens", "id": "p0", "sample": 0}\n')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "evaluate", interrupted)
+    out = tmp_path / "run"
+    assert main(_eval_args(tiny_lm[2], own_set, out)) == 130
+    assert (
+        f"stopped: 1 samples kept in {out / 'samples.jsonl'}; the same command resumes"
+        in capsys.readouterr().out
+    )
