@@ -28,7 +28,28 @@ COMMAND_MODULES = (
     "pasodoble.evals.cli",
     "pasodoble.grader.cli",
     "pasodoble.plotting",
+    "pasodoble.samples_html",
+    "pasodoble.config_show",
 )
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` names every option's default, unless its help already does or it has none (None, a flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        off = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+        if "default" in text or not action.option_strings or off:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _use_formatter(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _use_formatter(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="<command>")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _use_formatter(parser)
     return parser
 
 
@@ -58,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"pasodoble {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 141
 
 
 if __name__ == "__main__":

@@ -215,6 +215,7 @@ class DualPlay:
         self.question_source, self.evaluator, self.on_checkpoint = question_source, evaluator, on_checkpoint
         self.verbose = verbose
         self.decisions_dir = Path(decisions_dir) if decisions_dir is not None else None
+        self.stop_requested = False  # set (e.g. by a Ctrl-C handler) to checkpoint and stop after this step
         self.state = LoopState(
             history=QuestionHistory(schedule.history_size, schedule.similarity_threshold),
             buffer=QuestionBuffer(schedule.buffer_max_size, schedule.buffer_eviction),
@@ -226,7 +227,7 @@ class DualPlay:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
-        """Run outer steps until `schedule.steps`, evaluating and checkpointing on schedule."""
+        """Run outer steps until `schedule.steps` (or a `stop_requested` step), evaluating and checkpointing."""
         sched, start = self.schedule, time.perf_counter()
         if self.state.step == 0 and sched.eval_every is not None:
             self._evaluate()
@@ -240,11 +241,15 @@ class DualPlay:
             done = self.state.step
             if sched.eval_every is not None and done % sched.eval_every == 0:
                 self._evaluate()
+            stopping = self.stop_requested
             if self.on_checkpoint is not None and (
                 done == sched.steps
+                or stopping
                 or (sched.checkpoint_every is not None and done % sched.checkpoint_every == 0)
             ):
                 self.on_checkpoint(self)
+            if stopping:
+                return
             if self.verbose and sched.mode == "offline":
                 elapsed = time.perf_counter() - start
                 eta = elapsed / (done - first) * (sched.steps - done)

@@ -401,6 +401,7 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
+    print(f"[experiment] results in {out} (runs under {out / 'runs'}; finished runs are reused)", flush=True)
     started, results = time.perf_counter(), []
     for condition in cfg.conditions:
         for seed in cfg.seeds:
@@ -423,6 +424,11 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
     plot_difficulty(cfg, out / "difficulty.png")
     write_text_atomic(out / "results.md", results_markdown(cfg, summaries, time.perf_counter() - started))
     print((out / "results.md").read_text(), flush=True)
+    print(
+        f"[experiment] wrote {out / 'results.md'}, results.json and difficulty.png; each run's folder is "
+        f"{out / 'runs'}/<condition>-s<seed> (plot one: pasodoble plot {out / 'runs'}/online-s0)",
+        flush=True,
+    )
     return out
 
 

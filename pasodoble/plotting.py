@@ -2,7 +2,7 @@
 
 `pasodoble plot RUN_DIR` groups metrics by their first name segment (`proposer/...`, `solver/...`, `grader/...`,
 `time/...`) and draws one figure per group, one panel per metric, against the step, with an optional moving
-average. Because it reads only the file, it works the same on a finished, crashed or resumed run, and on a run
+average; for a dual-play run it also draws the one-page summary (`summary.png`, see `summary_plot.py`). Because it reads only the file, it works the same on a finished, crashed or resumed run, and on a run
 directory copied off a cluster.
 """
 
@@ -99,8 +99,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
         help="render PNG plots of a run from its metrics.jsonl",
-        description="Render one PNG per metric group (proposer, solver, grader, time, ...) "
-        "from RUN_DIR/metrics.jsonl into RUN_DIR/plots/.",
+        description="Render summary.png (the run on one page) and one PNG per metric group (proposer, solver, "
+        "grader, time, ...) from RUN_DIR/metrics.jsonl into RUN_DIR/plots/.",
     )
     p.add_argument("run_dir", type=Path, help="a run directory holding metrics.jsonl")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_DIR/plots)")
@@ -120,11 +120,16 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.smooth < 1:
         raise UserError("--smooth must be >= 1")
     patterns = [p.strip() for p in args.metrics.split(",")] if args.metrics else None
-    paths = plot_metrics(metrics, args.out or args.run_dir / "plots", patterns=patterns, smooth=args.smooth)
+    out = args.out or args.run_dir / "plots"
+    paths = plot_metrics(metrics, out, patterns=patterns, smooth=args.smooth)
     if not paths:
         raise UserError(
             f"{metrics} has no numeric metrics" + (f" matching {args.metrics}" if patterns else "")
         )
+    if any(p.name in ("proposer.png", "solver.png") for p in paths):  # a dual-play run: the summary too
+        from pasodoble.summary_plot import draw_summary
+
+        paths.insert(0, draw_summary(args.run_dir, out / "summary.png"))
     for path in paths:
         print(path)
     return 0

@@ -19,6 +19,7 @@ import json
 import math
 import random
 import sys
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -226,11 +227,13 @@ def register(subparsers) -> None:
     )
     p.add_argument("--out", required=True, type=Path, help="output directory (HF checkpoint + metrics.jsonl)")
     defaults = SFTConfig()
-    p.add_argument("--max-steps", type=int, default=defaults.max_steps)
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    p.add_argument("--lr", type=float, default=defaults.lr)
-    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="examples per step")
+    p.add_argument(
+        "--lr", type=float, default=defaults.lr, help="peak AdamW learning rate (~1e-5 for 1B+ models)"
+    )
+    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up steps")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="data order")
     p.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_sft)
@@ -255,6 +258,7 @@ def run_sft(args: argparse.Namespace) -> int:
     if tokenizer.chat_template is None or tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise UserError(f"--model {args.model}: the tokenizer needs a chat template, an eos and a pad token")
     model = AutoModelForCausalLM.from_pretrained(model_path)
+    print(f"fine-tuning {args.model} -> {args.out} (metrics.jsonl, then the model)", flush=True)
     with Tracker(args.out) as tracker:
         summary = train_sft(
             model, tokenizer, examples, config, tracker=tracker, progress=not args.no_progress
@@ -262,4 +266,11 @@ def run_sft(args: argparse.Namespace) -> int:
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    out = shlex.quote(str(args.out))
+    print(
+        f"wrote {args.out} (a Hugging Face model folder, with metrics.jsonl)\n"
+        f"next: pasodoble train --config RECIPE solver.model={out}   # or proposer.model=; "
+        f"pasodoble eval --model {out} --dataset FILE --out EVAL_DIR",
+        flush=True,
+    )
     return 0

@@ -48,8 +48,10 @@ from pasodoble.models import check_model_spec
 from pasodoble.prompts import PromptConfig
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
+from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
 from pasodoble.sharding import build_sharding
+from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import ensure_sft_models
@@ -76,7 +78,9 @@ class LoggingConfig:
 class TrainConfig:
     run_dir: str | None = None  # output folder (None: runs/train-<date>-<time>)
     seed: int = 0  # seeds every stochastic choice: sampling, passages, random rewards
-    num_threads: int | None = 2  # torch CPU threads (None: torch's default)
+    num_threads: int | None = (
+        None  # torch CPU threads (None: every CPU this process may use; 1 on a busy machine)
+    )
     cache_dir: str | None = None  # tiny-world model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
     proposer: RoleConfig = field(
         default_factory=lambda: RoleConfig(model="tiny:proposer", max_prompt_length=1280)
@@ -294,8 +298,8 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
     check_model_spec(cfg.solver.model, "solver.model")  # before any folder is written or model is built
     if cfg.schedule.mode != "oracle":
         check_model_spec(cfg.proposer.model, "proposer.model")
-    if cfg.num_threads is not None:
-        torch.set_num_threads(cfg.num_threads)
+    threads = resolve_num_threads(cfg.num_threads)
+    torch.set_num_threads(threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     collective = from_env(cfg.distributed.timeout_s)
@@ -335,6 +339,11 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
     if rank0 and not cfg.logging.quiet and collective.world_size > 1:
         print(describe(cfg.distributed.resolved), flush=True)
     run_dir = _prepare_run_dir(cfg, collective, resume)
+    if rank0 and not cfg.logging.quiet:
+        threads = torch.get_num_threads()
+        print(f"run directory: {run_dir} ({threads} torch threads)", flush=True)
+        if (warning := busy_warning(threads)) is not None:
+            print(warning, flush=True)
     if collective.world_size > 1 and any(m.startswith(TINY) for m in (cfg.proposer.model, cfg.solver.model)):
         if rank0:  # one rank builds the tiny world's cache; the others then find it
             _tiny_models(cfg)
@@ -369,7 +378,21 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
             at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)
             if rank0 and not cfg.logging.quiet:
                 print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
-        loop.run()
+        with stop_on_interrupt(loop, run_dir):
+            loop.run()
+    if rank0 and not cfg.logging.quiet:
+        tiny_solver = cfg.solver.model.startswith(TINY)
+        print(
+            train_finished(
+                run_dir,
+                roles=[r.name for r in (proposer, solver) if r is not None],
+                tiers=_tiny_models(cfg).world.tiers if tiny_solver else None,
+                solver_template=cfg.prompts.solver_template,
+            ),
+            flush=True,
+        )
+    if loop.stop_requested:  # stopped by Ctrl-C: callers (experiment, demo, the CLI: exit 130) must not go on
+        raise KeyboardInterrupt
     return run_dir
 
 

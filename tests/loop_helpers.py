@@ -72,7 +72,9 @@ class ScriptedEngine:
     def update_weights(self, model) -> None:
         self.model = model
 
-    def generate(self, prompt_ids, sampling):
+    def generate(
+        self, prompt_ids, sampling, on_batch=None, on_progress=None
+    ):  # all at once; callbacks unused
         from pasodoble.grpo import token_logprobs
         from pasodoble.rollout import Completion
 

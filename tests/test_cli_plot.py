@@ -25,7 +25,11 @@ def test_plot_writes_pngs_and_reads_only_the_file(tmp_path):
     series = load_series(tmp_path / "metrics.jsonl")
     assert series["proposer/reward/mean"][0] == [0, 1, 2, 3, 4]
     assert main(["plot", str(tmp_path), "--smooth", "2"]) == 0
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["proposer.png", "solver.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "proposer.png",
+        "solver.png",
+        "summary.png",
+    ]
     assert (tmp_path / "plots" / "proposer.png").read_bytes()[:4] == b"\x89PNG"
 
 

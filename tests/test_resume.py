@@ -59,10 +59,10 @@ def solver_options(prompt: str) -> list[str]:
 
 
 class SeededEngine(ScriptedEngine):
-    def generate(self, prompt_ids, sampling):
+    def generate(self, prompt_ids, sampling, on_batch=None, on_progress=None):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(sampling.seed)
-            return super().generate(prompt_ids, sampling)
+            return super().generate(prompt_ids, sampling, on_batch, on_progress)
 
 
 def build_loop(run_dir: Path, steps: int) -> tuple[DualPlay, PassageSampler]:

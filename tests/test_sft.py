@@ -119,7 +119,7 @@ def _cli(argv):
     return args.func(args)
 
 
-def test_cli_trains_and_reports_bad_rows(world, tmp_path):
+def test_cli_trains_and_reports_bad_rows(world, tmp_path, capsys):
     out = tmp_path / "out"
     argv = [
         "sft",
@@ -136,6 +136,9 @@ def test_cli_trains_and_reports_bad_rows(world, tmp_path):
         "--no-progress",
     ]
     assert _cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"-> {out} (metrics.jsonl, then the model)" in printed  # the output folder, at the start
+    assert f"wrote {out} (a Hugging Face model folder" in printed and f"solver.model={out}" in printed
     assert AutoModelForCausalLM.from_pretrained(out) is not None
     assert len(read_jsonl(out / "metrics.jsonl")) == 1  # log_every=10 > 3 steps: the last step is logged
     bad = tmp_path / "bad.jsonl"

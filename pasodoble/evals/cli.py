@@ -16,33 +16,58 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shlex
 from collections import Counter
 from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.evals.benchmarks import DATA_DIR_ENV, load_benchmark, parse_benchmark_names
 from pasodoble.evals.problems import ANSWER_FORMATS, FieldMap, Problem, load_hf_problems, load_problems_file
-from pasodoble.evals.report import build_results, merge_tables, read_results, scores_table, write_run_outputs
-from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalSettings, evaluate, settings_dict
+from pasodoble.evals.report import (
+    build_results,
+    merge_tables,
+    read_results,
+    scores_table,
+    unique_labels,
+    write_run_outputs,
+)
+from pasodoble.evals.runner import (
+    DEFAULT_TEMPLATE,
+    EvalSettings,
+    completion_budget,
+    context_length,
+    evaluate,
+    render_prompt,
+    settings_dict,
+)
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.models import check_model_spec
 
 ENGINES = ("hf",)
+TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out tier problems
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("eval", help="evaluate a model on math benchmarks or any JSONL/Parquet/Hub set")
-    p.add_argument("--model", required=True, help="local model directory or Hugging Face model id")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="local model directory, Hugging Face model id, or tiny:solver / tiny:proposer",
+    )
     p.add_argument("--out", required=True, type=Path, help="run directory (created; resumed if it exists)")
-    p.add_argument("--label", help="row name in tables (default: the model's name)")
+    p.add_argument(
+        "--label", help="row name in tables (default: from the model's path, e.g. RUN/step-N/solver)"
+    )
     data = p.add_argument_group("problems")
     data.add_argument("--benchmarks", help="comma list of built-in sets, or 'all' / 'paper'")
     data.add_argument(
         "--data-dir", help=f"folder holding <set>/test.jsonl (default: ${DATA_DIR_ENV}, else the Hub)"
     )
     data.add_argument(
-        "--dataset", help="your own set: a .jsonl/.json/.parquet file or a Hugging Face dataset id"
+        "--dataset",
+        help="your own set: a .jsonl/.json/.parquet file or a Hugging Face dataset id; tiny:tiers = the tiny "
+        "world's held-out tiers",
     )
     data.add_argument("--question-field", default="question", help="field with the question text")
     data.add_argument("--question-template", help="build the question from fields, e.g. '{Body} {Question}'")
@@ -57,7 +82,7 @@ def register(subparsers) -> None:
     defaults = EvalSettings()
     s.add_argument("--num-samples", type=int, default=defaults.num_samples, help="k samples per problem")
     s.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
-    s.add_argument("--top-p", type=float, default=defaults.top_p)
+    s.add_argument("--top-p", type=float, default=defaults.top_p, help="nucleus sampling mass")
     s.add_argument(
         "--top-k",
         type=int,
@@ -70,21 +95,27 @@ def register(subparsers) -> None:
         default=defaults.min_p or 0.0,
         help="drop tokens below MIN_P x the top token's probability; 0 = off (default: %(default)s)",
     )
-    s.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    s.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help="completion budget in tokens (default: what the model's context allows after the longest prompt)",
+    )
     s.add_argument("--max-prompt-length", type=int, help="keep the last N prompt tokens")
-    s.add_argument("--seed", type=int, default=defaults.seed)
+    s.add_argument("--seed", type=int, default=defaults.seed, help="base sampling seed")
     s.add_argument(
         "--prompt-template", default=DEFAULT_TEMPLATE, help="user message with a {question} placeholder"
     )
     s.add_argument("--prompt-template-file", type=Path, help="read the prompt template from a file")
-    s.add_argument("--system-prompt")
+    s.add_argument("--system-prompt", help="system message (or plain-text preamble)")
     s.add_argument("--no-chat-template", action="store_true", help="feed the rendered template as plain text")
     s.add_argument("--chunk-size", type=int, default=defaults.chunk_size, help="problems per engine call")
     e = p.add_argument_group("engine")
-    e.add_argument("--engine", choices=ENGINES, default="hf")
+    e.add_argument("--engine", choices=ENGINES, default="hf", help="rollout engine")
     e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
     e.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    e.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    e.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"), help="weights' dtype"
+    )
     e.add_argument(
         "--grader-timeout-s",
         type=float,
@@ -95,22 +126,22 @@ def register(subparsers) -> None:
         "--grader-workers",
         type=int,
         default=GraderConfig.num_workers,
-        help="answer-checking worker processes (default: %(default)s)",
+        help="answer-checking worker processes",
     )
     e.add_argument(
         "--grader-partial-parses",
         choices=PARTIAL_PARSES,
         default=GraderConfig.partial_parses,
         help="a sample whose answer or gold math-verify reads only in part: keep math-verify's verdict "
-        "(default) or grade it wrong",
+        "or grade it wrong",
     )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_eval)
 
     t = subparsers.add_parser("eval-table", help="merge several eval runs into one Markdown table")
     t.add_argument("run_dirs", nargs="+", type=Path, help="directories written by 'pasodoble eval --out'")
-    t.add_argument("--metric", default="avg@k", choices=("avg@k", "pass@k", "maj@k"))
+    t.add_argument("--metric", default="avg@k", choices=("avg@k", "pass@k", "maj@k"), help="score shown")
     t.add_argument("--out", type=Path, help="also write the table to this file")
     t.set_defaults(func=run_eval_table)
 
@@ -127,7 +158,8 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
         top_p=args.top_p,
         top_k=args.top_k,
         min_p=args.min_p,
-        max_new_tokens=args.max_new_tokens,
+        # None: chosen from the model's context once it is loaded (choose_max_new_tokens)
+        max_new_tokens=EvalSettings.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
         seed=args.seed,
         prompt_template=template,
         system_prompt=args.system_prompt,
@@ -147,6 +179,14 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     problems: list[Problem] = []
     for name in parse_benchmark_names(args.benchmarks) if args.benchmarks else []:
         problems += load_benchmark(name, args.data_dir, limit=args.limit)
+    if args.dataset == TINY_TIERS:  # the default tiny world's held-out tiers (source = tier)
+        from pasodoble.sft import SFTConfig
+        from pasodoble.world import WorldConfig
+        from pasodoble.world.cache import ensure_sft_models
+        from pasodoble.world.tiers import load_tier_problems
+
+        tiers = ensure_sft_models(None, WorldConfig(), SFTConfig()).world.tiers
+        return problems + load_tier_problems(tiers, args.limit)
     if args.dataset:
         fields = FieldMap(
             question_field=args.question_field,
@@ -172,9 +212,11 @@ def problems_digest(problems: list[Problem]) -> str:
 
 
 def _check_run_identity(out: Path, identity: dict, overwrite: bool) -> None:
-    """Refuse to resume a directory that holds a different run (it would mix samples)."""
+    """Refuse to resume a directory that holds samples or results of a different run (it would mix them); a
+    run.json left by a run that saved nothing (it failed or was stopped early) is replaced."""
     path = out / "run.json"
-    if path.exists() and not overwrite:
+    saved = [n for n in ("samples.jsonl", "results.json") if (out / n).is_file() and (out / n).stat().st_size]
+    if path.exists() and not overwrite and saved:
         old = json.loads(path.read_text(encoding="utf-8"))
         differing = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
         if differing:
@@ -193,10 +235,11 @@ def load_model(args: argparse.Namespace):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    path = getattr(args, "model_path", None) or args.model
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        tokenizer = AutoTokenizer.from_pretrained(path)
         dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as err:
         raise UserError(
             f"--model: cannot load {args.model!r} ({err}); give a local model directory or a Hub id"
@@ -217,40 +260,98 @@ def build_engine(name: str, model, tokenizer, batch_size: int):
     raise UserError(f"--engine: {name!r} is not available; choose from {', '.join(ENGINES)}")
 
 
+def default_label(model: str) -> str:
+    """A row name that tells trained checkpoints apart: `RUN/step-N/solver` for RUN/checkpoints/step-N/solver/model,
+    the spec for `tiny:` models, else the last path part (`Qwen3-1.7B-Base`)."""
+    if model.startswith("tiny:"):
+        return model
+    parts = [p for p in Path(model.rstrip("/")).parts if p not in ("model", "checkpoints", "/")]
+    if parts and parts[-1] in ("proposer", "solver", "sft") and len(parts) >= 3:
+        return "/".join(parts[-3:])
+    return parts[-1] if parts else model
+
+
+def resolve_model_spec(spec: str) -> str:
+    """`tiny:solver` / `tiny:proposer` / `tiny:base`: the cached tiny-world model folder (built on first use)."""
+    if not spec.startswith("tiny:"):
+        return spec
+    from pasodoble.world.cache import resolve_model
+
+    return resolve_model(spec)
+
+
+def choose_max_new_tokens(args, settings: EvalSettings, model, tokenizer, problems: list[Problem]) -> str:
+    """Fill in the completion budget when --max-new-tokens was not given; returns a line saying what was chosen."""
+    context = context_length(model.config)
+    longest = max(len(render_prompt(p.question, settings, tokenizer)[1]) for p in problems)
+    if args.max_new_tokens is not None:
+        if context is not None and longest + args.max_new_tokens > context:
+            return (
+                f"note: --max-new-tokens {args.max_new_tokens} + the longest prompt ({longest} tokens) exceed the "
+                f"model's context of {context} tokens; completions past it are unreliable"
+            )
+        return ""
+    if context is None:
+        raise UserError("--max-new-tokens: the model's config names no context length; give the budget")
+    settings.max_new_tokens = completion_budget(context, longest)
+    return (
+        f"max_new_tokens: {settings.max_new_tokens} (the model's context of {context} tokens minus the longest "
+        f"prompt, {longest}; set --max-new-tokens to change it)"
+    )
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from pasodoble.grader import Grader
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)
     problems = problems_from_args(args)
+    if not problems:
+        raise UserError("no problems to evaluate: the sets are empty (check --dataset / --limit)")
     counts = dict(Counter(p.source for p in problems))
+    requested = settings_dict(settings) | {"max_new_tokens": args.max_new_tokens}  # None: from the model
     identity = {
         "model": args.model,
         "sources": counts,
         "problems_sha256": problems_digest(problems),
-        "settings": settings_dict(settings),
+        "settings": requested,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     _check_run_identity(args.out, identity, args.overwrite)
+    print(f"evaluating {args.model} -> {args.out} (samples.jsonl grows as problems finish)", flush=True)
+    args.model_path = resolve_model_spec(args.model)
     model, tokenizer = load_model(args)
+    note = choose_max_new_tokens(args, settings, model, tokenizer, problems)
+    if note:
+        print(note, flush=True)
     engine = build_engine(args.engine, model, tokenizer, args.batch_size)
     config = GraderConfig(
         timeout_s=args.grader_timeout_s,
         num_workers=args.grader_workers,
         partial_parses=args.grader_partial_parses,
     )
-    with Grader(config) as grader:
-        report = evaluate(
-            engine,
-            tokenizer,
-            problems,
-            settings,
-            grader,
-            samples_path=args.out / "samples.jsonl",
-            progress=not args.no_progress,
-        )
-    label = args.label or Path(args.model.rstrip("/")).name
-    arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    try:
+        with Grader(config) as grader:
+            report = evaluate(
+                engine,
+                tokenizer,
+                problems,
+                settings,
+                grader,
+                samples_path=args.out / "samples.jsonl",
+                progress=not args.no_progress,
+            )
+    except KeyboardInterrupt:
+        path = args.out / "samples.jsonl"
+        saved = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+        print(f"\nstopped: {saved} samples kept in {path}; the same command resumes from there", flush=True)
+        raise
+    label = args.label or default_label(args.model)
+    arguments = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+        if k not in ("func", "model_path")
+    }
     result = build_results(
         report,
         settings_dict(settings),
@@ -262,13 +363,17 @@ def run_eval(args: argparse.Namespace) -> int:
     print(scores_table([result]))
     print(
         f"{sum(counts.values())} problems x {settings.num_samples} samples ({report.samples_generated} generated now, "
-        f"{report.seconds:.1f} s); wrote {args.out / 'results.md'}"
+        f"{report.seconds:.1f} s); wrote {args.out / 'results.md'}, results.json and samples.jsonl\n"
+        f"next: pasodoble eval-table {shlex.quote(str(args.out))} OTHER_EVAL_DIR ...   # compare runs in one table"
     )
     return 0
 
 
 def run_eval_table(args: argparse.Namespace) -> int:
-    table = merge_tables([read_results(d) for d in args.run_dirs], args.metric)
+    results = [read_results(d) for d in args.run_dirs]
+    for result, label in zip(results, unique_labels(results, args.run_dirs)):
+        result["label"] = label
+    table = merge_tables(results, args.metric)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table + "\n", encoding="utf-8")

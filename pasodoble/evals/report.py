@@ -187,6 +187,20 @@ def read_results(run_dir: str | Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def unique_labels(results: Sequence[dict], run_dirs: Sequence[str | Path]) -> list[str]:
+    """Row labels for a merged table, one per run and never two alike: a label shared by several runs gets its
+    run folder added (`label (eval-online)`), and a number if even that repeats."""
+    labels = [str(r.get("label") or r.get("model") or Path(d).name) for r, d in zip(results, run_dirs)]
+    shared = {x for x in labels if labels.count(x) > 1}
+    labels = [f"{x} ({Path(d).name})" if x in shared else x for x, d in zip(labels, run_dirs)]
+    seen: dict[str, int] = {}
+    out = []
+    for x in labels:
+        seen[x] = seen.get(x, 0) + 1
+        out.append(x if labels.count(x) == 1 else f"{x} #{seen[x]}")
+    return out
+
+
 def merge_tables(results: Sequence[dict], metric: str = "avg@k") -> str:
     """One table for several runs, plus a note on every setting that differs between them."""
     table = scores_table(results, metric)

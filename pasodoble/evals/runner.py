@@ -8,6 +8,9 @@ Problems are generated in fixed chunks of `chunk_size` (fixed by position in the
 left to do), each with the seed `seed * 1_000_003 + index of its first problem`. On resume a chunk with any
 unfinished problem is regenerated whole and only its unfinished problems are written: the batch, and so the
 sampled text, is then the same as in an uninterrupted run (exactly so for the Hugging Face engine on one device).
+Within a chunk, the engine reports each sequence as it finishes (`on_progress`: the progress bar counts samples,
+0 to N) and each finished batch of sequences (`on_batch`): a problem is graded and saved as soon as its k samples
+are in, so a run killed mid-chunk keeps every problem it finished.
 
 Run: see `pasodoble.evals.cli` (`pasodoble eval ...`), or call `evaluate(engine, tokenizer, problems, settings,
 grader, samples_path=...)` from Python (the dual-play loop does, via `pasodoble.evals.periodic`).
@@ -110,6 +113,26 @@ def render_prompt(question: str, settings: EvalSettings, tokenizer) -> tuple[str
     return text, ids, False
 
 
+def context_length(model_config) -> int | None:
+    """Longest sequence (prompt + completion) the model's positions allow, if its config says."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(model_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def completion_budget(context: int, longest_prompt: int) -> int:
+    """The default `max_new_tokens`: what the context leaves after the longest prompt."""
+    if longest_prompt >= context:
+        raise ConfigError(
+            "max_new_tokens",
+            f"the longest prompt takes {longest_prompt} tokens, the model's whole context ({context}); "
+            "pass --max-prompt-length to cut prompts, or a model with a longer context",
+        )
+    return context - longest_prompt
+
+
 def _grade(
     grader, problems: Sequence[Problem], texts: list[list[str]], counters: Counter
 ) -> list[list[dict]]:
@@ -162,14 +185,16 @@ def score_rows(problems: Sequence[Problem], rows_by_key: dict[Key, list[dict]], 
     return EvalReport(per_source=scores, average=average_sources(scores))
 
 
-def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters) -> list[list[dict]]:
-    """Generate the whole chunk (same batch and seed as an uninterrupted run); rows of the `todo` positions."""
+def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters, emit) -> None:
+    """Generate the whole chunk (same batch and seed as an uninterrupted run); `emit(rows, new_samples)` gets each
+    `todo` problem's rows as soon as its k samples are ready (`new_samples` also counts those of unfinished ones)."""
     from pasodoble.rollout import SamplingParams
 
     rendered = [render_prompt(p.question, settings, tokenizer) for p in chunk]
     counters["eval/prompts_truncated"] += sum(r[2] for r in rendered)
+    k = settings.num_samples
     sampling = SamplingParams(
-        n=settings.num_samples,
+        n=k,
         temperature=settings.temperature,
         top_p=settings.top_p,
         top_k=settings.top_k,
@@ -177,13 +202,41 @@ def _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters
         max_new_tokens=settings.max_new_tokens,
         seed=settings.seed * 1_000_003 + start,
     )
-    completions = engine.generate([r[1] for r in rendered], sampling)
-    texts = [[c.text for c in completions[i]] for i in todo]
-    graded = _grade(grader, [chunk[i] for i in todo], texts, counters)
-    return [
-        _sample_rows(chunk[i], start + i, rendered[i][0], completions[i], grades)
-        for i, grades in zip(todo, graded)
-    ]
+    pending: dict[int, list] = {i: [None] * k for i in todo}  # chunk position -> its completions so far
+    shown = [0]  # samples the progress bar was told of by on_progress since the last batch
+
+    def progress(count: int) -> None:  # sequences finished inside a batch: move the bar before it returns
+        shown[0] += count
+        emit([], count)
+
+    def take(first: int, completions: list) -> None:
+        new = 0
+        for offset, completion in enumerate(completions):
+            i, j = divmod(first + offset, k)
+            if i in pending and pending[i][j] is None:
+                pending[i][j] = completion
+                new += 1
+        new, shown[0] = max(0, new - shown[0]), 0  # what on_progress already counted is not counted twice
+        ready = [i for i in pending if all(c is not None for c in pending[i])]
+        if not ready:
+            emit([], new)
+            return
+        graded = _grade(
+            grader, [chunk[i] for i in ready], [[c.text for c in pending[i]] for i in ready], counters
+        )
+        rows = [
+            _sample_rows(chunk[i], start + i, rendered[i][0], pending.pop(i), g)
+            for i, g in zip(ready, graded)
+        ]
+        emit(rows, new)
+
+    whole = len(todo) == len(chunk)  # a resumed chunk regenerates finished problems: count per batch only
+    out = engine.generate(
+        [r[1] for r in rendered], sampling, on_batch=take, on_progress=progress if whole else None
+    )
+    if pending:  # an engine that returned without reporting every batch
+        for position, completions in enumerate(out):
+            take(position * k, completions)
 
 
 def evaluate(
@@ -217,17 +270,21 @@ def evaluate(
     )
     bar = tqdm(total=len(keys) * k, initial=resumed * k, unit="sample", disable=not progress, desc="eval")
     generated = 0
-    for start in range(0, len(problems), settings.chunk_size):
-        chunk = list(problems[start : start + settings.chunk_size])
-        todo = [i for i, p in enumerate(chunk) if (p.source, p.id) not in done]
-        if not todo:
-            continue
-        for rows in _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters):
+
+    def emit(finished: list[list[dict]], new_samples: int) -> None:
+        nonlocal generated
+        for rows in finished:
             if samples_path:
                 append_jsonl(samples_path, rows)  # one problem's k rows in one fsynced write
             done[row_key(rows[0])] = rows
             generated += k
-            bar.update(k)
+        bar.update(new_samples)
+
+    for start in range(0, len(problems), settings.chunk_size):
+        chunk = list(problems[start : start + settings.chunk_size])
+        todo = [i for i, p in enumerate(chunk) if (p.source, p.id) not in done]
+        if todo:
+            _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters, emit)
     bar.close()
     report = score_rows(problems, done, k)
     report.counters = dict(counters)

@@ -16,7 +16,7 @@ the sampled tokens come from the renormalised truncated distribution, but are sc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -65,9 +65,18 @@ class Completion:
 @runtime_checkable
 class RolloutEngine(Protocol):
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> list[list[Completion]]:
-        """One list per prompt, each holding `sampling.n` completions."""
+        """One list per prompt, each holding `sampling.n` completions.
+
+        `on_batch(first, completions)`, when given, is called as completions become ready (`first` is the index of
+        the first one in the flat prompt-major order, prompt i's sample j at i * n + j), so a caller can save them
+        before the call returns; an engine that finishes everything at once calls it once. `on_progress(k)`, when
+        given, says that k more sequences have finished, for progress bars (an engine may never call it)."""
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:

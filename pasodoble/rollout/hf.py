@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from pasodoble.grpo import token_logprobs
 from pasodoble.precision import autocast
@@ -52,6 +53,20 @@ def _bare_generation_config(model: torch.nn.Module):
         yield
     finally:
         model.generation_config = saved
+class _FinishedCounter(StoppingCriteria):
+    """Never stops generation; reports how many more rows have produced an EOS since the last step."""
+
+    def __init__(self, width: int, eos_ids: list[int], report: Callable[[int], None]):
+        self.width, self.report, self.done = width, report, None
+        self.eos = torch.tensor(eos_ids)
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        finished = torch.isin(input_ids[:, self.width :], self.eos.to(input_ids.device)).any(dim=1)  # (B,)
+        count = int(finished.sum())
+        if count != (self.done or 0):
+            self.report(count - (self.done or 0))
+            self.done = count
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 class HFEngine:
@@ -79,7 +94,11 @@ class HFEngine:
         self.model = model  # generation reads the live weights
 
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> list[list[Completion]]:
         flat = [list(p) for p in prompt_ids for _ in range(sampling.n)]
         if any(len(p) == 0 for p in flat):
@@ -98,12 +117,17 @@ class HFEngine:
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 for start in range(0, len(flat), self.batch_size):
-                    out.extend(self._generate_batch(flat[start : start + self.batch_size], sampling))
+                    batch = self._generate_batch(flat[start : start + self.batch_size], sampling, on_progress)
+                    out.extend(batch)
+                    if on_batch is not None:  # must not draw from torch's RNG: the next batch samples from it
+                        on_batch(start, batch)
         finally:
             self.model.train(was_training)
         return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_ids))]
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+    def _generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, on_progress=None
+    ) -> list[Completion]:
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
@@ -119,8 +143,12 @@ class HFEngine:
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
         )
+        counter = None if on_progress is None else _FinishedCounter(width, self.eos_ids, on_progress)
         sequences = self.model.generate(
-            input_ids=input_ids, attention_mask=prompt_mask, generation_config=config
+            input_ids=input_ids,
+            attention_mask=prompt_mask,
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([counter]) if counter else None,
         )
         completion = sequences[:, width:]  # (B, C)
         lengths, finish = [], []
@@ -128,6 +156,8 @@ class HFEngine:
             stop = next((i for i, t in enumerate(row) if t in self.eos_ids), None)
             lengths.append(len(row) if stop is None else stop + 1)
             finish.append("length" if stop is None else "stop")
+        if counter is not None and len(prompts) > (counter.done or 0):  # rows that ran out of budget end here
+            on_progress(len(prompts) - (counter.done or 0))
         comp_mask = (
             torch.arange(completion.shape[1], device=device)[None, :]
             < torch.tensor(lengths, device=device)[:, None]

@@ -189,3 +189,126 @@ def test_top_k_and_min_p_flags_are_off_by_default_and_recorded(tiny_lm, own_set,
     assert "top_k=3, min_p=0.1" in (out / "results.md").read_text()
     assert main(_eval_args(tiny_lm[2], own_set, tmp_path / "bad", "--min-p", "1.5")) == 2
     assert "min_p" in capsys.readouterr().err
+@pytest.fixture()
+def short_context_model(tiny_lm, tmp_path):
+    """The tiny model with an 80-token context, so the default completion budget is small and checkable."""
+    import shutil
+
+    path = tmp_path / "short"
+    shutil.copytree(tiny_lm[2], path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 80}))
+    return path
+
+
+def test_max_new_tokens_defaults_to_the_context_left_after_the_longest_prompt(
+    short_context_model, own_set, tmp_path, capsys
+):
+    from transformers import AutoTokenizer
+
+    from pasodoble.evals.runner import EvalSettings, render_prompt
+
+    out = tmp_path / "run"
+    args = _eval_args(short_context_model, own_set, out, "--prompt-template", "{question}")
+    args.remove("--max-new-tokens"), args.remove("4")
+    assert main(args) == 0
+    tok = AutoTokenizer.from_pretrained(short_context_model)
+    questions = [f"Tom has {i} pens. How many pens?" for i in range(4)]
+    longest = max(
+        len(render_prompt(q, EvalSettings(prompt_template="{question}"), tok)[1]) for q in questions
+    )
+    result = json.loads((out / "results.json").read_text())
+    assert result["settings"]["max_new_tokens"] == 80 - longest
+    printed = capsys.readouterr().out
+    assert (
+        f"max_new_tokens: {80 - longest} (the model's context of 80 tokens minus the longest prompt"
+        in printed
+    )
+    assert f"evaluating {short_context_model} -> {out}" in printed and f"eval-table {out}" in printed
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert all(r["num_tokens"] <= 80 - longest for r in rows)
+    assert main(args) == 0  # the same command resumes: the budget chosen again is part of the same run
+
+
+def test_a_run_json_left_by_a_run_that_saved_nothing_does_not_block_the_retry(tiny_lm, own_set, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"model": "wrong/model", "settings": {"max_new_tokens": 2048}}))
+    assert main(_eval_args(tiny_lm[2], own_set, out)) == 0
+    assert json.loads((out / "run.json").read_text())["model"] == str(tiny_lm[2])
+
+
+def test_tiny_model_specs_resolve_through_the_cache_and_label_rows(tiny_lm, own_set, tmp_path, monkeypatch):
+    import pasodoble.world.cache as cache
+
+    asked = []
+    monkeypatch.setattr(cache, "resolve_model", lambda spec: asked.append(spec) or str(tiny_lm[2]))
+    out = tmp_path / "run"
+    args = _eval_args(tiny_lm[2], own_set, out)
+    args[args.index("--model") + 1] = "tiny:solver"
+    assert main(args) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert asked == ["tiny:solver"] and result["model"] == "tiny:solver" and result["label"] == "tiny:solver"
+
+
+def test_eval_table_never_prints_two_rows_with_one_label(tiny_lm, own_set, tmp_path, capsys):
+    for name in ("a", "b"):
+        assert main(_eval_args(tiny_lm[2], own_set, tmp_path / name, "--label", "same")) == 0
+    capsys.readouterr()
+    assert main(["eval-table", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "a")]) == 0
+    rows = [
+        line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == ["same (a) #1", "same (b)", "same (a) #2"]
+
+
+def test_default_labels_tell_checkpoints_apart():
+    from pasodoble.evals.cli import default_label
+
+    assert default_label("runs/tour/checkpoints/step-40/solver/model") == "tour/step-40/solver"
+    assert default_label("runs/other/checkpoints/step-40/solver/model/") == "other/step-40/solver"
+    assert default_label("Qwen/Qwen3-1.7B-Base") == "Qwen3-1.7B-Base"
+    assert default_label("tiny:solver") == "tiny:solver"
+
+
+def test_help_shows_every_default():
+    import argparse
+
+    from pasodoble.cli import build_parser
+
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    for parser in parsers(build_parser()):
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if not action.option_strings or isinstance(
+                action, (argparse._HelpAction, argparse._VersionAction)
+            ):
+                continue
+            assert action.help, f"{parser.prog} {action.option_strings[0]}: no help text"
+            if action.default is not None and action.default is not False:
+                shown = " ".join(str(action.default).split())
+                assert "default" in action.help or f"(default: {shown})" in text, (parser.prog, action.dest)
+
+
+def test_ctrl_c_keeps_finished_samples_and_says_how_to_resume(
+    tiny_lm, own_set, tmp_path, monkeypatch, capsys
+):
+    import pasodoble.evals.cli as cli
+
+    def interrupted(*args, samples_path, **kwargs):
+        samples_path.write_text('{"source": "pens", "id": "p0", "sample": 0}\n')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "evaluate", interrupted)
+    out = tmp_path / "run"
+    assert main(_eval_args(tiny_lm[2], own_set, out)) == 130
+    assert (
+        f"stopped: 1 samples kept in {out / 'samples.jsonl'}; the same command resumes"
+        in capsys.readouterr().out
+    )

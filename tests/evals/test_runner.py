@@ -103,3 +103,81 @@ def test_a_sample_is_correct_if_it_matches_any_accepted_gold(grader):
     assert [[g["correct"] for g in rows] for rows in graded] == [[True, False], [True, False]]
     assert graded[0][0]["extracted"] == "4" and graded[1][1]["status"] == "no_answer"
     assert counters["grader/checks"] == 8  # each response is checked against both alternatives
+
+
+def test_saves_each_problem_as_its_samples_finish_not_per_chunk(tiny_lm, grader, tmp_path):
+    """One chunk of 5 problems x 2 samples in batches of 2 sequences: each batch finishes a problem, which is on
+    disk before the next batch starts; killed after the third batch, the rerun keeps those and redoes the rest."""
+    from pasodoble.rollout import HFEngine
+
+    model, tok, _ = tiny_lm
+    settings = EvalSettings(num_samples=2, temperature=1.0, max_new_tokens=6, seed=3, chunk_size=5)
+    whole = tmp_path / "whole.jsonl"
+    evaluate(
+        HFEngine(model, tok, batch_size=2),
+        tok,
+        PROBLEMS,
+        settings,
+        grader,
+        samples_path=whole,
+        progress=False,
+    )
+    path = tmp_path / "cut.jsonl"
+    seen = []
+
+    class Killed(Exception):
+        pass
+
+    class Watching(HFEngine):
+        def generate(self, prompt_ids, sampling, on_batch=None, on_progress=None):
+            def watch(first, completions):
+                on_batch(first, completions)
+                seen.append(len(_rows(path)))
+                if len(seen) == 3:
+                    raise Killed
+
+            return super().generate(prompt_ids, sampling, watch, on_progress)
+
+    with pytest.raises(Killed):
+        evaluate(
+            Watching(model, tok, batch_size=2),
+            tok,
+            PROBLEMS,
+            settings,
+            grader,
+            samples_path=path,
+            progress=False,
+        )
+    assert seen == [2, 4, 6]  # rows on disk after each batch: one more problem (2 samples) each time
+    report = evaluate(
+        HFEngine(model, tok, batch_size=2), tok, PROBLEMS, settings, grader, samples_path=path, progress=False
+    )
+    assert report.counters["eval/resumed_problems"] == 3 and report.samples_generated == 4
+    assert _rows(path) == _rows(whole)
+
+
+def test_progress_bar_counts_samples_zero_to_n_as_they_finish(tiny_lm, grader, monkeypatch):
+    import pasodoble.evals.runner as runner
+    from pasodoble.rollout import HFEngine
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, initial, **kwargs):
+            self.total, self.n, self.updates = total, initial, []
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+            self.updates.append(k)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(runner, "tqdm", Bar)
+    model, tok, _ = tiny_lm
+    settings = EvalSettings(num_samples=2, temperature=1.0, max_new_tokens=6, seed=3, chunk_size=5)
+    evaluate(HFEngine(model, tok, batch_size=4), tok, PROBLEMS, settings, grader)
+    (bar,) = bars
+    assert bar.total == 10 and bar.n == 10  # 0 to N samples
+    assert len([u for u in bar.updates if u]) >= 3  # moved within each engine call, not once per chunk

@@ -59,3 +59,22 @@ def test_training_mode_is_restored(tiny_lm):
     )
     assert model.training
     model.eval()
+
+
+def test_progress_reports_every_sequence_without_changing_the_samples(tiny_lm):
+    model, tokenizer, _ = tiny_lm
+    engine = HFEngine(model, tokenizer, batch_size=4)
+    prompts = [
+        tokenizer("12+3=")["input_ids"],
+        tokenizer("7*8=")["input_ids"],
+        tokenizer("1+1=")["input_ids"],
+    ]
+    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=5)
+    steps, batches = [], []
+    plain = engine.generate(prompts, sampling)
+    watched = engine.generate(
+        prompts, sampling, on_batch=lambda first, c: batches.append((first, len(c))), on_progress=steps.append
+    )
+    assert [[c.text for c in p] for p in plain] == [[c.text for c in p] for p in watched]
+    assert sum(steps) == 9 and all(s > 0 for s in steps)  # every sequence once, as it finishes
+    assert batches == [(0, 4), (4, 4), (8, 1)]

@@ -1,0 +1,301 @@
+"""Every shell command in README.md and docs/*.md is run here, or listed with the reason it cannot run here.
+
+How: the commands are read from the Markdown files' ```bash / ```sh code blocks (`\\` continuations joined, `#`
+comments dropped) and looked up in `COMMANDS`, a reviewed table: `Run` runs the documented command with only
+*added* arguments (small overrides such as `schedule.steps=2`, `--limit 2`) and, where a path in it names something
+an earlier command wrote, an explicit substitution; `Skip` says why it cannot run in a test (a 1.7B model from the
+Hub, a GPU, an install that downloads, a timing bench). A command in the docs that is in neither fails
+`test_every_documented_command_is_run_or_listed`, and so does an entry no document holds any more.
+
+Fast part (default suite): the commands marked `fast`, in a work folder where what they read (a train run, two
+evaluation runs, data files, a random tiny model) is fabricated. Slow part (`-m slow`): every `Run` command, in
+document order, in one fresh work folder, so each reads what the ones before it wrote (train -> plot -> eval ->
+eval-table -> resume). Also checked: the CLI table names every subcommand, the recipes table every recipe, and the
+README's install line agrees with the Makefile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(bash|sh|shell)\s*$")
+
+
+@dataclass(frozen=True)
+class Run:
+    add: str = ""  # arguments appended to the documented command
+    subs: tuple[
+        tuple[str, str], ...
+    ] = ()  # (documented word, word run instead): paths the shortened runs wrote
+    fast: bool = False  # also run in the default suite, on fabricated inputs
+    fast_subs: tuple[tuple[str, str], ...] = field(default=())  # extra substitutions in the fast part
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+TOUR_EVAL = Run(add="--limit 2 --max-new-tokens 32 --no-progress", subs=(("step-40", "step-2"),))
+EXPERIMENT = (
+    "steps=1 seeds=[0] conditions=[sft,online] eval_limit=2 eval_samples=0 overrides+=[sft.max_steps=20]"
+)
+NETWORK_INSTALL = Skip("installs packages from an index (network); .ci/run runs `make test` on a clean clone")
+
+COMMANDS: dict[str, Run | Skip] = {
+    # README.md
+    "make demo": NETWORK_INSTALL,
+    "make test": NETWORK_INSTALL,
+    "pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour": Run(
+        add="schedule.steps=2 schedule.checkpoint_every=1 schedule.passages_per_step=1 schedule.samples_every=1"
+    ),
+    "pasodoble plot runs/tour": Run(fast=True),
+    "pasodoble inspect runs/tour": Run(fast=True),
+    "pasodoble eval --model runs/tour/checkpoints/step-40/solver/model --dataset tiny:tiers "
+    "--prompt-template {question} --out runs/tour/eval-solver": TOUR_EVAL,
+    "pasodoble eval --model tiny:solver --dataset tiny:tiers --prompt-template {question} "
+    "--out runs/eval-sft": TOUR_EVAL,
+    "pasodoble eval-table runs/eval-sft runs/tour/eval-solver": Run(fast=True),
+    "pasodoble train --resume runs/tour schedule.steps=60": Run(add="schedule.steps=3"),
+    "pasodoble eval --model Qwen/Qwen3-1.7B-Base --benchmarks paper --num-samples 6 --temperature 0.6 "
+    "--data-dir ../shared/benchmarks --out runs/eval-base": Skip(
+        "Qwen3-1.7B-Base from the Hugging Face Hub (network) on the full benchmarks (a GPU)"
+    ),
+    "pasodoble eval --model M --dataset mine.jsonl --question-template {Body} {Question} --answer-field Solution "
+    "--out runs/mine": Run(
+        add="--limit 2 --max-new-tokens 8 --no-progress",
+        subs=(("M", "tiny:solver"),),
+        fast=True,
+        fast_subs=(("tiny:solver", "{tiny_lm}"),),
+    ),
+    "pasodoble verify-answers pairs.jsonl --out verdicts.jsonl": Run(add="--no-progress", fast=True),
+    "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt torch==2.13.0 -e .[dev]": Skip(
+        "downloads packages (network); test_readme_install_line_matches_the_makefile checks it against make"
+    ),
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128": Skip(
+        "downloads the CUDA build of torch (network, a GPU)"
+    ),
+    "pip install -c constraints.txt -e .[wandb]": NETWORK_INSTALL,
+    "pasodoble train --config recipes/qwen3-1.7b-online.yaml knowledge.path=/data/megamath": Skip(
+        "Qwen3-1.7B-Base from the Hub and a GPU; `config show` of the recipe is tested in test_config_show.py"
+    ),
+    "pasodoble config show recipes/tiny-online.yaml solver.lr=5e-5": Run(fast=True),
+    "pasodoble config keys": Run(fast=True),
+    "pasodoble config keys --kind experiment": Run(fast=True),
+    "pasodoble train --config recipes/tiny-online.yaml solver.lr=5e-5 schedule.steps=20 "
+    "rewards.pass_rate_high=1.0": Run(
+        add="schedule.steps=1 schedule.passages_per_step=1 run_dir=runs/example"
+    ),
+    # docs/EXPERIMENTS.md
+    "pasodoble demo dualplay.steps=0": Run(
+        add="eval.problems_per_tier=2 eval.num_samples=2 --out runs/demo-docs --no-progress"
+    ),
+    "pasodoble experiment recipes/tiny-ablation.yaml": Run(add=f"{EXPERIMENT} out_dir=runs/x1"),
+    "pasodoble experiment recipes/tiny-ablation-worked.yaml": Run(add=f"{EXPERIMENT} out_dir=runs/x2"),
+    "pasodoble experiment recipes/tiny-ablation-copy.yaml": Run(add=f"{EXPERIMENT} out_dir=runs/x3"),
+    "pasodoble experiment recipes/tiny-ablation-copy-1m.yaml": Run(add=f"{EXPERIMENT} out_dir=runs/x4"),
+    "pasodoble experiment recipes/tiny-ablation-copy-1m-wide.yaml": Run(add=f"{EXPERIMENT} out_dir=runs/x5"),
+    "pasodoble experiment recipes/tiny-ablation-copy-1m-wide.yaml out_dir=runs/wide-t0.7-ablate-all "
+    "conditions=[sft,online,offline,no_diversity,no_knowledge]": Run(add=EXPERIMENT),
+    "pasodoble experiment recipes/tiny-ablation-copy-1m-wide.yaml out_dir=runs/pilot-wide-t1.0-ablate-all "
+    "conditions=[sft,online,offline,no_diversity,no_knowledge] overrides+=[proposer.temperature=1.0]": Run(
+        add=EXPERIMENT
+    ),
+    "pasodoble experiment recipes/tiny-ablation-copy-1m-wide.yaml out_dir=runs/long-wide-t1.0-all "
+    "conditions=[sft,online] steps=360 overrides+=[proposer.temperature=1.0]": Run(add=EXPERIMENT),
+    # docs/GRADING.md
+    "pasodoble verify-answers answers.jsonl --out verdicts.jsonl --no-extract": Run(
+        add="--no-progress", fast=True
+    ),
+    "pasodoble verify-answers responses.jsonl --out v.jsonl --fallback last_number --num-workers 4": Run(
+        add="--no-progress", fast=True, fast_subs=(("4", "1"),)
+    ),
+    "python bench/grader.py": Skip("a timing bench (minutes; run it pinned to an idle core with taskset)"),
+    "python bench/grader.py --shortcuts": Skip("a timing bench (see above)"),
+    "pytest -m slow tests/grader/test_grader_partial.py": Skip(
+        "a slow test of this suite; make test-all runs it"
+    ),
+}
+
+
+TOKENS: dict[str, tuple[str, ...]] = {}  # documented command (words joined by spaces) -> its shell words
+
+
+def _key(tokens: list[str]) -> str:
+    return " ".join(tokens)
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(file name, command as tokens joined by spaces) for every command line in a shell code block."""
+    found = []
+    for path in DOCS:
+        inside, pending = False, ""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not inside:
+                inside = bool(FENCE.match(line.strip()))
+                continue
+            if line.strip().startswith("```"):
+                inside = False
+                continue
+            pending += line.rstrip()
+            if pending.endswith("\\"):
+                pending = pending[:-1] + " "
+                continue
+            tokens = shlex.split(pending, comments=True)
+            pending = ""
+            if tokens:
+                TOKENS[_key(tokens)] = tuple(tokens)
+                found.append((path.name, _key(tokens)))
+    return found
+
+
+def _table_rows(section: str) -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in body.splitlines() if line.startswith("| `")]
+
+
+def test_every_documented_command_is_run_or_listed():
+    documented = {cmd for _, cmd in documented_commands()}
+    missing = sorted(f"{f}: {c}" for f, c in documented_commands() if c not in COMMANDS)
+    assert not missing, (
+        "commands in the docs that are neither run nor listed in tests/test_docs.py:\n" + "\n".join(missing)
+    )
+    stale = sorted(c for c in COMMANDS if c not in documented)
+    assert not stale, f"entries of COMMANDS no document holds any more: {stale}"
+    assert all(entry.reason for entry in COMMANDS.values() if isinstance(entry, Skip))
+
+
+def test_cli_table_names_every_subcommand_and_recipes_table_every_recipe():
+    import argparse
+
+    from pasodoble.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    rows = _table_rows("CLI")
+    named = {row.split("`pasodoble ", 1)[1].split()[0].rstrip("`") for row in rows}
+    assert named == set(sub.choices), f"README CLI table vs `pasodoble --help`: {named ^ set(sub.choices)}"
+    recipes = {row.split("`", 2)[1] for row in _table_rows("Recipes")}
+    on_disk = {f"recipes/{p.name}" for p in (ROOT / "recipes").glob("*.yaml")}
+    assert recipes == on_disk, f"README recipes table vs recipes/: {recipes ^ on_disk}"
+
+
+def test_readme_install_line_matches_the_makefile():
+    """The README's CPU install installs what `make install` does: the same torch pin, constraints and extras."""
+    make = (ROOT / "Makefile").read_text(encoding="utf-8")
+    torch_pin = re.search(r"^TORCH \?= (\S+)$", make, re.M).group(1)
+    assert '-c constraints.txt "$(TORCH)"' in make and '-c constraints.txt -e ".[dev]"' in make
+    line = next(c for _, c in documented_commands() if c.startswith("python3 -m venv .venv"))
+    assert f"-c constraints.txt {torch_pin} -e .[dev]" in line
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = set(pyproject["project"]["optional-dependencies"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for extra in extras:
+        assert f"`{extra}`" in readme, f"extra {extra!r} of pyproject.toml is not named in the README"
+    for extra in re.findall(r'-e "\.\[([\w,]+)\]"', readme):
+        assert set(extra.split(",")) <= extras, f"README installs unknown extras {extra}"
+
+
+# ---------------------------------------------------------------- running them
+
+
+def _argv(command: str, run: Run, *, fast: bool, tiny_lm: str = "") -> list[str]:
+    tokens = shlex.split(command, comments=True) if command not in TOKENS else list(TOKENS[command])
+    for subs in (run.subs, run.fast_subs if fast else ()):
+        for old, new in subs:  # a whole word, or a part of a path
+            tokens = [new if t == old else t.replace(old, new) if "/" in t else t for t in tokens]
+    tokens = [t.replace("{tiny_lm}", tiny_lm) for t in tokens]
+    assert tokens[0] == "pasodoble", f"only pasodoble commands are run in-process: {command}"
+    return tokens[1:] + shlex.split(run.add)
+
+
+def _data_files(work: Path) -> None:
+    lines = {
+        "pairs.jsonl": [
+            {"gold": "\\frac{1}{2}", "pred": "The answer is \\boxed{0.5}"},
+            {"gold": "3", "pred": "4"},
+        ],
+        "answers.jsonl": [{"gold": "2", "pred": "2"}, {"gold": "x+1", "pred": "1+x"}],
+        "responses.jsonl": [{"gold": "12", "pred": "so the total is 12"}],
+        "mine.jsonl": [
+            {"Body": f"Ann has {i} pens.", "Question": "How many?", "Solution": str(i)} for i in range(3)
+        ],
+    }
+    for name, rows in lines.items():
+        (work / name).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (work / "recipes").symlink_to(ROOT / "recipes")
+
+
+def _fabricate_runs(work: Path) -> None:
+    """What the fast commands read: a small train run folder and two evaluation folders."""
+    from pasodoble.evals.report import build_results, write_run_outputs
+    from pasodoble.evals.runner import EvalReport, EvalSettings, settings_dict
+    from pasodoble.tracking import Tracker
+
+    run = work / "runs" / "tour"
+    with Tracker(run) as t:
+        for s in range(1, 4):
+            t.log(
+                {
+                    "proposer/reward/mean": 0.3,
+                    "proposer/pass_rate_hist/learnable": 0.5,
+                    "solver/reward/mean": 0.7,
+                },
+                s,
+            )
+    sample = {"step": 1, "passage": "p", "question": "What is 1+1?", "answer": "2", "invalid_reason": None}
+    (run / "samples.jsonl").write_text(
+        json.dumps({**sample, "solver_answers": ["2"], "solver_correct": [True]}) + "\n"
+    )
+    for name, score in (("eval-sft", 0.5), ("tour/eval-solver", 0.6)):
+        scores = {"avg@k": score, "pass@k": score, "maj@k": score, "ci95": 0.1, "n": 4, "k": 1}
+        report = EvalReport(per_source={"t1": scores}, average=scores)
+        result = build_results(report, settings_dict(EvalSettings()), label=name, model=name)
+        (work / "runs" / name).mkdir(parents=True, exist_ok=True)
+        write_run_outputs(work / "runs" / name, result)
+
+
+FAST = [c for c, e in COMMANDS.items() if isinstance(e, Run) and e.fast]
+IN_ORDER = list(dict.fromkeys(c for _, c in documented_commands() if isinstance(COMMANDS.get(c), Run)))
+
+
+@pytest.fixture(scope="module")
+def fast_work(tmp_path_factory):
+    work = tmp_path_factory.mktemp("docs-fast")
+    _data_files(work)
+    _fabricate_runs(work)
+    return work
+
+
+@pytest.mark.parametrize("command", FAST)
+def test_fast_documented_commands_run(command, fast_work, tiny_lm, monkeypatch, capsys):
+    from pasodoble.cli import main
+
+    monkeypatch.chdir(fast_work)
+    argv = _argv(command, COMMANDS[command], fast=True, tiny_lm=str(tiny_lm[2]))
+    assert main(argv) == 0, f"{command}: {capsys.readouterr().err}"
+
+
+@pytest.fixture(scope="module")
+def slow_work(tmp_path_factory):
+    work = tmp_path_factory.mktemp("docs-slow")
+    _data_files(work)
+    return work
+
+
+@pytest.mark.slow  # minutes: tiny-world training, evaluation and experiments (builds the SFT caches they use)
+@pytest.mark.parametrize("command", IN_ORDER)
+def test_documented_commands_run_in_order(command, slow_work, monkeypatch, capsys):
+    from pasodoble.cli import main
+
+    monkeypatch.chdir(slow_work)
+    assert main(_argv(command, COMMANDS[command], fast=False)) == 0, f"{command}: {capsys.readouterr().err}"
