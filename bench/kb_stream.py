@@ -22,7 +22,21 @@ import tempfile
 import time
 from pathlib import Path
 
-WORDS = "let the function integral derivative matrix prime sum series limit root probability vector".split()
+WORDS = [
+    "let",
+    "the",
+    "function",
+    "integral",
+    "derivative",
+    "matrix",
+    "prime",
+    "sum",
+    "series",
+    "limit",
+    "root",
+    "probability",
+    "vector",
+]
 
 
 def write_corpus(path: Path, size_mb: float, seed: int = 0) -> int:

@@ -9,12 +9,11 @@ How: each example `{"prompt", "completion"}` becomes the chat-template prompt (t
 -100 on prompt and padding. Batches are random; `group_by_length` sorts within a window of batches to waste less
 compute on padding, but in the tiny world that makes one-format batches and slowed learning down. AdamW, linear warm-up, cosine decay to 10%, gradient clipping.
 
-Run: `pasodoble sft --model DIR --data FILE.jsonl --out DIR [--max-steps N] [--batch-size B] [--lr LR]`.
+Run: `pasodoble sft ...` (see `cli.py`, which resolves `tiny:` specs); in code, `train_sft(model, tokenizer, examples, cfg)`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -25,10 +24,8 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.tracking import Tracker
 
 IGNORE_INDEX = -100  # label value the HF loss skips
 _SORT_WINDOW = 32  # batches whose examples are sorted by length together
@@ -204,53 +201,3 @@ def load_examples(path: Path) -> list[dict]:
             raise UserError(f"{path}:{number}: each row needs string fields 'prompt' and 'completion'")
         examples.append({"prompt": row["prompt"], "completion": row["completion"]})
     return examples
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "sft", help="supervised fine-tuning on {prompt, completion} JSONL (completion-only loss)"
-    )
-    p.add_argument(
-        "--model", required=True, help="model directory, Hugging Face id, or tiny:base / tiny:solver"
-    )
-    p.add_argument(
-        "--data", required=True, type=Path, help="JSONL with 'prompt' (user message) and 'completion'"
-    )
-    p.add_argument("--out", required=True, type=Path, help="output directory (HF checkpoint + metrics.jsonl)")
-    defaults = SFTConfig()
-    p.add_argument("--max-steps", type=int, default=defaults.max_steps)
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    p.add_argument("--lr", type=float, default=defaults.lr)
-    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run_sft)
-
-
-def run_sft(args: argparse.Namespace) -> int:
-    from pasodoble.world.cache import resolve_model  # imports this module: keep the import here
-
-    config = SFTConfig(
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        seed=args.seed,
-        num_threads=args.threads,
-    )
-    config.validate()
-    examples = load_examples(args.data)
-    model_path = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.chat_template is None or tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
-        raise UserError(f"--model {args.model}: the tokenizer needs a chat template, an eos and a pad token")
-    model = AutoModelForCausalLM.from_pretrained(model_path)
-    with Tracker(args.out) as tracker:
-        summary = train_sft(
-            model, tokenizer, examples, config, tracker=tracker, progress=not args.no_progress
-        )
-    model.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
-    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
-    return 0

@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.io import read_jsonl
-from pasodoble.sft import SFTConfig, batch_order, collate, encode_examples, lr_at, register, train_sft
+from pasodoble.sft import SFTConfig, batch_order, collate, encode_examples, lr_at, train_sft
+from pasodoble.sft.cli import register
 from pasodoble.world import WorldConfig, build_world
 
 
