@@ -1,6 +1,7 @@
 """The `pasodoble sft` and `pasodoble sft-data` commands; the layer that resolves `tiny:` model specs.
 
     pasodoble sft --model tiny:base --data sft_solver.jsonl --out out/sft-solver [--max-steps N ...]
+    pasodoble sft --config recipes/cold-start-qwen3-1.7b-sft.yaml data=out/cold/solver.jsonl out=out/sft-solver
     pasodoble sft-data --config recipes/cold-start-qwen3-1.7b.yaml [key=value ...]
 
 The trainer (`trainer.py`) takes a loaded model; resolving `tiny:` specs here keeps `world/cache.py` (which trains the
@@ -11,42 +12,83 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pasodoble.config import load_config
-from pasodoble.errors import UserError
+from pasodoble.config import load_config, save_config
+from pasodoble.errors import ConfigError, UserError
 from pasodoble.grader import Grader
 from pasodoble.sft.data import SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import TeacherConfig, build_teacher
-from pasodoble.sft.trainer import SFTConfig, load_examples, train_sft
+from pasodoble.sft.trainer import SFTConfig, load_examples, split_examples, train_sft
 from pasodoble.tracking import Tracker
 from pasodoble.world.build import WorldConfig
 from pasodoble.world.cache import TINY_PREFIX, ensure_sft_models, resolve_model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class SFTRunConfig:
+    model: str | None = None  # model folder, Hugging Face id, or tiny:base / tiny:proposer / tiny:solver
+    data: str | None = None  # JSONL of {"prompt", "completion"[, "system"]} (what sft-data writes)
+    out: str | None = None  # output folder: HF checkpoint, metrics.jsonl, config.yaml
+    eval_data: str | None = None  # held-out JSONL of the same form (None: eval_fraction of data)
+    eval_fraction: float = 0.0  # share of data held out for the eval loss when eval_data is None (0: no eval)
+    device: str | None = None  # torch device (None: cuda when available, else cpu)
+    dtype: str = "float32"  # weights on load; float32 + sft.bf16 is bf16 compute over fp32 master weights
+    sft: SFTConfig = field(default_factory=SFTConfig)  # the training loop
+
+    def validate(self) -> None:
+        for name in ("model", "data", "out"):
+            if not getattr(self, name):
+                raise ConfigError(name, f"is required (--{name} or {name}= in the recipe)")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ConfigError("eval_fraction", f"must be in [0, 1), got {self.eval_fraction}")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+
+# flag -> dotted config field; a flag given on the command line overrides the recipe
+FLAGS = {
+    "model": "model",
+    "data": "data",
+    "out": "out",
+    "eval_data": "eval_data",
+    "max_steps": "sft.max_steps",
+    "batch_size": "sft.batch_size",
+    "lr": "sft.lr",
+    "warmup_steps": "sft.warmup_steps",
+    "seed": "sft.seed",
+    "threads": "sft.num_threads",
+}
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sft",
         help="supervised fine-tuning on {prompt, completion} JSONL (completion-only loss)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Flags override the recipe; defaults in brackets are SFTConfig's (see docs/COLD_START.md).",
     )
+    d = SFTConfig()
+    p.add_argument("--config", type=Path, help="YAML recipe of SFTRunConfig fields (model, data, out, sft.*)")
+    p.add_argument("--model", help="model directory, Hugging Face id, or tiny:base / tiny:solver")
+    p.add_argument("--data", help="JSONL with 'prompt' (user message), 'completion' and optional 'system'")
+    p.add_argument("--out", help="output directory (HF checkpoint + metrics.jsonl)")
     p.add_argument(
-        "--model", required=True, help="model directory, Hugging Face id, or tiny:base / tiny:solver"
+        "--eval-data", help="held-out JSONL for the eval loss [eval_fraction of --data, default 0]"
     )
-    p.add_argument(
-        "--data", required=True, type=Path, help="JSONL with 'prompt' (user message) and 'completion'"
-    )
-    p.add_argument("--out", required=True, type=Path, help="output directory (HF checkpoint + metrics.jsonl)")
-    defaults = SFTConfig()
-    p.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps")
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="examples per step")
-    p.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate")
-    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up steps")
-    p.add_argument("--seed", type=int, default=defaults.seed, help="data order")
-    p.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads")
+    p.add_argument("--max-steps", type=int, help=f"optimizer steps [{d.max_steps}]")
+    p.add_argument("--batch-size", type=int, help=f"examples per step [{d.batch_size}]")
+    p.add_argument("--lr", type=float, help=f"peak learning rate [{d.lr}]")
+    p.add_argument("--warmup-steps", type=int, help=f"linear warm-up steps [{d.warmup_steps}]")
+    p.add_argument("--seed", type=int, help=f"data order [{d.seed}]")
+    p.add_argument("--threads", type=int, help=f"torch CPU threads [{d.num_threads}]")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.bf16=true")
     p.set_defaults(func=run_sft)
     register_data(subparsers)
 
@@ -86,26 +128,40 @@ def run_sft_data(args: argparse.Namespace) -> int:
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    config = SFTConfig(
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        seed=args.seed,
-        num_threads=args.threads,
-    )
-    config.validate()
-    examples = load_examples(args.data)
-    model_path = resolve_model(args.model)
+    flags = [
+        f"{key}={json.dumps(getattr(args, flag))}"
+        for flag, key in FLAGS.items()
+        if getattr(args, flag) is not None
+    ]
+    cfg = load_config(SFTRunConfig, args.config, [*args.overrides, *flags])
+    examples = load_examples(Path(cfg.data))
+    eval_examples = None
+    if cfg.eval_data:
+        eval_examples = load_examples(Path(cfg.eval_data))
+    elif cfg.eval_fraction > 0:
+        examples, eval_examples = split_examples(examples, cfg.eval_fraction, cfg.sft.seed)
+    model_path = resolve_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None or tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
-        raise UserError(f"--model {args.model}: the tokenizer needs a chat template, an eos and a pad token")
-    model = AutoModelForCausalLM.from_pretrained(model_path)
-    with Tracker(args.out) as tracker:
+        raise UserError(f"model {cfg.model}: the tokenizer needs a chat template, an eos and a pad token")
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    with Tracker(out) as tracker:
         summary = train_sft(
-            model, tokenizer, examples, config, tracker=tracker, progress=not args.no_progress
+            model,
+            tokenizer,
+            examples,
+            cfg.sft,
+            eval_examples=eval_examples,
+            tracker=tracker,
+            progress=not args.no_progress,
         )
-    model.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
+    if cfg.sft.gradient_checkpointing:
+        model.config.use_cache = True  # the checkpoint is for generation
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
     return 0

@@ -1,15 +1,25 @@
 """Supervised fine-tuning (the cold start before RL): loss on completion tokens only, HF checkpoints out.
 
 Why: the paper warms both roles up with SFT on teacher outputs before dual-play; without it a base model rarely
-writes a parseable `<problem>`/`\\boxed{}` and RL has nothing to reward. The same code trains the tiny world's models
-on CPU and a real model on one GPU (for multi-GPU SFT use a full trainer such as TRL's `SFTTrainer`).
+writes a parseable `<problem>`/`\\boxed{}` and RL has nothing to reward. The same loop trains the tiny world's models
+on CPU and a real model on one GPU.
 
-How: each example `{"prompt", "completion"}` becomes the chat-template prompt (the prompt as a user message,
-`add_generation_prompt=True`) followed by the completion and eos; the same prompt ids generation uses. Labels are
--100 on prompt and padding. Batches are random; `group_by_length` sorts within a window of batches to waste less
-compute on padding, but in the tiny world that makes one-format batches and slowed learning down. AdamW, linear warm-up, cosine decay to 10%, gradient clipping.
+How: each example `{"prompt", "completion"[, "system"]}` becomes the chat-template prompt (an optional system message,
+the prompt as a user message, `add_generation_prompt=True`) followed by the completion and eos: the same prompt ids
+generation uses. Labels are -100 on prompt and padding. Batches are random; `group_by_length` sorts within a window
+of batches to waste less compute on padding, but in the tiny world that makes one-format batches and slowed learning
+down. A batch runs in `micro_batch_size` pieces whose gradients accumulate, each weighted by its share of the
+batch's completion tokens, so the loss is the token mean over the whole batch whatever the split. `bf16` runs the
+forward pass under bfloat16 autocast while weights, gradients and AdamW states stay fp32 (the master weights);
+`gradient_checkpointing` trades compute for activation memory. An eval set gives a token-mean eval loss before
+training, every `eval_every` steps and at the end. AdamW, linear warm-up, cosine decay to 10%, gradient clipping.
 
-Run: `pasodoble sft ...` (see `cli.py`, which resolves `tiny:` specs); in code, `train_sft(model, tokenizer, examples, cfg)`.
+Run: `pasodoble sft ...` (`cli.py`, which also resolves `tiny:` specs); in code `train_sft(model, tokenizer, examples,
+cfg, eval_examples=...)`.
+
+Departures and limits: no packing (several examples per row would need a block-diagonal attention mask that the
+plain attention kernels do not take; `group_by_length` cuts padding instead). One process: multi-GPU SFT goes through
+a full trainer such as TRL's `SFTTrainer` on the same JSONL files; LoRA comes with the project's adapters module.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -49,15 +60,45 @@ class SFTConfig:
     )
     log_every: int = 10  # steps between logged loss rows
     roles: str = "joint"  # warm-up: "joint" = one model on both roles' data; "separate" = one model per role
+    micro_batch_size: int | None = (
+        None  # examples per forward pass; gradients accumulate to batch_size (None: all)
+    )
+    eval_every: int | None = (
+        None  # steps between eval-loss rows when there is an eval set (None: at the end only)
+    )
+    bf16: bool = False  # bfloat16 autocast over fp32 master weights (the optimizer keeps fp32)
+    gradient_checkpointing: bool = (
+        False  # recompute activations in the backward pass (less memory, ~30% slower)
+    )
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_size", "log_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"sft.{name}", "must be at least 1")
+        for name in ("micro_batch_size", "eval_every"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"sft.{name}", "must be at least 1, or null")
         if self.lr <= 0:
             raise ConfigError("sft.lr", "must be positive, e.g. 3e-3 for tiny models")
         if self.roles not in ("joint", "separate"):
             raise ConfigError("sft.roles", f"must be 'joint' or 'separate', got {self.roles!r}")
+
+
+def _messages(example: dict) -> list[dict[str, str]]:
+    head = [{"role": "system", "content": example["system"]}] if example.get("system") else []
+    return head + [{"role": "user", "content": example["prompt"]}]
+
+
+def split_examples(examples: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, eval): a seeded `fraction` of the examples held out (at least one when fraction > 0)."""
+    if fraction <= 0:
+        return list(examples), []
+    order = list(range(len(examples)))
+    random.Random(f"sft-split/{seed}").shuffle(order)
+    held = set(order[: max(1, round(fraction * len(examples)))])
+    return [e for i, e in enumerate(examples) if i not in held], [
+        e for i, e in enumerate(examples) if i in held
+    ]
 
 
 def encode_examples(
@@ -65,7 +106,7 @@ def encode_examples(
 ) -> tuple[list[list[int]], list[int], int]:
     """Token ids per example, the prompt length of each, and how many were truncated to `max_length`."""
     prompts = tokenizer.apply_chat_template(
-        [[{"role": "user", "content": ex["prompt"]}] for ex in examples],
+        [_messages(ex) for ex in examples],
         tokenize=False,
         add_generation_prompt=True,
     )
@@ -127,34 +168,109 @@ def _batches(lengths: list[int], config: SFTConfig):
         yield from batch_order(lengths, config.batch_size, rng, group=config.group_by_length)
 
 
+class _Encoded:
+    """Token ids and prompt lengths of a set of examples."""
+
+    def __init__(self, tokenizer, examples, max_length: int):
+        self.sequences, self.prompt_lens, self.truncated = encode_examples(tokenizer, examples, max_length)
+        self.pad_id = tokenizer.pad_token_id
+
+    def batch(self, idx: list[int], device) -> dict[str, torch.Tensor]:
+        batch = collate([self.sequences[i] for i in idx], [self.prompt_lens[i] for i in idx], self.pad_id)
+        return {k: v.to(device) for k, v in batch.items()}
+
+
+def _label_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Tokens the shifted causal-LM loss averages over."""
+    return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+
+def _step(model, data: _Encoded, idx: list[int], config: SFTConfig, device, autocast) -> tuple[float, int]:
+    """Forward and backward over `idx` in micro-batches; the loss is the token mean over the whole batch."""
+    micro = config.micro_batch_size or len(idx)
+    chunks = [data.batch(idx[i : i + micro], device) for i in range(0, len(idx), micro)]
+    total = sum(_label_tokens(b) for b in chunks)
+    loss_sum, n_tokens = 0.0, 0
+    for batch in chunks:
+        weight = 1.0 if len(chunks) == 1 else _label_tokens(batch) / max(1, total)
+        with autocast():
+            loss = model(**batch).loss
+        (loss * weight).backward()
+        loss_sum += loss.item() * weight
+        n_tokens += int(batch["attention_mask"].sum())
+    return loss_sum, n_tokens
+
+
+@torch.no_grad()
+def eval_loss(model, data: _Encoded, config: SFTConfig, device, autocast) -> float:
+    """Token-mean completion loss over every example of `data`."""
+    was_training = model.training
+    model.eval()
+    micro = config.micro_batch_size or config.batch_size
+    loss_sum, tokens = 0.0, 0
+    for start in range(0, len(data.sequences), micro):
+        batch = data.batch(list(range(start, min(start + micro, len(data.sequences)))), device)
+        with autocast():
+            loss = model(**batch).loss
+        n = _label_tokens(batch)
+        loss_sum, tokens = loss_sum + loss.item() * n, tokens + n
+    model.train(was_training)
+    return loss_sum / max(1, tokens)
+
+
 def train_sft(
-    model, tokenizer, examples, config: SFTConfig, *, tracker=None, progress=True, role="model"
+    model,
+    tokenizer,
+    examples,
+    config: SFTConfig,
+    *,
+    eval_examples=None,
+    tracker=None,
+    progress=True,
+    role="model",
 ) -> dict:
-    """Fine-tune `model` in place on `examples`; log `<role>/sft/*` rows to `tracker`; return summary metrics."""
+    """Fine-tune `model` in place on `examples`; log `<role>/sft/*` rows to `tracker`; return summary metrics.
+
+    With `eval_examples`, `<role>/sft/eval_loss` is logged before training, every `eval_every` steps and at the end.
+    """
     config.validate()
     if not examples:
         raise UserError("SFT data is empty: give at least one {'prompt', 'completion'} example")
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
+    device = next(model.parameters()).device
+    if config.gradient_checkpointing:
+        enable = (
+            getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        )
+        enable()  # transformers 5 renamed it
+        model.config.use_cache = False
+    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=config.bf16)
     max_length = config.max_length or model.config.max_position_embeddings
-    sequences, prompt_lens, truncated = encode_examples(tokenizer, examples, max_length)
+    data = _Encoded(tokenizer, examples, max_length)
+    held = _Encoded(tokenizer, eval_examples, max_length) if eval_examples else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
-    batches = _batches([len(s) for s in sequences], config)
+    batches = _batches([len(s) for s in data.sequences], config)
+    evals: list[float] = []
+
+    def evaluate(step: int) -> None:
+        evals.append(eval_loss(model, held, config, device, autocast))
+        if tracker is not None:
+            tracker.log({f"{role}/sft/eval_loss": evals[-1]}, step=step)
+
+    if held is not None:
+        evaluate(0)
     window_loss, first_loss, tokens_total, start = 0.0, None, 0, time.perf_counter()
     bar = tqdm(range(config.max_steps), desc=f"SFT {role}", disable=not progress, leave=False)
     for step in bar:
-        idx = next(batches)
-        batch = collate([sequences[i] for i in idx], [prompt_lens[i] for i in idx], tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
-        loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, n_tokens = _step(model, data, next(batches), config, device, autocast)
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
-        n_tokens = int(batch["attention_mask"].sum())
-        window_loss, tokens_total = window_loss + loss.item(), tokens_total + n_tokens
+        window_loss, tokens_total = window_loss + loss, tokens_total + n_tokens
         if (step + 1) % config.log_every == 0 or step + 1 == config.max_steps:
             mean_loss = window_loss / ((step % config.log_every) + 1)
             first_loss = mean_loss if first_loss is None else first_loss
@@ -168,17 +284,23 @@ def train_sft(
                 tracker.log(row, step=step + 1)
             bar.set_postfix(loss=f"{mean_loss:.3f}")
             window_loss = 0.0
+        last = step + 1 == config.max_steps
+        if held is not None and (last or (config.eval_every and (step + 1) % config.eval_every == 0)):
+            evaluate(step + 1)
     model.eval()
     seconds = time.perf_counter() - start
-    return {
+    summary = {
         f"{role}/sft/loss_first": first_loss,
         f"{role}/sft/loss_last": mean_loss,
         f"{role}/sft/steps": config.max_steps,
         f"{role}/sft/seconds": seconds,
         f"{role}/sft/tokens_per_s": tokens_total / seconds,
-        f"{role}/sft/truncated": truncated,
+        f"{role}/sft/truncated": data.truncated,
         f"{role}/sft/examples": len(examples),
     }
+    if evals:
+        summary.update({f"{role}/sft/eval_loss_first": evals[0], f"{role}/sft/eval_loss_last": evals[-1]})
+    return summary
 
 
 def load_examples(path: Path) -> list[dict]:
@@ -199,5 +321,10 @@ def load_examples(path: Path) -> list[dict]:
             and isinstance(row.get("completion"), str)
         ):
             raise UserError(f"{path}:{number}: each row needs string fields 'prompt' and 'completion'")
-        examples.append({"prompt": row["prompt"], "completion": row["completion"]})
+        if not isinstance(row.get("system", ""), str):
+            raise UserError(f"{path}:{number}: 'system', when given, must be a string")
+        example = {"prompt": row["prompt"], "completion": row["completion"]}
+        if row.get("system"):
+            example["system"] = row["system"]
+        examples.append(example)
     return examples

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 
 import pytest
@@ -14,6 +15,7 @@ from pasodoble.errors import ConfigError, UserError
 from pasodoble.io import read_jsonl
 from pasodoble.sft import SFTConfig, batch_order, collate, encode_examples, lr_at, train_sft
 from pasodoble.sft.cli import register
+from pasodoble.sft.trainer import split_examples
 from pasodoble.world import WorldConfig, build_world
 
 
@@ -134,3 +136,97 @@ def test_cli_trains_and_reports_bad_rows(world, tmp_path):
     bad.write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n" + json.dumps({"prompt": "x"}) + "\n")
     with pytest.raises(UserError, match=r"bad.jsonl:2: .*'completion'"):
         _cli([*argv[:4], str(bad), *argv[5:]])
+
+
+def _tiny_batch_model(world):
+    torch.manual_seed(0)
+    return AutoTokenizer.from_pretrained(world.tokenizer_dir), AutoModelForCausalLM.from_pretrained(
+        world.base_model_dir
+    )
+
+
+def test_micro_batches_accumulate_to_the_full_batch_step(world):
+    examples = read_jsonl(world.sft_proposer)[:8] + read_jsonl(world.sft_solver)[:8]
+    results = []
+    for micro in (None, 3):
+        tok, model = _tiny_batch_model(world)
+        config = SFTConfig(
+            max_steps=2, batch_size=16, warmup_steps=1, num_threads=None, micro_batch_size=micro
+        )
+        summary = train_sft(model, tok, examples, config, progress=False)
+        results.append((summary["model/sft/loss_last"], [p.detach().clone() for p in model.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)  # the token mean over the whole batch
+    for a, b in zip(results[0][1], results[1][1]):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_bf16_autocast_keeps_fp32_master_weights_and_checkpointing_trains(world):
+    examples = read_jsonl(world.sft_solver)[:32]
+    tok, model = _tiny_batch_model(world)
+    before = [p.detach().clone() for p in model.parameters()]
+    config = SFTConfig(
+        max_steps=3, batch_size=8, warmup_steps=1, num_threads=None, bf16=True, gradient_checkpointing=True
+    )
+    summary = train_sft(model, tok, examples, config, progress=False)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the optimizer updated fp32 weights
+    assert math.isfinite(summary["model/sft/loss_last"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert model.is_activation_checkpointing
+
+
+def test_eval_split_and_eval_loss(world):
+    examples = read_jsonl(world.sft_solver)
+    train, held = split_examples(examples, 0.1, seed=0)
+    assert len(held) == 20 and len(train) == 180
+    assert sorted(map(json.dumps, train + held)) == sorted(map(json.dumps, examples))  # a partition
+    assert split_examples(examples, 0.1, seed=0) == (train, held)
+    assert split_examples(examples, 0.0, seed=0) == (examples, [])
+    tok, model = _tiny_batch_model(world)
+    rows = Rows()
+    config = SFTConfig(
+        max_steps=30, batch_size=16, warmup_steps=3, num_threads=None, eval_every=10, log_every=10
+    )
+    summary = train_sft(model, tok, train, config, eval_examples=held, tracker=rows, progress=False)
+    evals = [(r["step"], r["model/sft/eval_loss"]) for r in rows.rows if "model/sft/eval_loss" in r]
+    assert [s for s, _ in evals] == [0, 10, 20, 30]
+    assert summary["model/sft/eval_loss_last"] < summary["model/sft/eval_loss_first"]
+
+
+def test_system_messages_go_through_the_chat_template(world):
+    tok = AutoTokenizer.from_pretrained(world.tokenizer_dir)
+    example = {"prompt": "1 + 2", "completion": "\\boxed{3}", "system": "Be brief."}
+    (ids,), (plen,), _ = encode_examples(tok, [example], max_length=256)
+    chat = tok.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1 + 2"}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+    )["input_ids"]
+    assert ids[:plen] == chat
+
+
+def test_cli_recipe_with_flags_writes_a_checkpoint_train_accepts(world, tmp_path):
+    from pasodoble.roles import Role, RoleConfig
+
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(
+        f"model: {world.base_model_dir}\ndata: {world.sft_solver}\nout: {tmp_path / 'ignored'}\n"
+        "eval_fraction: 0.1\nsft:\n  max_steps: 50\n  batch_size: 8\n  log_every: 5\n  micro_batch_size: 4\n"
+    )
+    out = tmp_path / "out"
+    assert _cli(["sft", "--config", str(recipe), "--out", str(out), "--max-steps", "4", "--no-progress"]) == 0
+    saved = (out / "config.yaml").read_text()
+    assert "max_steps: 4" in saved and "micro_batch_size: 4" in saved and str(out) in saved
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert any("model/sft/eval_loss" in r for r in rows)
+    role = Role.from_pretrained("solver", RoleConfig(model=str(out)), out)
+    assert role.model.config.use_cache
+
+
+def test_new_sft_fields_at_their_defaults_keep_the_tiny_cache_key():
+    from pasodoble.world.cache import cache_key
+
+    # the key of the default tiny models before micro_batch_size / eval_every / bf16 / gradient_checkpointing
+    # existed: caches built then must stay valid
+    assert cache_key(WorldConfig(), SFTConfig()) == "e6def2f44147e0d0"
+    assert cache_key(WorldConfig(), SFTConfig(bf16=True)) != "e6def2f44147e0d0"
