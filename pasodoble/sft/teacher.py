@@ -56,6 +56,10 @@ class TeacherConfig:
     backoff_s: float = 1.0  # base delay of the first retry; doubles each retry, with full jitter
     max_backoff_s: float = 60.0  # ceiling of one retry's delay
     extra_body: dict = field(default_factory=dict)  # extra request fields, e.g. {chat_template_kwargs: {...}}
+    max_tokens_field: str = "max_tokens"  # "max_completion_tokens" for OpenAI's reasoning models
+    omit_fields: list[str] = field(
+        default_factory=list
+    )  # request fields not to send, e.g. [temperature, seed]
     batch_size: int = 64  # sequences per generate call (kind local)
     max_prompt_length: int | None = None  # prompt tokens kept from the right (kind local; None: all)
 
@@ -78,6 +82,13 @@ class TeacherConfig:
         for name in ("concurrency", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}.{name}", "must be at least 1")
+        if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise ConfigError(f"{where}.max_tokens_field", "must be 'max_tokens' or 'max_completion_tokens'")
+        unknown = set(self.omit_fields) - {"temperature", "seed", "n", "max_tokens"}
+        if unknown:
+            raise ConfigError(
+                f"{where}.omit_fields", f"can omit temperature, seed, n, max_tokens; not {sorted(unknown)}"
+            )
         if self.max_retries < 0:
             raise ConfigError(f"{where}.max_retries", "must be >= 0")
         for name in ("timeout_s", "backoff_s", "max_backoff_s"):
@@ -188,16 +199,11 @@ class OpenAITeacher:
     def _one(
         self, messages: Messages, n: int, temperature: float, max_tokens: int, seed: int | None
     ) -> Reply:
-        payload = {
-            **self.cfg.extra_body,
-            "model": self.cfg.model,
-            "messages": messages,
-            "n": n,
-            "temperature": temperature,
-            "max_tokens": max_tokens,
-        }
-        if seed is not None:
-            payload["seed"] = seed
+        fields = {"n": n, "temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+        payload = {**self.cfg.extra_body, "model": self.cfg.model, "messages": messages}
+        for name, value in fields.items():
+            if value is not None and name not in self.cfg.omit_fields:
+                payload[self.cfg.max_tokens_field if name == "max_tokens" else name] = value
         body = json.dumps(payload).encode()
         for attempt in range(self.cfg.max_retries + 1):
             self.limiter.wait()
