@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -115,6 +116,25 @@ def _answer_part(text: str) -> str:
     return body[start + len("<answer>") : end].strip()
 
 
+def _drop_torn_tail(path: Path) -> int:
+    """Cut a last line left unfinished by a crash (so the next append starts a fresh line); returns bytes cut."""
+    if not path.exists():
+        return 0
+    with path.open("rb+") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        data = (f.seek(0), f.read())[1]
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
 class Ledger:
     """The candidates file: the newest row per key, fate counts, kept questions (see module docstring)."""
 
@@ -122,8 +142,9 @@ class Ledger:
         self.path, self.retry_errors = path, retry_errors
         self.rows: dict[str, dict] = {}
         self.error_rows = 0
+        self.torn_bytes = _drop_torn_tail(path)
         if path.exists():
-            for row in read_jsonl(path):
+            for row in read_jsonl(path, strict=True):
                 self.rows[row["key"]] = row
                 self.error_rows += row["fate"] == "error"
         self.kept_questions = {normalise(r["question"]) for r in self.rows.values() if r["fate"] == "kept"}
@@ -308,6 +329,7 @@ class SFTDataRun:
             "fates": counts,
             "unparseable_reasons": dict(sorted(reasons.items())),
             "error_rows": self.ledger.error_rows,
+            "torn_bytes_dropped": self.ledger.torn_bytes,
             "passages_drawn": passages,
             "seconds_this_run": round(seconds, 2),
             "requests_this_run": {

@@ -303,3 +303,50 @@ def test_cli_killed_with_sigkill_half_way_resumes_to_the_target(cold_models, tmp
     kept = {r["key"]: r for r in assert_consistent(out, target)}
     assert all(kept[k] == row for k, row in kept_before.items())
     assert_no_key(out, *logs)
+
+
+def test_a_torn_last_row_is_cut_and_the_rerun_goes_on(cold_models, tmp_path):
+    model_dir, corpus = cold_models
+    cfg = config(tmp_path / "out", "", corpus, target_kept=3)
+    cfg["teacher"] = {"kind": "local", "model": str(model_dir)}
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(cfg))
+    assert main(["sft-data", "--config", str(recipe), "--no-progress"]) == 0
+    ledger = tmp_path / "out" / "candidates.jsonl"
+    before = ledger.read_text()
+    with ledger.open("a") as f:
+        f.write('{"key": "99:0", "fate": "ke')  # a crash in the middle of an append
+    assert main(["sft-data", "--config", str(recipe), "--no-progress", "target_kept=6"]) == 0
+    assert ledger.read_text().startswith(before)
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["torn_bytes_dropped"] == 27
+    assert_consistent(tmp_path / "out", 6)
+
+
+@pytest.mark.slow
+def test_sft_data_then_sft_gives_checkpoints_train_accepts(cold_models, tmp_path):
+    """The cold start end to end on CPU: sft-data -> two SFT checkpoints -> one dual-play step from them."""
+    model_dir, corpus = cold_models
+    cfg = config(tmp_path / "data", "", corpus, target_kept=8)
+    cfg["teacher"] = {"kind": "local", "model": str(model_dir)}
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(cfg))
+    assert main(["sft-data", "--config", str(recipe), "--no-progress"]) == 0
+    for role in ("proposer", "solver"):
+        argv = ["sft", "--model", str(model_dir), "--data", str(tmp_path / "data" / f"{role}.jsonl")]
+        argv += ["--out", str(tmp_path / role), "--max-steps", "3", "--batch-size", "4", "--no-progress"]
+        assert main(argv) == 0
+    train = [
+        "train",
+        "--config",
+        str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-online.yaml"),
+        f"run_dir={tmp_path / 'run'}",
+        f"proposer.model={tmp_path / 'proposer'}",
+        f"solver.model={tmp_path / 'solver'}",
+        f"knowledge.path={corpus}",
+        "schedule.steps=1",
+        "schedule.passages_per_step=1",
+        "schedule.checkpoint_every=1",
+        "logging.quiet=true",
+    ]
+    assert main(train) == 0
+    assert len(read_jsonl(tmp_path / "run" / "metrics.jsonl")) >= 1
