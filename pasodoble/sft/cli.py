@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,6 +125,12 @@ def run_sft_data(args: argparse.Namespace) -> int:
         report = SFTDataRun(cfg, teacher, checker, grader, progress=not args.no_progress).run()
     print(json.dumps({k: report[k] for k in ("kept", "target_kept", "candidates", "fates")}))
     print(f"wrote {cfg.out_dir}/proposer.jsonl, solver.jsonl, report.md")
+    if report["kept"] < cfg.target_kept:
+        print(
+            f"pasodoble sft-data: stopped at max_passages={cfg.passage_limit} with {report['kept']} of "
+            f"{cfg.target_kept} kept; rerun with a larger max_passages to go on",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from pasodoble.config import save_config
-from pasodoble.errors import ConfigError
+from pasodoble.errors import ConfigError, UserError
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.kb.dedup import normalise
@@ -143,10 +143,13 @@ class Ledger:
         self.rows: dict[str, dict] = {}
         self.error_rows = 0
         self.torn_bytes = _drop_torn_tail(path)
-        if path.exists():
-            for row in read_jsonl(path, strict=True):
-                self.rows[row["key"]] = row
-                self.error_rows += row["fate"] == "error"
+        try:
+            rows = read_jsonl(path, strict=True) if path.exists() else []
+        except ValueError as err:
+            raise UserError(f"{err}; the candidates file was edited or damaged: use a new out_dir") from None
+        for row in rows:
+            self.rows[row["key"]] = row
+            self.error_rows += row["fate"] == "error"
         self.kept_questions = {normalise(r["question"]) for r in self.rows.values() if r["fate"] == "kept"}
 
     def done(self, key: str) -> bool:

@@ -350,3 +350,15 @@ def test_sft_data_then_sft_gives_checkpoints_train_accepts(cold_models, tmp_path
     ]
     assert main(train) == 0
     assert len(read_jsonl(tmp_path / "run" / "metrics.jsonl")) >= 1
+
+
+def test_a_damaged_candidates_file_is_a_one_line_error(tmp_path):
+    from pasodoble.errors import UserError
+    from pasodoble.sft.data import Ledger
+
+    path = tmp_path / "candidates.jsonl"
+    path.write_text(
+        '{"key": "0:0", "fate": "error"}\nnot json\n{"key": "0:1", "fate": "kept", "question": "q"}\n'
+    )
+    with pytest.raises(UserError, match="candidates.jsonl:2: not valid JSON.*use a new out_dir"):
+        Ledger(path, retry_errors=True)
