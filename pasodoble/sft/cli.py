@@ -114,6 +114,8 @@ def _local_path(cfg: TeacherConfig) -> str | None:
 
 def run_sft_data(args: argparse.Namespace) -> int:
     cfg = load_config(SFTDataConfig, args.config, args.overrides)
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
     models = [c.model for c in (cfg.teacher, cfg.checker) if c is not None and c.kind == "local"]
     if cfg.knowledge.path is None and any(m.startswith(TINY_PREFIX) for m in models):
         cfg.knowledge.path = str(ensure_sft_models(None, WorldConfig(), SFTConfig()).world.corpus)

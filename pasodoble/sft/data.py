@@ -66,6 +66,7 @@ class SFTDataConfig:
     )
     retry_errors: bool = True  # a rerun retries candidates whose requests failed
     seed: int = 0  # seeds the teacher's and checker's sampling
+    num_threads: int | None = None  # torch CPU threads for local teachers (None: torch's default)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)  # writes the Proposer outputs
     checker: TeacherConfig | None = None  # answers the questions (None: the teacher)
     knowledge: KnowledgeConfig = field(
