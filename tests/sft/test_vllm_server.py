@@ -2,7 +2,9 @@
 
 Marked `vllm`: it needs a Python with vLLM, `$PASODOBLE_VLLM_PYTHON` (default: the cached environment
 `$PASODOBLE_CACHE/venv-vllm/bin/python`), and skips when there is none. The server binds 127.0.0.1, checks the key
-(`--api-key`), and is terminated in teardown.
+(`--api-key`), and is terminated in teardown. vLLM's CPU attention kernels reject the tiny world's head size of 24
+("Unsupported CPU attention configuration: head_dim=24"), so the served model is the cold-start test world with
+heads of 32.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from pasodoble.world.cache import default_cache_dir
+from pasodoble.world.cache import default_cache_dir, ensure_sft_models
+from pasodoble.world.model import ModelConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import COLD_SFT, COLD_WORLD  # noqa: E402
 from test_data import KEY, KEY_ENV, assert_consistent, assert_no_key, config, run  # noqa: E402
 
 VLLM_PYTHON = Path(
@@ -37,9 +42,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def vllm_models():
+    """(model folder, corpus) of the cold-start test world with a head size vLLM's CPU kernels take."""
+    world = replace(COLD_WORLD, model=ModelConfig(head_dim=32))
+    models = ensure_sft_models(None, world, COLD_SFT, progress=False)
+    return Path(models.proposer_dir), Path(models.world.corpus)
+
+
 @pytest.fixture
-def vllm_server(cold_models, tmp_path):
-    model_dir, _ = cold_models
+def vllm_server(vllm_models, tmp_path):
+    model_dir, _ = vllm_models
     port = free_port()
     log = (tmp_path / "vllm.log").open("w")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu"}
@@ -90,10 +103,10 @@ def vllm_server(cold_models, tmp_path):
         log.close()
 
 
-def test_sft_data_against_vllm_server(cold_models, vllm_server, tmp_path, monkeypatch):
-    _, corpus = cold_models
+def test_sft_data_against_vllm_server(vllm_models, vllm_server, tmp_path, monkeypatch):
+    _, corpus = vllm_models
     monkeypatch.setenv(KEY_ENV, KEY)
     report = run(config(tmp_path / "out", vllm_server, corpus, target_kept=6, max_passages=20))
-    assert report["kept"] == 6 and report["fates"]["error"] == 0
+    assert report["kept"] == 6 and report["fates"]["error"] == 0, report
     assert_consistent(tmp_path / "out", 6)
     assert_no_key(tmp_path / "out")
