@@ -112,7 +112,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="tokenizer folder or id for token counts (default: ~4 characters/token)",
+        help="tokenizer folder or id for token counts (none: ~4 characters per token)",
     )
     p.add_argument("--min-chars", type=int, default=lengths.min_chars, help="skip shorter records")
     p.add_argument("--max-chars", type=int, default=None, help="skip longer records")
