@@ -17,9 +17,13 @@ training, every `eval_every` steps and at the end. AdamW, linear warm-up, cosine
 Run: `pasodoble sft ...` (`cli.py`, which also resolves `tiny:` specs); in code `train_sft(model, tokenizer, examples,
 cfg, eval_examples=...)`.
 
-Departures and limits: no packing (several examples per row would need a block-diagonal attention mask that the
-plain attention kernels do not take; `group_by_length` cuts padding instead). One process: multi-GPU SFT goes through
-a full trainer such as TRL's `SFTTrainer` on the same JSONL files; LoRA comes with the project's adapters module.
+`packing` puts the examples of a batch into as few rows of `max_length` tokens as fit (first fit, longest first),
+with a block-diagonal causal mask and positions restarting at 0 for each example, so the loss and gradients equal
+the unpacked batch's (a test checks it); it saves the compute spent on padding. The mask is a boolean (rows, 1, W, W)
+tensor that the eager and SDPA attention kernels take; flash-attention kernels want another packed form.
+
+Limits: one process (multi-GPU SFT goes through a full trainer such as TRL's `SFTTrainer` on the same JSONL files);
+LoRA comes with the project's adapters module.
 """
 
 from __future__ import annotations
@@ -61,15 +65,12 @@ class SFTConfig:
     log_every: int = 10  # steps between logged loss rows
     roles: str = "joint"  # warm-up: "joint" = one model on both roles' data; "separate" = one model per role
     micro_batch_size: int | None = (
-        None  # examples per forward pass; gradients accumulate to batch_size (None: all)
+        None  # examples per forward pass; gradients add up to the batch (None: all)
     )
-    eval_every: int | None = (
-        None  # steps between eval-loss rows when there is an eval set (None: at the end only)
-    )
+    eval_every: int | None = None  # steps between eval losses, when there is an eval set (None: at the end)
     bf16: bool = False  # bfloat16 autocast over fp32 master weights (the optimizer keeps fp32)
-    gradient_checkpointing: bool = (
-        False  # recompute activations in the backward pass (less memory, ~30% slower)
-    )
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory, slower)
+    packing: bool = False  # several examples per row of max_length tokens, kept apart by the attention mask
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_size", "log_every"):
@@ -168,15 +169,69 @@ def _batches(lengths: list[int], config: SFTConfig):
         yield from batch_order(lengths, config.batch_size, rng, group=config.group_by_length)
 
 
+def pack_rows(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Indices grouped into rows of at most `capacity` tokens (first fit, longest first); order kept in a row."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        r = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
+        if r is None:
+            rows.append([])
+            room.append(capacity)
+            r = len(rows) - 1
+        rows[r].append(i)
+        room[r] -= lengths[i]
+    return [sorted(row) for row in rows]
+
+
+def collate_packed(
+    sequences: list[list[int]], prompt_lens: list[int], pad_id: int, capacity: int
+) -> dict[str, torch.Tensor]:
+    """Several examples per row: a block-diagonal causal mask keeps each example to itself, positions restart at 0.
+
+    Labels are -100 on prompts and padding; since every example opens with prompt tokens, the one prediction across
+    a boundary (the last token of one example predicting the first of the next) is never a label.
+    """
+    rows = pack_rows([len(s) for s in sequences], capacity)
+    width = max(sum(len(sequences[i]) for i in row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (R, W)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)  # (R, W)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)  # (R, W)
+    segment = torch.arange(width).repeat(len(rows), 1) + len(
+        sequences
+    )  # (R, W); padding: one segment per token
+    for r, row in enumerate(rows):
+        start = 0
+        for i in row:
+            ids, end = sequences[i], start + len(sequences[i])
+            input_ids[r, start:end] = torch.tensor(ids)
+            labels[r, start + prompt_lens[i] : end] = torch.tensor(ids[prompt_lens[i] :])
+            positions[r, start:end] = torch.arange(len(ids))
+            segment[r, start:end] = i
+            start = end
+    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
+    mask = (segment[:, :, None] == segment[:, None, :]) & causal  # (R, W, W)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": mask[:, None],
+        "position_ids": positions,
+        "labels": labels,
+    }
+
+
 class _Encoded:
     """Token ids and prompt lengths of a set of examples."""
 
-    def __init__(self, tokenizer, examples, max_length: int):
+    def __init__(self, tokenizer, examples, max_length: int, packing: bool = False):
         self.sequences, self.prompt_lens, self.truncated = encode_examples(tokenizer, examples, max_length)
-        self.pad_id = tokenizer.pad_token_id
+        self.pad_id, self.max_length, self.packing = tokenizer.pad_token_id, max_length, packing
 
     def batch(self, idx: list[int], device) -> dict[str, torch.Tensor]:
-        batch = collate([self.sequences[i] for i in idx], [self.prompt_lens[i] for i in idx], self.pad_id)
+        sequences, prompt_lens = [self.sequences[i] for i in idx], [self.prompt_lens[i] for i in idx]
+        if self.packing:
+            batch = collate_packed(sequences, prompt_lens, self.pad_id, self.max_length)
+        else:
+            batch = collate(sequences, prompt_lens, self.pad_id)
         return {k: v.to(device) for k, v in batch.items()}
 
 
@@ -190,15 +245,14 @@ def _step(model, data: _Encoded, idx: list[int], config: SFTConfig, device, auto
     micro = config.micro_batch_size or len(idx)
     chunks = [data.batch(idx[i : i + micro], device) for i in range(0, len(idx), micro)]
     total = sum(_label_tokens(b) for b in chunks)
-    loss_sum, n_tokens = 0.0, 0
+    loss_sum = 0.0
     for batch in chunks:
         weight = 1.0 if len(chunks) == 1 else _label_tokens(batch) / max(1, total)
         with autocast():
             loss = model(**batch).loss
         (loss * weight).backward()
         loss_sum += loss.item() * weight
-        n_tokens += int(batch["attention_mask"].sum())
-    return loss_sum, n_tokens
+    return loss_sum, sum(len(data.sequences[i]) for i in idx)
 
 
 @torch.no_grad()
@@ -247,8 +301,8 @@ def train_sft(
         model.config.use_cache = False
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=config.bf16)
     max_length = config.max_length or model.config.max_position_embeddings
-    data = _Encoded(tokenizer, examples, max_length)
-    held = _Encoded(tokenizer, eval_examples, max_length) if eval_examples else None
+    data = _Encoded(tokenizer, examples, max_length, config.packing)
+    held = _Encoded(tokenizer, eval_examples, max_length, config.packing) if eval_examples else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     batches = _batches([len(s) for s in data.sequences], config)

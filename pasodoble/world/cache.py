@@ -35,7 +35,7 @@ from pasodoble.world.build import FORMAT_VERSION, WorldConfig, WorldPaths, build
 
 # SFT fields added after the cache format was fixed; at their defaults they change nothing in the trained weights, so
 # they are left out of the key and caches built before they existed stay valid
-_KEY_SKIPS_AT_DEFAULT = ("micro_batch_size", "eval_every", "bf16", "gradient_checkpointing")
+_KEY_SKIPS_AT_DEFAULT = ("micro_batch_size", "eval_every", "bf16", "gradient_checkpointing", "packing")
 _SFT_DEFAULTS = to_dict(SFTConfig())
 TINY_PREFIX = "tiny:"
 TINY_ROLES = ("proposer", "solver", "base")

@@ -15,7 +15,7 @@ from pasodoble.errors import ConfigError, UserError
 from pasodoble.io import read_jsonl
 from pasodoble.sft import SFTConfig, batch_order, collate, encode_examples, lr_at, train_sft
 from pasodoble.sft.cli import register
-from pasodoble.sft.trainer import split_examples
+from pasodoble.sft.trainer import collate_packed, pack_rows, split_examples
 from pasodoble.world import WorldConfig, build_world
 
 
@@ -230,3 +230,34 @@ def test_new_sft_fields_at_their_defaults_keep_the_tiny_cache_key():
     # existed: caches built then must stay valid
     assert cache_key(WorldConfig(), SFTConfig()) == "e6def2f44147e0d0"
     assert cache_key(WorldConfig(), SFTConfig(bf16=True)) != "e6def2f44147e0d0"
+
+
+def test_pack_rows_fills_rows_without_overflow():
+    lengths = [random.Random(i).randint(5, 60) for i in range(50)]
+    rows = pack_rows(lengths, 100)
+    assert sorted(i for row in rows for i in row) == list(range(50))
+    assert all(sum(lengths[i] for i in row) <= 100 for row in rows)
+    assert len(rows) < 50  # more than one example per row on average
+
+
+def test_packed_rows_keep_examples_apart():
+    batch = collate_packed([[5, 6, 7], [8, 9], [4, 4, 4, 4]], [1, 1, 2], pad_id=0, capacity=6)
+    assert batch["input_ids"].tolist() == [[8, 9, 4, 4, 4, 4], [5, 6, 7, 0, 0, 0]]  # first fit, longest first
+    assert batch["position_ids"].tolist() == [[0, 1, 0, 1, 2, 3], [0, 1, 2, 0, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 9, -100, -100, 4, 4], [-100, 6, 7, -100, -100, -100]]
+    mask = batch["attention_mask"][:, 0]  # (R, W, W)
+    assert not mask[0, 2:, :2].any() and mask[0, 5, 2:].all()  # the second example sees only itself
+    assert mask[1, 4].tolist() == [False, False, False, False, True, False]  # padding sees itself alone
+
+
+def test_packing_gives_the_unpacked_step(world):
+    examples = read_jsonl(world.sft_proposer)[:6] + read_jsonl(world.sft_solver)[:10]
+    results = []
+    for packing in (False, True):
+        tok, model = _tiny_batch_model(world)
+        config = SFTConfig(max_steps=2, batch_size=16, warmup_steps=1, num_threads=None, packing=packing)
+        summary = train_sft(model, tok, examples, config, progress=False)
+        results.append((summary["model/sft/loss_last"], [p.detach().clone() for p in model.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-4)
+    for a, b in zip(results[0][1], results[1][1]):
+        assert torch.allclose(a, b, atol=1e-5)
