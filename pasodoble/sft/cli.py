@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,12 +154,20 @@ def run_sft(args: argparse.Namespace) -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None or tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise UserError(f"model {cfg.model}: the tokenizer needs a chat template, an eos and a pad token")
-    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    accelerator = _accelerator()
+    main = accelerator is None or accelerator.is_main_process
+    if accelerator is not None:
+        device = accelerator.device
+    else:
+        device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
-    with Tracker(out) as tracker:
+    tracker = None
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out / "config.yaml")
+        tracker = Tracker(out)
+    try:
         summary = train_sft(
             model,
             tokenizer,
@@ -166,11 +175,27 @@ def run_sft(args: argparse.Namespace) -> int:
             cfg.sft,
             eval_examples=eval_examples,
             tracker=tracker,
-            progress=not args.no_progress,
+            progress=main and not args.no_progress,
+            accelerator=accelerator,
         )
+    finally:
+        if tracker is not None:
+            tracker.close()
     if cfg.sft.gradient_checkpointing:
         model.config.use_cache = True  # the checkpoint is for generation
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    if main:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
     return 0
+
+
+def _accelerator():
+    """An `accelerate.Accelerator` when launched as several processes (`accelerate launch`, `torchrun`), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=not torch.cuda.is_available())

@@ -22,12 +22,15 @@ with a block-diagonal causal mask and positions restarting at 0 for each example
 the unpacked batch's (a test checks it); it saves the compute spent on padding. The mask is a boolean (rows, 1, W, W)
 tensor that the eager and SDPA attention kernels take; flash-attention kernels want another packed form.
 
-Limits: one process (multi-GPU SFT goes through a full trainer such as TRL's `SFTTrainer` on the same JSONL files);
-LoRA comes with the project's adapters module.
+Several processes (`accelerate launch` or `torchrun`; the CLI then builds an `accelerate.Accelerator`): every process
+draws the same batches and runs every world-th example of each, `Accelerator.prepare` wraps model and optimizer in
+DDP, and the loss weights are scaled so that the averaged gradient is the token mean over the whole batch; two
+processes give the one-process weights (a test checks it on CPU). LoRA comes with the project's adapters module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -240,35 +243,76 @@ def _label_tokens(batch: dict[str, torch.Tensor]) -> int:
     return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
 
 
-def _step(model, data: _Encoded, idx: list[int], config: SFTConfig, device, autocast) -> tuple[float, int]:
-    """Forward and backward over `idx` in micro-batches; the loss is the token mean over the whole batch."""
-    micro = config.micro_batch_size or len(idx)
-    chunks = [data.batch(idx[i : i + micro], device) for i in range(0, len(idx), micro)]
-    total = sum(_label_tokens(b) for b in chunks)
+class _Shard:
+    """This process's share of each batch under `accelerate launch` / `torchrun` (every process draws the same
+    batches and takes every world-th example); one process when `accelerator` is None."""
+
+    def __init__(self, accelerator=None):
+        self.acc = accelerator
+        self.rank = accelerator.process_index if accelerator is not None else 0
+        self.world = accelerator.num_processes if accelerator is not None else 1
+
+    def take(self, idx: list[int]) -> list[int]:
+        return idx[self.rank :: self.world]
+
+    def sum(self, *values: float) -> list[float]:
+        """Each value summed over processes."""
+        if self.world == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.acc.device)
+        return self.acc.reduce(t, reduction="sum").tolist()
+
+    def backward(self, loss: torch.Tensor, net, *, sync: bool) -> None:
+        if self.acc is None:
+            loss.backward()
+            return
+        with contextlib.nullcontext() if sync else self.acc.no_sync(net):
+            self.acc.backward(loss)
+
+    def clip(self, params, max_norm: float) -> None:
+        if self.acc is None:
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+        else:
+            self.acc.clip_grad_norm_(params, max_norm)
+
+
+def _step(
+    net, data: _Encoded, idx: list[int], config: SFTConfig, device, autocast, shard
+) -> tuple[float, int]:
+    """Forward and backward over this process's part of `idx` in micro-batches; the loss is the token mean over
+    the whole batch (of every process: gradient averaging over processes is undone by the factor `world`)."""
+    local = shard.take(idx)
+    micro = config.micro_batch_size or len(local)
+    chunks = [data.batch(local[i : i + micro], device) for i in range(0, len(local), micro)]
+    (total,) = shard.sum(sum(_label_tokens(b) for b in chunks))
     loss_sum = 0.0
-    for batch in chunks:
-        weight = 1.0 if len(chunks) == 1 else _label_tokens(batch) / max(1, total)
+    for k, batch in enumerate(chunks):
+        weight = 1.0 if len(chunks) == 1 and shard.world == 1 else _label_tokens(batch) / max(1, total)
         with autocast():
-            loss = model(**batch).loss
-        (loss * weight).backward()
+            loss = net(**batch).loss
+        shard.backward(loss * (weight * shard.world), net, sync=k == len(chunks) - 1)
         loss_sum += loss.item() * weight
+    (loss_sum,) = shard.sum(loss_sum)
     return loss_sum, sum(len(data.sequences[i]) for i in idx)
 
 
 @torch.no_grad()
-def eval_loss(model, data: _Encoded, config: SFTConfig, device, autocast) -> float:
-    """Token-mean completion loss over every example of `data`."""
-    was_training = model.training
-    model.eval()
+def eval_loss(net, data: _Encoded, config: SFTConfig, device, autocast, shard=None) -> float:
+    """Token-mean completion loss over every example of `data` (shared out among processes)."""
+    shard = shard or _Shard()
+    was_training = net.training
+    net.eval()
     micro = config.micro_batch_size or config.batch_size
+    local = shard.take(list(range(len(data.sequences))))
     loss_sum, tokens = 0.0, 0
-    for start in range(0, len(data.sequences), micro):
-        batch = data.batch(list(range(start, min(start + micro, len(data.sequences)))), device)
+    for start in range(0, len(local), micro):
+        batch = data.batch(local[start : start + micro], device)
         with autocast():
-            loss = model(**batch).loss
+            loss = net(**batch).loss
         n = _label_tokens(batch)
         loss_sum, tokens = loss_sum + loss.item() * n, tokens + n
-    model.train(was_training)
+    net.train(was_training)
+    loss_sum, tokens = shard.sum(loss_sum, tokens)
     return loss_sum / max(1, tokens)
 
 
@@ -282,10 +326,12 @@ def train_sft(
     tracker=None,
     progress=True,
     role="model",
+    accelerator=None,
 ) -> dict:
     """Fine-tune `model` in place on `examples`; log `<role>/sft/*` rows to `tracker`; return summary metrics.
 
     With `eval_examples`, `<role>/sft/eval_loss` is logged before training, every `eval_every` steps and at the end.
+    With an `accelerate.Accelerator` of several processes, each process runs its share of every batch (see _Shard).
     """
     config.validate()
     if not examples:
@@ -304,12 +350,17 @@ def train_sft(
     data = _Encoded(tokenizer, examples, max_length, config.packing)
     held = _Encoded(tokenizer, eval_examples, max_length, config.packing) if eval_examples else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    model.train()
+    shard, net = _Shard(accelerator), model
+    if accelerator is not None:
+        if config.batch_size < shard.world:
+            raise ConfigError("sft.batch_size", f"must be at least the number of processes ({shard.world})")
+        net, optimizer = accelerator.prepare(model, optimizer)
+    net.train()
     batches = _batches([len(s) for s in data.sequences], config)
     evals: list[float] = []
 
     def evaluate(step: int) -> None:
-        evals.append(eval_loss(model, held, config, device, autocast))
+        evals.append(eval_loss(net, held, config, device, autocast, shard))
         if tracker is not None:
             tracker.log({f"{role}/sft/eval_loss": evals[-1]}, step=step)
 
@@ -321,8 +372,8 @@ def train_sft(
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
         optimizer.zero_grad(set_to_none=True)
-        loss, n_tokens = _step(model, data, next(batches), config, device, autocast)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        loss, n_tokens = _step(net, data, next(batches), config, device, autocast, shard)
+        shard.clip(model.parameters(), config.max_grad_norm)
         optimizer.step()
         window_loss, tokens_total = window_loss + loss, tokens_total + n_tokens
         if (step + 1) % config.log_every == 0 or step + 1 == config.max_steps:

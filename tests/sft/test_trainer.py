@@ -261,3 +261,45 @@ def test_packing_gives_the_unpacked_step(world):
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-4)
     for a, b in zip(results[0][1], results[1][1]):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.distributed
+def test_two_processes_train_the_same_weights_as_one(world, tmp_path):
+    """`torchrun --nproc_per_node 2 -m pasodoble sft` (Accelerate, gloo on CPU): each process runs half of every
+    batch, and the result equals the one-process run's: same losses, same weights."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    args = ["-m", "pasodoble", "sft", "--model", str(world.base_model_dir), "--data", str(world.sft_solver)]
+    args += [
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "8",
+        "--no-progress",
+        "eval_fraction=0.1",
+        "sft.micro_batch_size=2",
+    ]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    for cmd, out in (([sys.executable], "one"), (torchrun, "two")):
+        done = subprocess.run(
+            [*cmd, *args, "--out", str(tmp_path / out)], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, two = (
+        load_file(tmp_path / "one" / "model.safetensors"),
+        load_file(tmp_path / "two" / "model.safetensors"),
+    )
+    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-5
+    rows = [read_jsonl(tmp_path / name / "metrics.jsonl") for name in ("one", "two")]
+    assert len(rows[0]) == len(rows[1])  # the second process wrote no rows of its own
+    for a, b in zip(*rows):
+        for key in ("model/sft/loss", "model/sft/eval_loss"):
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-5)
