@@ -280,15 +280,20 @@ def open_sources(cfg: KnowledgeConfig) -> list:
         raise ConfigError("knowledge.path", "no corpus given; set it to a file, a folder or hf:org/name")
     if cfg.path.startswith("hf:"):
         return [_HFDataset(cfg.path[3:], render)]
-    root = Path(cfg.path)
+    return [_open_file(path, name, render) for path, name in corpus_files(cfg.path)]
+
+
+def corpus_files(path: str) -> list[tuple[Path, str]]:
+    """(file, source name) of a corpus file or folder, in the fixed order sampling uses (sorted relative paths)."""
+    root = Path(path)
     if not root.exists():
         raise ConfigError("knowledge.path", f"{root} does not exist; point it at a corpus file or folder")
     if root.is_file():
-        return [_open_file(root, root.name, render)]
+        return [(root, root.name)]
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
     if not files:
         raise ConfigError("knowledge.path", f"{root} holds no {'/'.join(SUFFIXES)} files")
-    return [_open_file(p, str(p.relative_to(root)), render) for p in files]
+    return [(p, str(p.relative_to(root))) for p in files]
 
 
 def _cut_at_space(text: str, pos: int, window: int = 64) -> int:

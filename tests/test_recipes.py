@@ -19,12 +19,24 @@ KIND = {"demo.yaml": DemoConfig}
 
 
 def kind(path: Path):
-    """The config class that reads a recipe: experiments are named tiny-ablation*.yaml."""
-    return ExperimentConfig if path.name.startswith("tiny-ablation") else KIND.get(path.name, TrainConfig)
+    """The config class that reads a recipe: experiments are tiny-ablation*.yaml, cold-start data cold-start*.yaml,
+    SFT runs sft-*.yaml."""
+    from pasodoble.sft.cli import SFTRunConfig
+    from pasodoble.sft.data import SFTDataConfig
+
+    for prefix, cls in (
+        ("tiny-ablation", ExperimentConfig),
+        ("cold-start", SFTDataConfig),
+        ("sft-", SFTRunConfig),
+    ):
+        if path.name.startswith(prefix):
+            return cls
+    return KIND.get(path.name, TrainConfig)
 
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
-def test_recipe_validates(path):
+def test_recipe_validates(path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")  # cold-start recipes name it; validation checks it is set
     cfg = load_config(kind(path), path)
     if isinstance(cfg, ExperimentConfig):  # every run's TrainConfig (overrides included) validates too
         from pasodoble.experiment import train_config
@@ -104,3 +116,13 @@ def test_accelerate_configs_load(path):
     expected = {"1gpu.yaml": 1, "4gpu.yaml": 4, "8gpu.yaml": 8, "2node.yaml": 16, "cpu-2.yaml": 2}[path.name]
     assert config.num_processes == expected
     assert config.num_machines == (2 if path.name == "2node.yaml" else 1)
+
+
+def test_cold_start_recipe_carries_the_paper_settings(monkeypatch):
+    from pasodoble.sft.data import SFTDataConfig
+
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    cfg = load_config(SFTDataConfig, RECIPES / "cold-start-qwen3-1.7b.yaml")
+    assert (cfg.samples_per_passage, cfg.proposer_temperature, cfg.target_kept) == (6, 0.8, 2800)
+    assert cfg.teacher.model == "Qwen/Qwen3-14B" and cfg.checker.model == "gpt-5-mini"
+    assert cfg.checker.api_key_env == "OPENAI_API_KEY" and cfg.solver_completion == "teacher"

@@ -20,7 +20,6 @@ Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temper
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
 from collections.abc import Callable, Sequence
 
 import torch
@@ -53,6 +52,8 @@ def _bare_generation_config(model: torch.nn.Module):
         yield
     finally:
         model.generation_config = saved
+
+
 class _FinishedCounter(StoppingCriteria):
     """Never stops generation; reports how many more rows have produced an EOS since the last step."""
 

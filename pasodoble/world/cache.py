@@ -34,6 +34,11 @@ from pasodoble.sft import SFTConfig, train_sft
 from pasodoble.tracking import Tracker
 from pasodoble.world.build import FORMAT_VERSION, WorldConfig, WorldPaths, build_world
 
+# SFT fields added after the cache format was fixed; at their defaults they change nothing in the trained weights, so
+# they are left out of the key and caches built before they existed stay valid
+_KEY_SKIPS_AT_DEFAULT = ("micro_batch_size", "eval_every", "bf16", "gradient_checkpointing", "packing")
+_SFT_DEFAULTS = to_dict(SFTConfig())
+
 
 @dataclass(frozen=True)
 class TinyModels:
@@ -50,7 +55,10 @@ def default_cache_dir() -> Path:
 
 def cache_key(world: WorldConfig, sft: SFTConfig) -> str:
     """Short hash of both configs and the world format version."""
-    blob = json.dumps({"v": FORMAT_VERSION, "world": to_dict(world), "sft": to_dict(sft)}, sort_keys=True)
+    sft_fields = {
+        k: v for k, v in to_dict(sft).items() if k not in _KEY_SKIPS_AT_DEFAULT or v != _SFT_DEFAULTS[k]
+    }
+    blob = json.dumps({"v": FORMAT_VERSION, "world": to_dict(world), "sft": sft_fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -189,6 +189,8 @@ def test_top_k_and_min_p_flags_are_off_by_default_and_recorded(tiny_lm, own_set,
     assert "top_k=3, min_p=0.1" in (out / "results.md").read_text()
     assert main(_eval_args(tiny_lm[2], own_set, tmp_path / "bad", "--min-p", "1.5")) == 2
     assert "min_p" in capsys.readouterr().err
+
+
 @pytest.fixture()
 def short_context_model(tiny_lm, tmp_path):
     """The tiny model with an 80-token context, so the default completion budget is small and checkable."""
