@@ -123,6 +123,47 @@ COMMANDS: dict[str, Run | Skip] = {
     "pytest -m slow tests/grader/test_grader_partial.py": Skip(
         "a slow test of this suite; make test-all runs it"
     ),
+    # README.md, scale out (docs/SCALE.md holds the rest)
+    "accelerate launch --config_file recipes/accelerate/8gpu.yaml -m pasodoble train "
+    "--config recipes/qwen3-1.7b-online.yaml": Skip("8 GPUs and Qwen3-1.7B-Base from the Hub"),
+    "accelerate launch --multi_gpu --num_processes 2 --main_process_port 0 -m pasodoble train "
+    "--config recipes/tiny-online.yaml": Skip(
+        "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
+    ),
+    # docs/SCALE.md
+    "pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80 "
+    "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(
+        "needs the model's config.json; tests/test_layout.py runs `pasodoble layout` on a written one"
+    ),
+    # docs/COLD_START.md
+    "export OPENAI_API_KEY=...": Skip("a shell variable for the user's own endpoint"),
+    "vllm serve Qwen/Qwen3-14B --port 8000": Skip("a 14B teacher from the Hub on a GPU"),
+    "pasodoble kb stats corpus.jsonl --text-field {question} Answer: {answer}": Skip(
+        "the user's corpus; tests/kb/test_kb.py runs kb stats on the shared college_math corpus"
+    ),
+    "pasodoble kb dedup corpus.jsonl --out clean.jsonl --threshold 0.8": Skip(
+        "the user's corpus; tests/kb/test_kb.py runs kb dedup on the shared corpus"
+    ),
+    "pasodoble kb sample clean.jsonl --n 5 --seed 0": Skip(
+        "the user's corpus; tests/kb/test_kb.py runs kb sample"
+    ),
+    "pasodoble sft-data --config recipes/cold-start-qwen3-1.7b.yaml knowledge.path=clean.jsonl": Skip(
+        "a Qwen3-14B endpoint and an API key; tests/sft/test_data.py runs sft-data against a loopback server"
+    ),
+    "pasodoble sft --config recipes/sft-qwen3-1.7b.yaml data=runs/cold-start-qwen3-1.7b/proposer.jsonl "
+    "out=out/sft-proposer": Skip("Qwen3-1.7B-Base from the Hub; tests/sft/test_trainer.py runs sft --config"),
+    "pasodoble sft --config recipes/sft-qwen3-1.7b.yaml data=runs/cold-start-qwen3-1.7b/solver.jsonl "
+    "out=out/sft-solver": Skip("Qwen3-1.7B-Base from the Hub (see above)"),
+    "pasodoble sft-data --config recipes/cold-start-tiny.yaml": Skip(
+        "minutes of local generation; tests/sft/test_data.py (slow) runs this recipe with a small target"
+    ),
+    "pasodoble sft --model tiny:base --data runs/cold-start-tiny/solver.jsonl --out runs/cold-tiny-solver": Skip(
+        "reads the sft-data output above; tests/sft/test_data.py (slow) chains sft-data, sft and train"
+    ),
+    "pasodoble train --config recipes/qwen3-1.7b-online.yaml knowledge.path=clean.jsonl "
+    "proposer.model=out/sft-proposer solver.model=out/sft-solver": Skip(
+        "the SFT checkpoints of real models; tests/sft/test_data.py (slow) runs train on tiny SFT checkpoints"
+    ),
 }
 
 

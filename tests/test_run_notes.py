@@ -93,7 +93,8 @@ def test_run_train_stopped_by_ctrl_c_checkpoints_then_raises_so_callers_stop(tmp
     from tests.test_resume import PROMPTS
 
     loop, sampler = build_loop(tmp_path / "scratch", steps=4)
-    monkeypatch.setattr(train, "build_roles", lambda cfg: (loop.proposer, loop.solver))
+    monkeypatch.setattr(train, "build_roles", lambda cfg, *_: (loop.proposer, loop.solver))
+    monkeypatch.setattr(train, "check_model_spec", lambda spec, where: None)  # the roles are given
     monkeypatch.setattr(train, "build_sampler", lambda cfg, proposer: sampler)
     _interrupt_during_call(loop, call=2)
     cfg = TrainConfig(run_dir=str(tmp_path / "run"), num_threads=1, prompts=PROMPTS)
