@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "pasodoble.evals.cli",
     "pasodoble.grader.cli",
     "pasodoble.plotting",
+    "pasodoble.adapters",
 )
 
 

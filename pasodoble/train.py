@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
+from pasodoble.adapters import RolesConfig, build_shared_roles
 from pasodoble.config import load_config, save_config
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
@@ -91,8 +92,13 @@ class TrainConfig:
     world: WorldConfig = field(default_factory=WorldConfig)  # the tiny world behind tiny: model specs
     sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up behind tiny: model specs
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metric sinks
+    roles: RolesConfig = field(default_factory=RolesConfig)  # how the two roles share weights (shared_base)
 
     def validate(self) -> None:
+        if self.roles.shared_base and (self.proposer.lora is None or self.solver.lora is None):
+            raise ConfigError(
+                "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
+            )
         if self.schedule.eval_every is not None and self.eval is None:
             raise ConfigError("schedule.eval_every", "needs an eval section (eval.problems_file)")
         uses_tiny = any(m.startswith(TINY) for m in (self.proposer.model, self.solver.model))
@@ -137,6 +143,13 @@ def resolve(spec: str, cfg: TrainConfig) -> str:
 
 def build_roles(cfg: TrainConfig) -> tuple[Role | None, Role]:
     p_updates, s_updates = total_updates(cfg)
+    if cfg.roles.shared_base:
+        base, other = resolve(cfg.proposer.model, cfg), resolve(cfg.solver.model, cfg)
+        if Path(base).resolve() != Path(other).resolve():
+            raise ConfigError(
+                "roles.shared_base", "needs one base model; proposer.model and solver.model differ"
+            )
+        return build_shared_roles(cfg.proposer, cfg.solver, base, updates=(p_updates, s_updates))
     proposer = None
     if cfg.schedule.mode != "oracle":
         proposer = Role.from_pretrained(
