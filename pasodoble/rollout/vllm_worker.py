@@ -6,9 +6,9 @@ pickle through the RPC, so the trainer writes the new weights as safetensors und
 
 `pasodoble_reload(path)` uses the worker's own `reload_weights` (layer-wise reload, which re-runs the CPU build's
 weight repacking; writing into `model.load_weights` directly loads into parameters the CPU kernels no longer read)
-and then ties the output head to the embedding again: the layer-wise reload replaces the embedding parameter, and
-a model with `tie_word_embeddings` would otherwise keep sampling from the stale head (measured: log-probs off by
-33 nats after an embedding change).
+and then refreshes a tied output head: no checkpoint weight is named after it, so the layer-wise reload never
+re-processes it, and the CPU build's packed copy of the head (`cpu_linear`) would keep the old embedding (measured:
+log-probs off by 8-33 nats after an embedding change). The head is re-tied to the embedding and re-packed.
 
 This module must not import torch-heavy project code: vLLM imports it inside each worker process.
 """
@@ -25,9 +25,10 @@ class SyncExtension:
         head = getattr(model, "lm_head", None)
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
         tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
-        if tied and head is not None and embed is not None and head.weight is not embed.weight:
-            head.weight = embed.weight
+        if tied and head is not None and embed is not None:
+            if head.weight is not embed.weight:
+                head.weight = embed.weight
             method = getattr(head, "quant_method", None)
-            if method is not None:  # the CPU build packs the head's weight for its GEMM: redo it
+            if method is not None:  # the CPU build packs the head's weight for its GEMM: pack the new one
                 method.process_weights_after_loading(head)
         return "ok"
