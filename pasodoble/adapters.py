@@ -189,10 +189,13 @@ def build_shared_roles(proposer_cfg, solver_cfg, base_path: str, *, updates: tup
     engines = build_shared_engine(
         {"proposer": proposer_cfg, "solver": solver_cfg}, models, tokenizer, base_path
     )
-    return tuple(
-        Role(n, c, models[n], tokenizer, engine=engines[n], total_updates=u)
-        for n, c, u in (("proposer", proposer_cfg, updates[0]), ("solver", solver_cfg, updates[1]))
-    )
+    roles = []
+    for n, c, u in (("proposer", proposer_cfg, updates[0]), ("solver", solver_cfg, updates[1])):
+        models[
+            n
+        ].activate()  # only the active adapter is trainable, and the optimizer takes trainable weights
+        roles.append(Role(n, c, models[n], tokenizer, engine=engines[n], total_updates=u))
+    return tuple(roles)
 
 
 # ---------------------------------------------------------------------- export

@@ -274,6 +274,22 @@ def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
     proposer, solver = build_roles(cfg)
+    try:
+        _run_loop(cfg, run_dir, proposer, solver, resume)
+    finally:
+        close_engines(proposer, solver)
+    return run_dir
+
+
+def close_engines(*roles) -> None:
+    """Stop engines that hold processes or servers (vLLM); the HF engine has nothing to stop."""
+    for role in roles:
+        close = getattr(getattr(role, "engine", None), "close", None)
+        if callable(close):
+            close()
+
+
+def _run_loop(cfg: TrainConfig, run_dir: Path, proposer, solver, resume: bool) -> None:
     sampler = build_sampler(cfg, proposer)
     with (
         Grader(cfg.grader) as grader,
@@ -302,7 +318,6 @@ def run_train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             if not cfg.logging.quiet:
                 print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
         loop.run()
-    return run_dir
 
 
 def register(subparsers) -> None:

@@ -201,9 +201,10 @@ class VLLMEngine:
             self._asleep = False
 
     def close(self) -> None:
+        """Stop the engine's processes (idempotent)."""
         shutil.rmtree(self._shm, ignore_errors=True)
-        engine = getattr(self.llm, "llm_engine", None)
-        core = getattr(engine, "engine_core", None)
+        llm, self.llm = getattr(self, "llm", None), None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
 
@@ -221,6 +222,10 @@ class AdapterEngine:
         self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
     ) -> list[list[Completion]]:
         return self.engine.generate(prompt_ids, sampling, adapter=self.name)
+
+    def close(self) -> None:
+        if self.engine.llm is not None:
+            self.engine.close()
 
     def update_weights(self, model: torch.nn.Module) -> None:
         """`model` is the role's adapter view (`adapters.AdapterView`); only its adapter travels."""

@@ -121,7 +121,10 @@ def test_weight_sync_serves_fresh_weights_and_never_stale_ones(world):
     assert _max_gap(model, engine, prompts, greedy) > 1e-2  # not synced yet: the engine is stale
     engine.update_weights(model)
     assert _max_gap(model, engine, prompts, greedy) < TOL
-    assert _max_gap(model, engine, prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=10, seed=1)) < TOL
+    assert (
+        _max_gap(model, engine, prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=10, seed=1))
+        < TOL
+    )
 
 
 def test_two_adapters_on_one_engine_each_sampled_with_its_own(world):
