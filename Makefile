@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all lint format bench clean vllm-env test-vllm
+.PHONY: install demo test test-all lint format bench clean vllm-env test-vllm test-vllm-all
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +59,12 @@ $(VLLM_VENV)/.stamp-project: $(VLLM_STAMP) pyproject.toml constraints.txt
 
 vllm-env: $(VLLM_VENV)/.stamp-project
 
+# CI: the vLLM tests that fit its time budget (one in-process engine, two servers); -all adds the 20-step
+# tiny-world comparisons with the HF engine (slow: minutes per run on 2 cores).
 test-vllm: vllm-env
+	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -m "vllm and not slow" $(PYTEST_ARGS)
+
+test-vllm-all: vllm-env
 	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -m vllm $(PYTEST_ARGS)
 
 lint: install

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "pasodoble.grader.cli",
     "pasodoble.plotting",
     "pasodoble.adapters",
+    "pasodoble.rollout.server",
 )
 
 

@@ -5,7 +5,7 @@ and a shorter warm-up; it is built and cached on first use like the default one.
 same run on the HF engine: the samples differ (different samplers), so the check is on the per-step means of pass
 rate, rewards and valid fraction over the 20 steps: |mean_vllm - mean_hf| must stay within 3 standard errors of the
 difference plus 0.05 (seed noise), and vLLM's log-probs must match the trainer's on every update
-(`rollout/logprob_diff/max` < 1e-3). Marker `vllm`: run with `make test-vllm`.
+(`rollout/logprob_diff/max` < 1e-3). Markers `vllm` and `slow`: run with `make test-vllm-all`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # 20-step runs: minutes each on 2 CPU cores
 
 from pasodoble.config import load_config  # noqa: E402
 from pasodoble.train import TrainConfig, run_train  # noqa: E402
