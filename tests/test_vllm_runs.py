@@ -30,12 +30,13 @@ WORLD = [
     "world.model.head_dim=32",
     "sft.max_steps=300",
 ]
-RUN = [
-    "schedule.steps=20",
-    "schedule.passages_per_step=2",
-    "schedule.checkpoint_every=10",
+CHEAP = [
+    "schedule.passages_per_step=1",
+    "proposer.num_generations=4",
+    "solver.num_generations=4",
     "logging.quiet=true",
 ]
+RUN = ["schedule.steps=20", "schedule.checkpoint_every=10", *CHEAP]
 COMPARED = (
     "proposer/pass_rate/mean",
     "proposer/reward/mean",
