@@ -135,3 +135,14 @@ def test_role_config_validation_names_the_field():
         RoleConfig(dtype="int8").validate()
     with pytest.raises(ConfigError, match="num_iterations"):
         RoleConfig(num_iterations=0).validate()
+
+
+def test_truncated_importance_sampling_is_a_no_op_when_engine_and_trainer_agree():
+    plain, tis = make_role(), make_role(tis_cap=2.0)
+    samples, adv = sampled(plain, ["1+1", "2+2"])
+    a, b = plain.update(samples, adv), tis.update(samples, adv)
+    assert a["logprob_diff_max"] < 1e-4 and b["logprob_diff_max"] < 1e-4
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
+    with pytest.raises(ConfigError, match="tis_cap"):
+        RoleConfig(tis_cap=0.0).validate()
