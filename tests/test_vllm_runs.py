@@ -16,7 +16,7 @@ import math
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # 20-step runs: minutes each on 2 CPU cores
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(5400)]  # 20-step runs: 10-20 min each
 
 from pasodoble.config import load_config  # noqa: E402
 from pasodoble.train import TrainConfig, run_train  # noqa: E402

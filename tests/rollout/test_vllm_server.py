@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # a server start takes 1-2 min on 2 cores
 
 from pasodoble import checkpoint  # noqa: E402
 from pasodoble.config import load_config  # noqa: E402
