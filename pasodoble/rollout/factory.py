@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from pasodoble.errors import ConfigError
 from pasodoble.rollout.hf import HFEngine
 from pasodoble.rollout.settings import validate_engine
 
@@ -30,13 +31,16 @@ def build_engine(name: str, role_cfg, model: torch.nn.Module, tokenizer, model_p
     if engine == "hf":
         return HFEngine(model, tokenizer, batch_size=role_cfg.generation_batch_size)
     lora = getattr(role_cfg, "lora", None)
-    validate_engine(
-        engine,
-        role_cfg.vllm,
-        model_dir=model_path,
-        lora_rank=lora.rank if lora else None,
-        on_cpu=not torch.cuda.is_available(),
-    )
+    try:
+        validate_engine(
+            engine,
+            role_cfg.vllm,
+            model_dir=model_path,
+            lora_rank=lora.rank if lora else None,
+            on_cpu=not torch.cuda.is_available(),
+        )
+    except ConfigError as e:  # name the role: the model folder is only known once `tiny:` specs are resolved
+        raise ConfigError(f"{name}.{e.where}", e.message) from None
     adapters = (name,) if _is_adapter(model) else ()
     if engine == "vllm":
         from pasodoble.rollout.vllm import VLLMEngine
