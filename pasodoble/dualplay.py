@@ -61,7 +61,14 @@ from pasodoble.rewards import (
     solver_rewards,
 )
 from pasodoble.roles import Role, Sample
-from pasodoble.step_metrics import console_line, grader_metrics, mean, proposer_metrics, role_update_metrics
+from pasodoble.step_metrics import (
+    console_line,
+    grader_metrics,
+    mean,
+    proposer_metrics,
+    role_update_metrics,
+    rollout_totals,
+)
 
 MODES = ("online", "offline", "oracle")
 
@@ -493,6 +500,7 @@ class DualPlay:
         self._log_decisions(decision)
         row.update(
             {
+                **rollout_totals(row),
                 "skip/skipped": float(skip is not None),
                 "skip/rate": st.skipped / st.inner_step,
                 **{k: float(v) for k, v in st.counters.items()},

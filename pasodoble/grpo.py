@@ -16,6 +16,11 @@ Reference semantics and departures:
 - The importance ratio is taken against `old_logps`, the log-probs of the policy that generated the samples
   (the rollout engine's), never a recomputation under different prompt truncation.
 - `dr_grpo` divides the masked token sum by B * max_completion_length, where B is the local batch, as TRL does.
+- Train/inference mismatch (a vLLM engine's numerics are not the trainer's): `logprob_gap` measures it on the
+  sampled tokens, and `tis_weights` gives the optional truncated importance-sampling correction (Yao et al., 2025,
+  "Your efficient RL framework secretly brings you off-policy RL training"): the ratio is then taken against the
+  trainer's own log-probs of the generating weights, and each token's loss is weighted by
+  min(p_trainer / p_engine, cap).
 """
 
 from __future__ import annotations
@@ -77,6 +82,27 @@ def token_logprobs(
     return out, entropy
 
 
+def logprob_gap(
+    train_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor
+) -> tuple[float, float]:
+    """(B, T) x 2 + mask -> (mean, max) of |train - engine| over the masked tokens; (0, 0) for an empty mask."""
+    mask = mask.to(torch.bool)
+    if not bool(mask.any()):
+        return 0.0, 0.0
+    gap = (train_logps.detach().float() - engine_logps.float()).abs()[mask]
+    return float(gap.mean()), float(gap.max())
+
+
+def tis_weights(
+    train_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """(B, T) truncated importance weights min(exp(train - engine), cap), 0 outside the mask, no gradient."""
+    if cap <= 0:
+        raise ValueError(f"the truncated importance-sampling cap must be > 0, got {cap}")
+    ratio = torch.exp(train_logps.detach().float() - engine_logps.float())
+    return torch.clamp(ratio, max=cap) * mask.to(ratio.dtype)
+
+
 def _normalise(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, max_completion_length: int):
     if loss_type == "dr_grpo":
         return (per_token * mask).sum() / (per_token.shape[0] * max_completion_length)
@@ -103,10 +129,12 @@ def policy_loss(
     max_completion_length: int,
     ref_logps: torch.Tensor | None = None,
     beta: float = 0.0,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level clipped surrogate -min(ratio A, clip(ratio) A) (+ beta * k3 KL), normalised per `loss_type`.
 
     logps, old_logps, ref_logps, mask: (B, T); advantages: (B,). `epsilon_high=None` means symmetric clipping.
+    `token_weights` (B, T), e.g. `tis_weights`, scales each token's policy-gradient term (not the KL term).
     Stats: clip_fraction (share of masked tokens whose clipped branch is the active one), ratio_mean, and kl
     (mean k3 estimate) when beta > 0.
     """
@@ -116,6 +144,8 @@ def policy_loss(
     ratio = torch.exp(logps - old_logps)  # (B, T)
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
+    if token_weights is not None:
+        per_token = per_token * token_weights.to(per_token.dtype)
     stats: dict[str, float] = {}
     if beta > 0.0:
         if ref_logps is None:

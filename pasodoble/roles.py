@@ -29,18 +29,21 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-from pasodoble import grpo, precision
+from pasodoble import adapters, grpo, precision
+from pasodoble.adapters import LoraConfig
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.data_parallel import GlobalBatch
-from pasodoble.errors import ConfigError, UserError
+from pasodoble.errors import ConfigError
 from pasodoble.precision import DTYPES
 from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
+from pasodoble.rollout.factory import build_engine
+from pasodoble.rollout.settings import VLLMConfig, validate_engine
 from pasodoble.sharding import Unsharded
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
@@ -82,6 +85,10 @@ class RoleConfig:
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
     gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
     trainable: bool = True  # False: the role only generates (no optimizer is built)
+    engine: str = "hf"  # rollout engine: "hf" | "vllm" (in process) | "vllm_server" (see docs/ROLLOUTS.md)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # settings of the vllm / vllm_server engines
+    lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
+    tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
 
     def validate(self) -> None:
         if self.num_generations < 1:
@@ -112,6 +119,16 @@ class RoleConfig:
             )
         if self.micro_batch_size < 1 or self.generation_batch_size < 1:
             raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ConfigError("tis_cap", f"must be > 0 (e.g. 2.0) or null for off, got {self.tis_cap}")
+        local = Path(self.model) / "config.json"
+        validate_engine(
+            self.engine,
+            self.vllm,
+            model_dir=Path(self.model) if local.is_file() else None,
+            lora_rank=self.lora.rank if self.lora else None,
+            on_cpu=not torch.cuda.is_available(),
+        )
         self._validate_optimizer()
         self._validate_sizes()
 
@@ -219,7 +236,12 @@ class Role:
             tokenizer.pad_token = tokenizer.eos_token
         dtype = precision.weights_dtype(cfg.dtype, cfg.trainable)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-        return cls(name, cfg, model.to(resolve_device(cfg.device)), tokenizer, **kwargs)
+        model = model.to(resolve_device(cfg.device))
+        if cfg.lora is not None:
+            model = adapters.wrap_lora(model, name, cfg.lora)
+        if "engine" not in kwargs:
+            kwargs["engine"] = build_engine(name, cfg, model, tokenizer, path)
+        return cls(name, cfg, model, tokenizer, **kwargs)
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -289,19 +311,32 @@ class Role:
         sums: dict[str, float] = {}
         grad_norm = 0.0
         scale = self.sharding.grad_scale
-        for _ in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
-            for i, (chunk, adv, weight) in enumerate(chunks):
-                with self.sharding.accumulate(self.train_model, last=i == len(chunks) - 1):
+        first_pass: list[torch.Tensor] = []  # trainer log-probs of the generating weights, per micro-batch
+        gap_max = 0.0
+        for it in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
+            for ci, (chunk, adv, weight) in enumerate(chunks):
+                with self.sharding.accumulate(self.train_model, last=ci == len(chunks) - 1):
                     with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
-                        loss, stats = self._micro_batch_loss(chunk, adv)
+                        loss, stats, logps = self._micro_batch_loss(
+                            chunk, adv, first_pass[ci] if it else None
+                        )
+                    if it == 0:
+                        first_pass.append(logps)
+                        chunk_gap = stats.pop("logprob_diff_max")
+                        if weight > 0:  # a zero-weight filler sample has no engine log-probs to compare
+                            gap_max = max(gap_max, chunk_gap)
                     self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
                 for key, value in {"loss": loss.item(), **stats}.items():
-                    sums[key] = sums.get(key, 0.0) + weight * float(value) / passes
+                    scale = 1.0 if key == "logprob_diff_mean" else 1.0 / passes
+                    sums[key] = sums.get(key, 0.0) + weight * float(value) * scale
             grad_norm += self._clip_and_step() / passes
             self.updates += 1
+        sync_start = time.perf_counter()
         self.engine.update_weights(self.model)
         return {
             **sums,
+            "logprob_diff_max": gap_max,
+            "weight_sync_s": time.perf_counter() - sync_start,
             "grad_norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
             "samples": float(len(samples)),
@@ -324,8 +359,10 @@ class Role:
         return grad_norm
 
     def _micro_batch_loss(
-        self, samples: Sequence[Sample], advantages: Sequence[float]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+        self, samples: Sequence[Sample], advantages: Sequence[float], first_logps: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+        """Loss, stats and the detached log-probs of this pass; `first_logps` is None on the first pass (the
+        log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS)."""
         batch = collate(samples, self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -347,9 +384,22 @@ class Role:
                     batch["completion_mask"],
                     temperature=temperature,
                 )
-        return grpo.policy_loss(
+        mask, engine_logps = batch["completion_mask"], batch["old_logps"]
+        behaviour = logps.detach() if first_logps is None else first_logps
+        gap = {}
+        if first_logps is None:
+            gap["logprob_diff_mean"], gap["logprob_diff_max"] = grpo.logprob_gap(
+                behaviour, engine_logps, mask
+            )
+        old_logps, token_weights = engine_logps, None
+        if (
+            self.cfg.tis_cap is not None
+        ):  # ratio against the trainer's own log-probs, weighted by p_train/p_engine
+            old_logps = behaviour
+            token_weights = grpo.tis_weights(behaviour, engine_logps, mask, self.cfg.tis_cap)
+        loss, stats = grpo.policy_loss(
             logps,
-            batch["old_logps"],
+            old_logps,
             torch.tensor(list(advantages), dtype=torch.float32, device=device),
             batch["completion_mask"],
             epsilon_low=self.cfg.epsilon,
@@ -358,7 +408,9 @@ class Role:
             max_completion_length=self.cfg.max_completion_length,
             ref_logps=ref_logps,
             beta=self.cfg.beta,
+            token_weights=token_weights,
         )
+        return loss, {**stats, **gap}, behaviour
 
     def save(self, dirpath: str | Path) -> None:
         """Weights + tokenizer (Hugging Face format, under `model/`; a trainable role's in float32, its master
@@ -381,15 +433,7 @@ class Role:
         """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter."""
         dirpath = Path(dirpath)
         dtype = next(self.model.parameters()).dtype  # float32 master weights load without rounding
-        try:  # safetensors only: a pickled weight file could run code
-            saved = AutoModelForCausalLM.from_pretrained(
-                str(dirpath / "model"), dtype=dtype, use_safetensors=True
-            )
-        except OSError as err:
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise UserError(f"{dirpath / 'model'}: cannot load the saved weights ({reason})") from err
-        self.model.load_state_dict(saved.state_dict())
-        del saved
+        adapters.load_weights(self.model, dirpath / "model", dtype)
         state_path = dirpath / "trainer_state.pt"
         if self.optimizer is not None and state_path.exists():
             device = next(self.model.parameters()).device

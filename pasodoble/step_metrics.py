@@ -85,8 +85,31 @@ def role_update_metrics(role: str, stats: dict[str, float] | None) -> dict[str, 
         return {f"{role}/update/applied": 0.0}
     out = {f"{role}/update/applied": 1.0}
     for name, value in stats.items():
-        key = f"time/{role}/update_s" if name == "update_s" else f"{role}/update/{name}"
+        key = ROLE_KEYS[name].format(role=role) if name in ROLE_KEYS else f"{role}/update/{name}"
         out[key] = float(value)
+    return out
+
+
+# Update statistics logged outside `<role>/update/`: wall-clock under time/, the engine/trainer gap as its own group.
+ROLE_KEYS = {
+    "update_s": "time/{role}/update_s",
+    "weight_sync_s": "time/{role}/weight_sync_s",
+    "logprob_diff_mean": "{role}/logprob_diff/mean",
+    "logprob_diff_max": "{role}/logprob_diff/max",
+}
+
+
+def rollout_totals(row: dict) -> dict[str, float]:
+    """Both roles together: `time/weight_sync_s` (sum) and `rollout/logprob_diff/mean|max` (mean / max)."""
+    out: dict[str, float] = {}
+    syncs = [v for k, v in row.items() if k.startswith("time/") and k.endswith("/weight_sync_s")]
+    if syncs:
+        out["time/weight_sync_s"] = float(sum(syncs))
+    means = [v for k, v in row.items() if k.endswith("/logprob_diff/mean") and not k.startswith("rollout/")]
+    maxes = [v for k, v in row.items() if k.endswith("/logprob_diff/max") and not k.startswith("rollout/")]
+    if means:
+        out["rollout/logprob_diff/mean"] = float(sum(means) / len(means))
+        out["rollout/logprob_diff/max"] = float(max(maxes))
     return out
 
 

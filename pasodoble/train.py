@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
+from pasodoble.adapters import RolesConfig, build_shared_roles
 from pasodoble.config import load_config, save_config
 from pasodoble.distributed import from_env
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
@@ -103,8 +104,13 @@ class TrainConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up behind tiny: model specs
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metric sinks
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # ranks, sharding, GPU layout
+    roles: RolesConfig = field(default_factory=RolesConfig)  # how the two roles share weights (shared_base)
 
     def validate(self) -> None:
+        if self.roles.shared_base and (self.proposer.lora is None or self.solver.lora is None):
+            raise ConfigError(
+                "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
+            )
         if self.schedule.eval_every is not None and self.eval is None:
             raise ConfigError("schedule.eval_every", "needs an eval section (eval.problems_file)")
         uses_tiny = any(m.startswith(TINY) for m in (self.proposer.model, self.solver.model))
@@ -150,6 +156,18 @@ def resolve(spec: str, cfg: TrainConfig) -> str:
 def build_roles(cfg: TrainConfig, world_size: int = 1) -> tuple[Role | None, Role]:
     """Both roles, wrapped for `world_size` ranks by the configured engine (one sharding object for both)."""
     p_updates, s_updates = total_updates(cfg)
+    if cfg.roles.shared_base:
+        base, other = resolve(cfg.proposer.model, cfg), resolve(cfg.solver.model, cfg)
+        if Path(base).resolve() != Path(other).resolve():
+            raise ConfigError(
+                "roles.shared_base", "needs one base model; proposer.model and solver.model differ"
+            )
+        if world_size > 1:
+            raise ConfigError(
+                "roles.shared_base",
+                "runs in one process for now; launch a single process or drop shared_base",
+            )
+        return build_shared_roles(cfg.proposer, cfg.solver, base, updates=(p_updates, s_updates))
     d = cfg.distributed
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
@@ -349,6 +367,22 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
             _tiny_models(cfg)
         collective.barrier("tiny world build (run once on one process if this times out)")
     proposer, solver = build_roles(cfg, collective.world_size)
+    try:
+        return _run_loop(cfg, collective, run_dir, proposer, solver, resume, strict_resume)
+    finally:
+        close_engines(proposer, solver)
+
+
+def close_engines(*roles) -> None:
+    """Stop engines that hold processes or servers (vLLM); the HF engine has nothing to stop."""
+    for role in roles:
+        close = getattr(getattr(role, "engine", None), "close", None)
+        if callable(close):
+            close()
+
+
+def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, resume, strict_resume) -> Path:
+    rank0 = collective.rank == 0
     sampler = build_sampler(cfg, proposer)
     with (
         Grader(cfg.grader) as grader,

@@ -197,3 +197,32 @@ def test_one_step_raises_logprob_of_positively_advantaged_tokens(tiny_lm):
     row_sum = lambda x, i: x[i][completion[i].bool()].sum().item()  # noqa: E731
     assert row_sum(after, 0) > row_sum(old, 0)  # A > 0: more likely
     assert row_sum(after, 1) < row_sum(old, 1)  # A < 0: less likely
+
+
+def test_logprob_gap_is_measured_on_masked_tokens_only():
+    from pasodoble.grpo import logprob_gap
+
+    train = torch.tensor([[0.0, -1.0, -2.0, -9.0]])
+    engine = torch.tensor([[5.0, -1.5, -2.0, 0.0]])
+    mask = torch.tensor([[0.0, 1.0, 1.0, 0.0]])
+    assert logprob_gap(train, engine, mask) == pytest.approx((0.25, 0.5))
+    assert logprob_gap(train, engine, torch.zeros_like(mask)) == (0.0, 0.0)
+
+
+def test_tis_weights_truncate_the_trainer_engine_ratio_and_scale_the_loss():
+    from pasodoble.grpo import policy_loss, tis_weights
+
+    train = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
+    engine = torch.log(torch.tensor([[0.25, 0.5, 0.05]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    w = tis_weights(train, engine, mask, cap=1.5)
+    assert w[0].tolist() == pytest.approx([1.5, 1.0, 0.0])  # ratios 2 (capped), 1, masked
+    logps = train.clone().requires_grad_(True)
+    adv = torch.tensor([1.0])
+    plain, _ = policy_loss(logps, train, adv, mask, loss_type="dapo", max_completion_length=3)
+    weighted, _ = policy_loss(
+        logps, train, adv, mask, loss_type="dapo", max_completion_length=3, token_weights=w
+    )
+    assert plain.item() == pytest.approx(-1.0) and weighted.item() == pytest.approx(-1.25)
+    with pytest.raises(ValueError, match="cap"):
+        tis_weights(train, engine, mask, cap=0.0)

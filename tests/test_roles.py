@@ -150,3 +150,14 @@ def test_top_k_and_min_p_are_validated_and_reach_the_engine():
     role = make_role(top_k=5, min_p=0.1)
     sampling = role.sampling(seed=0)
     assert (sampling.top_k, sampling.min_p) == (5, 0.1)
+
+
+def test_truncated_importance_sampling_is_a_no_op_when_engine_and_trainer_agree():
+    plain, tis = make_role(), make_role(tis_cap=2.0)
+    samples, adv = sampled(plain, ["1+1", "2+2"])
+    a, b = plain.update(samples, adv), tis.update(samples, adv)
+    assert a["logprob_diff_max"] < 1e-4 and b["logprob_diff_max"] < 1e-4
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
+    with pytest.raises(ConfigError, match="tis_cap"):
+        RoleConfig(tis_cap=0.0).validate()

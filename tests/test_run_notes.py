@@ -57,7 +57,9 @@ def test_first_ctrl_c_checkpoints_after_the_step_and_resume_matches(tmp_path, ca
 def test_second_ctrl_c_stops_now_and_names_the_checkpoint_to_resume_from(tmp_path, capsys):
     loop, _ = build_loop(tmp_path / "run", steps=4)
     _interrupt_during_call(loop, call=3, times=2)  # step 3: after step 2's checkpoint (checkpoint_every=1)
-    before = signal.getsignal(signal.SIGINT)  # not always the default: a background job starts with SIGINT ignored
+    before = signal.getsignal(
+        signal.SIGINT
+    )  # not always the default: a background job starts with SIGINT ignored
     with pytest.raises(KeyboardInterrupt), stop_on_interrupt(loop, tmp_path / "run"):
         loop.run()
     out = capsys.readouterr().out

@@ -6,15 +6,27 @@ math-verify is skipped, `pool.py` for the killable worker processes and `cli.py`
 """
 
 from pasodoble.grader.extract import extract_answer, extract_boxed
-from pasodoble.grader.grader import (
-    COUNTER_NAMES,
-    STATUSES,
-    GradeBatch,
-    Grader,
-    GraderConfig,
-    Verdict,
-    counters_to_metrics,
+
+# The grader proper needs math-verify; it is imported on first use, so modules that only extract answers (prompts,
+# the loop) import without it (a GPU check machine may lack math-verify).
+_LAZY = (
+    "COUNTER_NAMES",
+    "STATUSES",
+    "GradeBatch",
+    "Grader",
+    "GraderConfig",
+    "Verdict",
+    "counters_to_metrics",
 )
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from pasodoble.grader import grader
+
+        return getattr(grader, name)
+    raise AttributeError(f"module 'pasodoble.grader' has no attribute {name!r}")
+
 
 __all__ = [
     "COUNTER_NAMES",

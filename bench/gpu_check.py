@@ -1,0 +1,270 @@
+"""GPU check: rollout and training throughput, weight-sync time, peak memory and MFU of dual play at Qwen3-0.6B size.
+
+What: builds two randomly initialised Qwen3-0.6B-architecture models from a config (no download; a synthetic
+word-level tokenizer of the same vocabulary size), wraps them as the Proposer and Solver `Role`s with the vLLM
+engine when vLLM is importable (the HF engine otherwise), and runs a few steps shaped like an online dual-play step:
+the Proposer samples I completions per passage prompt, the Solver J completions for each of them, then both roles
+take a GRPO update and sync their weights into their engines. A random model writes no valid question, so the
+step's advantages are synthetic (completion length, group-normalised) instead of graded: the check measures the
+machinery (generation, loss, backward, optimizer, weight sync), not learning.
+
+Prints, per role and overall: rollout tokens/s, training tokens/s (prompt + completion tokens through forward and
+backward), weight-sync seconds, peak GPU memory (this process, and the device as a whole including vLLM's), and MFU
+against the GPU's dense bf16 peak (6 x parameters x training tokens / time).
+
+Needs: torch, transformers, accelerate, peft (vllm optional); no datasets, no math-verify, no network.
+
+    python bench/gpu_check.py                      # GPU, Qwen3-0.6B size, vLLM if importable; < 8 min on an H200
+    python bench/gpu_check.py --device cpu --tiny  # the same path on a CPU with a tiny model (seconds to minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from pasodoble.grpo import group_advantages  # noqa: E402
+from pasodoble.roles import Role, RoleConfig, Sample  # noqa: E402
+from pasodoble.rollout.settings import VLLMConfig  # noqa: E402
+
+BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+QWEN3_0_6B = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=8192,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    vocab_size=512,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def synthetic_tokenizer(vocab_size: int):
+    """A word-level tokenizer with `vocab_size` entries (specials, characters, then filler words `w<i>`)."""
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set(string.printable))
+    words = SPECIALS + chars
+    words += [f"w{i}" for i in range(vocab_size - len(words))]
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=SPECIALS[0]))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
+    fast.add_special_tokens({"additional_special_tokens": SPECIALS[1:]})
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_model_dir(root: Path, arch: dict, seed: int, dtype: torch.dtype) -> tuple[Path, int]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = synthetic_tokenizer(arch["vocab_size"])
+    cfg = Qwen3Config(
+        **arch, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg).to(dtype)
+    path = root / f"model-{seed}"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, sum(p.numel() for p in model.parameters())
+
+
+def engine_name(choice: str, device: str) -> str:
+    if choice != "auto":
+        return choice
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+
+def prompts(role: Role, n: int, words: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        text = " ".join(f"w{int(i)}" for i in torch.randint(0, 400, (words,), generator=g))
+        out.append(role.prompt_ids([{"role": "user", "content": text}]))
+    return out
+
+
+def synthetic_advantages(groups) -> list[float]:
+    adv = []
+    for group in groups:
+        lengths = torch.tensor([float(len(c.token_ids)) for c in group])
+        adv += group_advantages(lengths).tolist()
+    return adv
+
+
+def step(proposer: Role, solver: Role, s: int, args, totals: dict) -> None:
+    p_prompts = prompts(proposer, args.passages, args.prompt_words, s)
+    t0 = time.perf_counter()
+    p_groups = proposer.generate(p_prompts, seed=s)
+    totals["proposer_gen_s"] += time.perf_counter() - t0
+    totals["proposer_gen_tokens"] += sum(len(c.token_ids) for g in p_groups for c in g)
+    questions = [c.token_ids[: args.question_tokens] or [0] for g in p_groups for c in g]
+    s_prompts = [
+        solver.prompt_ids([{"role": "user", "content": solver.tokenizer.decode(q)}]) for q in questions
+    ]
+    t0 = time.perf_counter()
+    s_groups = solver.generate(s_prompts, seed=s + 1)
+    totals["solver_gen_s"] += time.perf_counter() - t0
+    totals["solver_gen_tokens"] += sum(len(c.token_ids) for g in s_groups for c in g)
+    for role, ids, groups in (("proposer", p_prompts, p_groups), ("solver", s_prompts, s_groups)):
+        samples = [Sample(ids[i], c) for i, g in enumerate(groups) for c in g]
+        stats = (proposer if role == "proposer" else solver).update(samples, synthetic_advantages(groups))
+        totals[f"{role}_train_s"] += stats["update_s"] - stats["weight_sync_s"]
+        totals[f"{role}_train_tokens"] += sum(
+            len(x.prompt_ids) + len(x.completion.token_ids) for x in samples
+        )
+        totals[f"{role}_sync_s"] += stats["weight_sync_s"]
+        totals[f"{role}_logprob_diff_max"] = max(
+            totals[f"{role}_logprob_diff_max"], stats["logprob_diff_max"]
+        )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda", help="cuda or cpu")
+    ap.add_argument("--tiny", action="store_true", help="a tiny model instead of Qwen3-0.6B (CPU smoke test)")
+    ap.add_argument(
+        "--engine", default="auto", choices=["auto", "hf", "vllm"], help="auto: vllm if importable"
+    )
+    ap.add_argument("--steps", type=int, default=3, help="measured dual-play steps (after one warm-up step)")
+    ap.add_argument("--passages", type=int, default=2, help="Proposer prompts per step")
+    ap.add_argument("--generations", type=int, default=6, help="I = J, completions per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=512, help="completion budget of both roles")
+    ap.add_argument("--prompt-words", type=int, default=200, help="length of the synthetic passage prompt")
+    ap.add_argument("--question-tokens", type=int, default=64, help="Proposer tokens reused as the question")
+    ap.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.25, help="per vLLM engine (two engines)"
+    )
+    ap.add_argument(
+        "--peak-tflops", type=float, default=None, help="bf16 dense peak (default: from GPU name)"
+    )
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args(argv)
+    on_gpu = args.device.startswith("cuda")
+    if on_gpu and not torch.cuda.is_available():
+        print(
+            "gpu_check: --device cuda but no CUDA device is visible; use --device cpu --tiny", file=sys.stderr
+        )
+        return 2
+    torch.set_num_threads(2) if not on_gpu else None
+    dtype = "bfloat16" if on_gpu else "float32"
+    arch = TINY if args.tiny else QWEN3_0_6B
+    engine = engine_name(args.engine, args.device)
+    max_new = min(args.max_new_tokens, 64) if args.tiny else args.max_new_tokens
+    root = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    roles, n_params = {}, 0
+    for seed, name in enumerate(("proposer", "solver")):
+        path, n_params = build_model_dir(root, arch, seed, getattr(torch, dtype))
+        cfg = RoleConfig(
+            model=str(path),
+            num_generations=args.generations,
+            temperature=1.0,
+            max_prompt_length=1024,
+            max_completion_length=max_new,
+            lr=1e-6,
+            micro_batch_size=4,
+            dtype=dtype,
+            device=args.device,
+            gradient_checkpointing=on_gpu,
+            engine=engine,
+            vllm=VLLMConfig(gpu_memory_utilization=args.gpu_memory_utilization, enable_prefix_caching=True),
+        )
+        cfg.validate()
+        roles[name] = Role.from_pretrained(name, cfg, path, total_updates=args.steps + 1)
+    proposer, solver = roles["proposer"], roles["solver"]
+    keys = ("gen_s", "gen_tokens", "train_s", "train_tokens", "sync_s", "logprob_diff_max")
+    warm = {f"{r}_{k}": 0.0 for r in roles for k in keys}
+    step(proposer, solver, 0, args, warm)  # warm-up: compilation, CUDA graphs, caches
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+    totals = {f"{r}_{k}": 0.0 for r in roles for k in keys}
+    start = time.perf_counter()
+    for s in range(1, args.steps + 1):
+        step(proposer, solver, s, args, totals)
+    wall = time.perf_counter() - start
+    report = figures(totals, wall, n_params, engine, args, on_gpu)
+    for line in format_report(report):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    for role in roles.values():
+        close = getattr(role.engine, "close", None)
+        if callable(close):
+            close()
+    return 0
+
+
+def figures(t: dict, wall: float, n_params: int, engine: str, args, on_gpu: bool) -> dict:
+    out = {"engine": engine, "params_per_model": n_params, "steps": args.steps, "wall_s": wall}
+    train_tokens = t["proposer_train_tokens"] + t["solver_train_tokens"]
+    train_s = t["proposer_train_s"] + t["solver_train_s"]
+    for r in ("proposer", "solver"):
+        out[f"{r}/rollout_tokens_per_s"] = t[f"{r}_gen_tokens"] / max(t[f"{r}_gen_s"], 1e-9)
+        out[f"{r}/train_tokens_per_s"] = t[f"{r}_train_tokens"] / max(t[f"{r}_train_s"], 1e-9)
+        out[f"{r}/weight_sync_s_per_update"] = t[f"{r}_sync_s"] / args.steps
+        out[f"{r}/logprob_diff_max"] = t[f"{r}_logprob_diff_max"]
+    gen_tokens = t["proposer_gen_tokens"] + t["solver_gen_tokens"]
+    out["rollout_tokens_per_s"] = gen_tokens / max(t["proposer_gen_s"] + t["solver_gen_s"], 1e-9)
+    out["train_tokens_per_s"] = train_tokens / max(train_s, 1e-9)
+    out["weight_sync_s_per_step"] = (t["proposer_sync_s"] + t["solver_sync_s"]) / args.steps
+    if on_gpu:
+        free, total = torch.cuda.mem_get_info()
+        out["gpu"] = torch.cuda.get_device_name()
+        out["peak_gpu_mem_trainer_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        out["gpu_mem_used_device_gib"] = (total - free) / 2**30
+        peak = args.peak_tflops or next((v for k, v in BF16_PEAK_TFLOPS.items() if k in out["gpu"]), None)
+        # 6 N per token: forward + backward of the policy; gradient checkpointing's recompute is not counted.
+        achieved = 6 * n_params * train_tokens / max(train_s, 1e-9)
+        out["train_tflops"] = achieved / 1e12
+        out["mfu"] = achieved / (peak * 1e12) if peak else None
+    return out
+
+
+def format_report(r: dict) -> list[str]:
+    lines = [
+        f"gpu_check: engine={r['engine']} params/model={r['params_per_model'] / 1e6:.1f}M steps={r['steps']}"
+    ]
+    for key, value in r.items():
+        if key in ("engine", "params_per_model", "steps"):
+            continue
+        lines.append(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

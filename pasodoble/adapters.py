@@ -1,0 +1,263 @@
+"""LoRA roles and two adapters on one shared base: ways of building a `Role`, not a second Role class.
+
+What:
+- `LoraConfig` (`proposer.lora` / `solver.lora`: rank, alpha, dropout, target modules; None = full fine-tuning).
+- `AdapterView`: the module a LoRA role trains. It wraps a peft model and exposes only ITS adapter: `parameters()`
+  yields that adapter's weights (so the role's optimizer and gradient clipping never see the base or the other
+  role's adapter), and every `forward` / `generate` first activates it. With `roles.shared_base: true` both roles
+  hold a view of the same peft model (one frozen base in memory, adapters `proposer` and `solver`).
+- `save_adapter` / `load_weights`: a LoRA role's checkpoint holds its adapter in peft format (adapter_config.json +
+  adapter_model.safetensors), a full role's holds the Hugging Face model; `load_weights` restores either in place.
+- `export_run` (`pasodoble export RUN_DIR [--merge] --out DIR`): each role of a run's last checkpoint as a plain
+  Hugging Face model folder (merged into its base for a LoRA role with --merge; the adapter folder without).
+
+Why: a shared base halves the memory of dual play, and one vLLM engine can serve both adapters (`max_loras=2`).
+
+How to run: `pasodoble train --config recipes/tiny-online.yaml roles.shared_base=true proposer.lora.rank=8
+solver.lora.rank=8`; tests in `tests/test_adapters.py`.
+
+Departures: none from the method; the reference code trained full models only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from pasodoble.errors import ConfigError, UserError
+
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 16  # LoRA rank r
+    alpha: float = 32.0  # scaling numerator (scale = alpha / rank)
+    dropout: float = 0.0  # dropout on the LoRA input
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )  # module names that get an adapter
+
+    def validate(self) -> None:
+        if self.rank < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1:
+            raise ConfigError("lora.rank", "rank must be >= 1, alpha > 0 and dropout in [0, 1)")
+        if not self.target_modules:
+            raise ConfigError("lora.target_modules", "name at least one module, e.g. [q_proj, v_proj]")
+
+
+@dataclass
+class RolesConfig:
+    shared_base: bool = (
+        False  # both roles as LoRA adapters of one frozen base (needs proposer.lora and solver.lora)
+    )
+
+
+def peft_config(cfg: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+class AdapterView(torch.nn.Module):
+    """One adapter of a (possibly shared) peft model, seen as the role's model (see module docstring)."""
+
+    def __init__(self, peft_model: torch.nn.Module, adapter: str):
+        super().__init__()
+        self.peft = peft_model
+        self.adapter = adapter
+
+    def activate(self) -> None:
+        if self.peft.active_adapter != self.adapter:
+            self.peft.set_adapter(self.adapter)  # also marks only this adapter trainable
+
+    def forward(self, *args, **kwargs):
+        self.activate()
+        return self.peft(*args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        self.activate()
+        return self.peft.generate(*args, **kwargs)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        tag = f".{self.adapter}."
+        for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
+            if tag in name:
+                yield name, p
+
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["peft"], name)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self.peft, adapter_name=self.adapter)
+
+    def save_adapter(self, folder: str | Path) -> None:
+        """This adapter alone, in peft's format (what vLLM's LoRARequest and PeftModel.from_pretrained read)."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.adapter_state().items()}
+        save_file(state, str(folder / ADAPTER_FILE))
+        self.peft.peft_config[self.adapter].save_pretrained(str(folder))
+
+    def save_pretrained(self, folder: str | Path, **_) -> None:
+        self.save_adapter(folder)
+
+    def load_adapter_file(self, folder: str | Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        device = next(self.parameters()).device
+        state = load_file(str(Path(folder) / ADAPTER_FILE), device=str(device))
+        result = set_peft_model_state_dict(self.peft, state, adapter_name=self.adapter)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise UserError(f"{folder}: adapter has weights this model lacks ({unexpected[0]}, ...)")
+
+
+def wrap_lora(model: torch.nn.Module, adapter: str, cfg: LoraConfig) -> AdapterView:
+    """A fresh LoRA adapter named `adapter` on `model` (frozen); returns the role's view of it."""
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(model, peft_config(cfg), adapter_name=adapter)
+    return AdapterView(peft_model, adapter)
+
+
+def add_adapter(view: AdapterView, adapter: str, cfg: LoraConfig) -> AdapterView:
+    """A second adapter on the same frozen base as `view` (shared-base dual play)."""
+    view.peft.add_adapter(adapter, peft_config(cfg))
+    return AdapterView(view.peft, adapter)
+
+
+def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype) -> None:
+    """Restore what `Role.save` wrote into `model`, in place: an adapter for a view, else the full weights."""
+    if isinstance(model, AdapterView):
+        if not (folder / ADAPTER_FILE).is_file():
+            raise UserError(
+                f"{folder}: no {ADAPTER_FILE}; this checkpoint holds a full model, not a LoRA adapter"
+            )
+        model.load_adapter_file(folder)
+        return
+    from transformers import AutoModelForCausalLM
+
+    if (folder / ADAPTER_FILE).is_file():
+        raise UserError(f"{folder}: holds a LoRA adapter but this role is a full model; set the role's lora")
+    try:  # safetensors only: a pickled weight file could run code
+        saved = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, use_safetensors=True)
+    except OSError as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{folder}: cannot load the saved weights ({reason})") from err
+    model.load_state_dict(saved.state_dict())
+
+
+def build_shared_roles(proposer_cfg, solver_cfg, base_path: str, *, updates: tuple[int, int]):
+    """Proposer and Solver as two adapters of one frozen base, each with its own optimizer; one engine for both."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pasodoble.roles import DTYPES, Role, resolve_device
+    from pasodoble.rollout.factory import build_shared_engine
+
+    if proposer_cfg.lora is None or solver_cfg.lora is None:
+        raise ConfigError(
+            "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
+        )
+    for name in ("engine", "dtype", "device"):
+        if getattr(proposer_cfg, name) != getattr(solver_cfg, name):
+            raise ConfigError(f"solver.{name}", f"roles.shared_base needs the same {name} for both roles")
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[proposer_cfg.dtype])
+    proposer_view = wrap_lora(base.to(resolve_device(proposer_cfg.device)), "proposer", proposer_cfg.lora)
+    solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
+    models = {"proposer": proposer_view, "solver": solver_view}
+    engines = build_shared_engine(
+        {"proposer": proposer_cfg, "solver": solver_cfg}, models, tokenizer, base_path
+    )
+    roles = []
+    for n, c, u in (("proposer", proposer_cfg, updates[0]), ("solver", solver_cfg, updates[1])):
+        models[
+            n
+        ].activate()  # only the active adapter is trainable, and the optimizer takes trainable weights
+        roles.append(Role(n, c, models[n], tokenizer, engine=engines[n], total_updates=u))
+    return tuple(roles)
+
+
+# ---------------------------------------------------------------------- export
+def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> str:
+    """One role folder of a checkpoint -> a Hugging Face folder at `out`; returns what was written."""
+    src = role_dir / "model"
+    if not (src / ADAPTER_FILE).is_file():
+        shutil.copytree(src, out, dirs_exist_ok=True)
+        return "full model"
+    if not merge:
+        shutil.copytree(src, out, dirs_exist_ok=True)
+        return "LoRA adapter (peft format; --merge for a plain model)"
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if base is None:
+        raise UserError(f"{role_dir}: cannot find the base model of this adapter")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(src)).merge_and_unload()
+    merged.save_pretrained(out)
+    AutoTokenizer.from_pretrained(
+        str(src) if (src / "tokenizer_config.json").is_file() else base
+    ).save_pretrained(out)
+    return "merged LoRA model"
+
+
+def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
+    from pasodoble import checkpoint
+    from pasodoble.config import load_config
+    from pasodoble.train import TrainConfig, resolve
+
+    ckpt = checkpoint.latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise UserError(f"{run_dir}: no complete checkpoint to export")
+    cfg = load_config(TrainConfig, run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
+    written = {}
+    for role in ("proposer", "solver"):
+        if not (ckpt / role / "model").is_dir():
+            continue
+        spec = getattr(cfg, role).model if cfg is not None else None
+        base = resolve(spec, cfg) if spec is not None else None
+        written[role] = export_role(ckpt / role, base, out / role, merge=merge)
+    return written
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "export", help="write a run's last checkpoint as plain Hugging Face model folders"
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a folder `pasodoble train` wrote")
+    p.add_argument("--merge", action="store_true", help="merge LoRA adapters into their base model")
+    p.add_argument("--out", type=Path, required=True, help="output folder (one sub-folder per role)")
+    p.set_defaults(func=run_export_cmd)
+
+
+def run_export_cmd(args: argparse.Namespace) -> int:
+    if not args.run_dir.is_dir():
+        raise UserError(f"{args.run_dir}: not a folder; pass a run directory")
+    for role, what in export_run(args.run_dir, args.out, merge=args.merge).items():
+        print(f"{role}: {what} -> {args.out / role}")
+    return 0

@@ -1,0 +1,107 @@
+"""Build a role's rollout engine from its config: the one place that knows which engines exist.
+
+`build_engine(name, role_cfg, model, tokenizer, model_path)` returns an object behind `RolloutEngine`: `HFEngine`
+on the live model (`engine: hf`), `VLLMEngine` in process (`engine: vllm`), or `VLLMServerEngine` (`engine:
+vllm_server`). A LoRA role (its model an `adapters.AdapterView`) gets the engine's view of its adapter, synced once
+so the first rollout already samples it. `build_shared_engine` starts one vLLM engine for both adapters of a shared
+base. Roles and the loop never test which engine they hold.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from pasodoble.errors import ConfigError
+from pasodoble.rollout.hf import HFEngine
+from pasodoble.rollout.settings import validate_engine
+
+
+def _max_len(role_cfg) -> int:
+    return role_cfg.max_prompt_length + role_cfg.max_completion_length
+
+
+def _is_adapter(model) -> bool:
+    return hasattr(model, "save_adapter")
+
+
+def build_engine(name: str, role_cfg, model: torch.nn.Module, tokenizer, model_path: str | Path):
+    engine = getattr(role_cfg, "engine", "hf")
+    if engine == "hf":
+        return HFEngine(model, tokenizer, batch_size=role_cfg.generation_batch_size)
+    lora = getattr(role_cfg, "lora", None)
+    try:
+        validate_engine(
+            engine,
+            role_cfg.vllm,
+            model_dir=model_path,
+            lora_rank=lora.rank if lora else None,
+            on_cpu=not torch.cuda.is_available(),
+        )
+    except ConfigError as e:  # name the role: the model folder is only known once `tiny:` specs are resolved
+        raise ConfigError(f"{name}.{e.where}", e.message) from None
+    adapters = (name,) if _is_adapter(model) else ()
+    if engine == "vllm":
+        from pasodoble.rollout.vllm import VLLMEngine
+
+        core = VLLMEngine(
+            role_cfg.vllm,
+            model_path,
+            tokenizer,
+            max_model_len=_max_len(role_cfg),
+            dtype=role_cfg.dtype,
+            adapters=adapters,
+            max_lora_rank=role_cfg.vllm.max_lora_rank,
+        )
+    else:
+        from pasodoble.rollout.server import VLLMServerEngine
+
+        core = VLLMServerEngine.for_role(role_cfg, model_path, tokenizer, adapters=adapters)
+    if not adapters:
+        return core
+    view = core.for_adapter(name)
+    view.update_weights(model)
+    return view
+
+
+def build_shared_engine(roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path) -> dict:
+    """One engine for the adapters of a shared base: {role name: engine view}; `hf` gives each an HFEngine."""
+    first = next(iter(roles_cfgs.values()))
+    if first.engine == "hf":
+        return {
+            n: HFEngine(models[n], tokenizer, batch_size=c.generation_batch_size)
+            for n, c in roles_cfgs.items()
+        }
+    for cfg in roles_cfgs.values():
+        validate_engine(
+            cfg.engine,
+            first.vllm,
+            model_dir=base_path,
+            lora_rank=cfg.lora.rank,
+            on_cpu=not torch.cuda.is_available(),
+        )
+    max_len = max(_max_len(c) for c in roles_cfgs.values())
+    if first.engine == "vllm":
+        from pasodoble.rollout.vllm import VLLMEngine
+
+        core = VLLMEngine(
+            first.vllm,
+            base_path,
+            tokenizer,
+            max_model_len=max_len,
+            dtype=first.dtype,
+            adapters=tuple(roles_cfgs),
+            max_lora_rank=first.vllm.max_lora_rank,
+        )
+    else:
+        from pasodoble.rollout.server import VLLMServerEngine
+
+        core = VLLMServerEngine.for_role(
+            first, base_path, tokenizer, adapters=tuple(roles_cfgs), max_len=max_len
+        )
+    views = {}
+    for n in roles_cfgs:
+        views[n] = core.for_adapter(n)
+        views[n].update_weights(models[n])
+    return views

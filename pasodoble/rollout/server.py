@@ -1,0 +1,328 @@
+"""Server mode (`engine: vllm_server`, `pasodoble serve`): a vLLM OpenAI-compatible server and its client engine.
+
+What:
+- `VLLMServer.start(...)`: launches `python -m vllm.entrypoints.openai.api_server` on loopback at a free port (or
+  `vllm.server_port`), with the project's worker extension (weight sync), processed log-probs, and LoRA when the
+  roles are adapters; waits for `/health` (a server that dies while starting raises with its last log lines);
+  `stop()` ends its process group. A run stops the server it started when it ends.
+- `VLLMServerEngine`: `RolloutEngine` over HTTP. `/v1/completions` with token-id prompts (one request per prompt,
+  with that prompt's seed, sent concurrently), `logprobs=0` and `return_token_ids`; weight sync through the
+  server's own endpoints: `/collective_rpc` -> `pasodoble_reload(folder)` for full models (safetensors under
+  /dev/shm, so the server must run on this machine to share it), `/v1/load_lora_adapter` under a new name per
+  version + `/v1/unload_lora_adapter` for adapters, then `/reset_prefix_cache`.
+- A server that stops answering (killed, crashed) raises `EngineUnavailable`, a one-line error: the run ends, and
+  `pasodoble train --resume RUN_DIR` continues from its last checkpoint.
+
+Run: `pasodoble serve --model out/sft` (prints the URL; Ctrl-C stops it), then
+`pasodoble train ... solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:PORT`. The server needs
+`VLLM_SERVER_DEV_MODE=1` (for /collective_rpc) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`; `start` sets both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pasodoble.errors import UserError
+from pasodoble.rollout.base import Completion, SamplingParams
+from pasodoble.rollout.settings import VLLMConfig
+from pasodoble.rollout.vllm import WORKER_EXTENSION, _shm_dir, _top_k, request_seed
+
+SERVED_NAME = "base"
+
+
+class EngineUnavailable(UserError):
+    """The vLLM server stopped answering; the run cannot go on (resume it from its last checkpoint)."""
+
+    exit_code = 3
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class VLLMServer:
+    """A vLLM server process this project started (see module docstring)."""
+
+    def __init__(self, process: subprocess.Popen, url: str, log_path: Path):
+        self.process, self.url, self.log_path = process, url, log_path
+
+    @classmethod
+    def start(
+        cls,
+        model_path: str | Path,
+        cfg: VLLMConfig,
+        *,
+        max_model_len: int,
+        dtype: str = "float32",
+        adapters: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        log_dir: str | Path | None = None,
+    ) -> VLLMServer:
+        port = cfg.server_port or free_port(host)
+        on_cpu = not _cuda()
+        args = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_path),
+            "--served-model-name", SERVED_NAME,
+            "--host", host,
+            "--port", str(port),
+            "--dtype", cfg.dtype if cfg.dtype != "auto" else dtype,
+            "--max-model-len", str(cfg.max_model_len or max_model_len),
+            "--gpu-memory-utilization", str(cfg.gpu_memory_utilization),
+            "--tensor-parallel-size", str(cfg.tensor_parallel_size),
+            "--logprobs-mode", "processed_logprobs",
+            "--worker-extension-cls", WORKER_EXTENSION,
+            "--seed", "0",
+        ]  # fmt: skip
+        if cfg.enforce_eager if cfg.enforce_eager is not None else on_cpu:
+            args.append("--enforce-eager")
+        args.append("--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching")
+        if adapters:
+            args += [
+                "--enable-lora",
+                "--max-loras",
+                str(len(adapters)),
+                "--max-lora-rank",
+                str(cfg.max_lora_rank),
+            ]
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])
+        )
+        if on_cpu:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kvcache_space_gb))
+            if cfg.cpu_threads_bind:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_threads_bind
+        log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="pasodoble-serve-"))
+        log_path = log_dir / f"vllm-server-{port}.log"
+        log = open(log_path, "ab")  # noqa: SIM115 - the child writes to it for its whole life
+        process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        server = cls(process, f"http://{host}:{port}", log_path)
+        server.wait_healthy(cfg.server_start_timeout_s)
+        return server
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EngineUnavailable(
+                    f"the vLLM server exited with code {self.process.returncode} while starting; "
+                    f"last log lines: {self.tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise EngineUnavailable(
+            f"the vLLM server at {self.url} was not healthy after {timeout_s:.0f}s; log {self.log_path}"
+        )
+
+    def tail(self, n: int = 5) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return " | ".join(lines[-n:])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """End the server's whole process group (the API server and its engine core); idempotent."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout_s)
+        except ProcessLookupError:
+            pass
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+class VLLMServerEngine:
+    """`RolloutEngine` over a vLLM server's HTTP API (see module docstring)."""
+
+    def __init__(self, url: str, tokenizer, cfg: VLLMConfig, *, server: VLLMServer | None = None):
+        self.url, self.tokenizer, self.cfg, self.server = url.rstrip("/"), tokenizer, cfg, server
+        self._shm = _shm_dir("pasodoble-vllm-server-")
+        self._versions = itertools.count(1)
+        self._lora: dict[str, str] = {}  # adapter -> served LoRA name of its current version
+
+    @classmethod
+    def for_role(cls, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None):
+        cfg = role_cfg.vllm
+        if cfg.server_url is not None:
+            return cls(cfg.server_url, tokenizer, cfg)
+        length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
+        server = VLLMServer.start(
+            model_path, cfg, max_model_len=length, dtype=role_cfg.dtype, adapters=adapters
+        )
+        return cls(server.url, tokenizer, cfg, server=server)
+
+    # ------------------------------------------------------------------ HTTP
+    def _post(self, path: str, body: dict, timeout: float | None = None) -> dict:
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.cfg.request_timeout_s) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:300]
+            raise RuntimeError(f"vLLM server {self.url}{path} answered {e.code}: {detail}") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise EngineUnavailable(
+                f"the vLLM server at {self.url} stopped answering ({path}: {reason}); the run stopped, "
+                "resume it with `pasodoble train --resume RUN_DIR` once a server is up"
+            ) from None
+        return json.loads(raw) if raw else {}
+
+    # ------------------------------------------------------------------ sampling
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, adapter: str | None = None
+    ) -> list[list[Completion]]:
+        model = SERVED_NAME if adapter is None else self._lora.get(adapter)
+        if model is None:
+            raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM server yet")
+        greedy = sampling.temperature == 0
+
+        def one(i: int) -> list[Completion]:
+            body = {
+                "model": model,
+                "prompt": list(prompt_ids[i]),
+                "n": sampling.n,
+                "temperature": sampling.temperature,
+                "top_p": 1.0 if greedy else sampling.top_p,
+                "top_k": _top_k(sampling),
+                "min_p": 0.0 if greedy else float(getattr(sampling, "min_p", 0.0) or 0.0),
+                "max_tokens": sampling.max_new_tokens,
+                "seed": request_seed(sampling.seed, i),
+                "logprobs": 0,
+                "return_token_ids": True,
+                "skip_special_tokens": True,
+            }
+            choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
+            return [self._completion(c) for c in choices]
+
+        with ThreadPoolExecutor(max_workers=min(16, max(len(prompt_ids), 1))) as pool:
+            return list(pool.map(one, range(len(prompt_ids))))
+
+    def _completion(self, choice: dict) -> Completion:
+        ids = list(choice["token_ids"])
+        logps = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
+        if len(logps) != len(ids):
+            raise RuntimeError("the vLLM server returned fewer log-probs than tokens (logprobs=0 ignored?)")
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return Completion(self.tokenizer.decode(ids, skip_special_tokens=True), ids, logps, finish)
+
+    # ------------------------------------------------------------------ weight sync
+    def update_weights(self, model) -> None:
+        folder = self._shm / f"weights-{next(self._versions)}"
+        model.save_pretrained(folder, safe_serialization=True)
+        try:
+            body = {"method": "pasodoble_reload", "args": [str(folder)], "timeout": self.cfg.sync_timeout_s}
+            self._post("/collective_rpc", body, timeout=self.cfg.sync_timeout_s + 30)
+            self._post("/reset_prefix_cache", {})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def sync_adapter(self, name: str, adapter_dir: str | Path) -> None:
+        version = next(self._versions)
+        folder = self._shm / f"{name}-{version}"
+        shutil.copytree(adapter_dir, folder)
+        served = f"{name}-v{version}"
+        self._post("/v1/load_lora_adapter", {"lora_name": served, "lora_path": str(folder)})
+        old, self._lora[name] = self._lora.get(name), served
+        if old is not None:
+            self._post("/v1/unload_lora_adapter", {"lora_name": old})
+            shutil.rmtree(self._shm / old.replace("-v", "-"), ignore_errors=True)
+        self._post("/reset_prefix_cache", {})
+
+    def for_adapter(self, name: str):
+        from pasodoble.rollout.vllm import AdapterEngine
+
+        return AdapterEngine(self, name)
+
+    def close(self) -> None:
+        shutil.rmtree(self._shm, ignore_errors=True)
+        if self.server is not None:
+            self.server.stop()
+
+
+# ---------------------------------------------------------------------- `pasodoble serve`
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="start a vLLM OpenAI-compatible server for a model (server mode)")
+    p.add_argument("--model", required=True, help="Hugging Face model folder")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    p.add_argument("--max-model-len", type=int, default=8192, help="longest prompt + completion in tokens")
+    p.add_argument("--dtype", default="bfloat16", help="engine dtype (float32 on a CPU)")
+    p.add_argument("--adapters", type=int, default=0, help="LoRA adapters to serve at once (2: shared base)")
+    p.add_argument("--max-lora-rank", type=int, default=16, help="largest LoRA rank accepted")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of GPU memory for vLLM")
+    p.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs the engine spans")
+    p.set_defaults(func=run_serve_cmd)
+
+
+def run_serve_cmd(args: argparse.Namespace) -> int:
+    from pasodoble.rollout.settings import validate_engine
+
+    cfg = VLLMConfig(
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_lora_rank=args.max_lora_rank,
+        server_port=args.port,
+    )
+    cfg.validate()
+    validate_engine("vllm", cfg, model_dir=args.model, on_cpu=not _cuda())
+    names = [f"adapter{i}" for i in range(args.adapters)]
+    server = VLLMServer.start(
+        args.model, cfg, max_model_len=args.max_model_len, dtype=args.dtype, adapters=names, host=args.host
+    )
+    print(
+        f"vLLM server for {args.model} at {server.url} (log {server.log_path}); Ctrl-C stops it", flush=True
+    )
+    try:
+        while server.alive():
+            time.sleep(1.0)
+    finally:
+        server.stop()
+    raise EngineUnavailable(
+        f"the vLLM server exited with code {server.process.returncode}; log {server.log_path}"
+    )

@@ -1,0 +1,120 @@
+"""Engine settings: which rollout engine a role uses and the vLLM engine's knobs, checked before anything loads.
+
+`RoleConfig.engine` is `hf` (Hugging Face `generate` on the live model), `vllm` (an in-process vLLM engine) or
+`vllm_server` (a vLLM OpenAI-compatible server, started by the project or given by URL); `RoleConfig.vllm` holds
+the `VLLMConfig` below. Defaults work on one GPU shared with training (30% of its memory for vLLM) and on a CPU.
+
+`validate_engine(role_cfg, model_dir)` turns each bad setting into one line naming the field and the fix: vLLM not
+importable, a memory share out of (0, 1], a tensor-parallel size that does not divide the model's attention heads
+(read from its config.json), a LoRA rank above `max_lora_rank` (which would kill the whole engine), a head size
+the CPU build cannot run, sleep mode on a CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pasodoble.errors import ConfigError
+
+ENGINES = ("hf", "vllm", "vllm_server")
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32 CPU attention kernels
+INSTALL_HINT = "install it with `make vllm-env` (CPU build) or `pip install vllm` (GPU), or use engine=hf"
+
+
+@dataclass
+class VLLMConfig:
+    gpu_memory_utilization: float = 0.3  # share of GPU memory vLLM may take (the rest is training's)
+    max_model_len: int | None = None  # longest prompt + completion (None: the role's two budgets added)
+    tensor_parallel_size: int = 1  # GPUs one engine spans; must divide the attention heads
+    dtype: str = "auto"  # engine dtype ("auto": the role's dtype)
+    enforce_eager: bool | None = None  # no CUDA graphs (None: eager on CPU, graphs on GPU)
+    enable_prefix_caching: bool = True  # reuse the prompt's KV across the n samples (reset after each sync)
+    sleep_mode: bool = False  # free engine memory between rollouts (GPU only)
+    max_lora_rank: int = 16  # largest LoRA rank the engine accepts (LoRA roles)
+    sync_timeout_s: float = 300.0  # a weight sync slower than this is an error
+    cpu_kvcache_space_gb: int = 1  # CPU build: KV-cache memory per engine (VLLM_CPU_KVCACHE_SPACE)
+    cpu_threads_bind: str | None = None  # CPU build: cores of the engine (None: engine k on core k mod cores)
+    server_url: str | None = None  # vllm_server: an already running server (None: start one)
+    server_port: int | None = None  # vllm_server: port of a started server (None: a free one)
+    server_start_timeout_s: float = 600.0  # vllm_server: how long a started server may take to be healthy
+    request_timeout_s: float = 600.0  # vllm_server: longest wait for one HTTP request
+
+    def validate(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "vllm.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.tensor_parallel_size < 1:
+            raise ConfigError("vllm.tensor_parallel_size", "must be >= 1")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ConfigError("vllm.max_model_len", "must be >= 2 tokens (or null for the role's budgets)")
+        if self.max_lora_rank < 1 or self.sync_timeout_s <= 0 or self.cpu_kvcache_space_gb < 1:
+            raise ConfigError("vllm.max_lora_rank", "max_lora_rank, sync_timeout_s, cpu_kvcache_space_gb > 0")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError("vllm.dtype", f"unknown {self.dtype!r}; use auto, float32, bfloat16 or float16")
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _model_config(model_dir: str | Path | None) -> dict | None:
+    if model_dir is None:
+        return None
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def validate_engine(
+    engine: str,
+    cfg: VLLMConfig,
+    *,
+    model_dir: str | Path | None = None,
+    lora_rank: int | None = None,
+    on_cpu: bool = True,
+) -> None:
+    """One clear `ConfigError` for an engine setting that cannot work (see module docstring)."""
+    if engine not in ENGINES:
+        raise ConfigError("engine", f"unknown {engine!r}; use one of {', '.join(ENGINES)}")
+    if engine == "hf":
+        return
+    if engine == "vllm" and not vllm_available():
+        raise ConfigError(
+            "engine", f"engine=vllm needs the vllm package, which is not importable; {INSTALL_HINT}"
+        )
+    if engine == "vllm_server" and cfg.server_url is None and not vllm_available():
+        raise ConfigError(
+            "engine",
+            f"engine=vllm_server without vllm.server_url starts a server and needs vllm; {INSTALL_HINT}",
+        )
+    if lora_rank is not None and lora_rank > cfg.max_lora_rank:
+        raise ConfigError(
+            "lora.rank",
+            f"rank {lora_rank} is above vllm.max_lora_rank={cfg.max_lora_rank}; raise max_lora_rank or lower rank",
+        )
+    if cfg.sleep_mode and on_cpu:
+        raise ConfigError("vllm.sleep_mode", "sleep mode is not supported on a CPU; set it to false")
+    config = _model_config(model_dir)
+    if config is None:
+        return
+    heads = config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads") or heads
+    tp = cfg.tensor_parallel_size
+    if heads and (heads % tp or (kv_heads and kv_heads % tp and tp % kv_heads)):
+        raise ConfigError(
+            "vllm.tensor_parallel_size",
+            f"{tp} does not divide the model's {heads} attention heads ({kv_heads} key/value heads); "
+            "use a divisor of both",
+        )
+    head_dim = config.get("head_dim") or (config.get("hidden_size", 0) // max(heads or 1, 1))
+    if on_cpu and head_dim and head_dim not in CPU_HEAD_SIZES:
+        raise ConfigError(
+            "engine",
+            f"the vLLM CPU build has no attention kernel for head_dim={head_dim} (it has "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))}); use engine=hf on this CPU",
+        )

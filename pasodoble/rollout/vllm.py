@@ -1,0 +1,244 @@
+"""Rollout engine on vLLM in this process (`engine: vllm`): the fast path on a GPU, the correctness path on a CPU.
+
+What: `VLLMEngine` implements `RolloutEngine` over `vllm.LLM`: token-id prompts, `n` samples per prompt, a seed per
+request (derived from the call's seed and the prompt's index, so a batch is reproducible whatever vLLM schedules),
+the sampled tokens' log-probs (`logprobs=0` with `logprobs_mode="processed_logprobs"`, i.e. under
+softmax(logits / temperature), the quantity `grpo.token_logprobs` computes; greedy calls are scored at temperature
+1, as there), and finish reasons. `AdapterEngine` is the same engine seen through one LoRA adapter, so one engine can
+serve the Proposer's and the Solver's adapters of one shared base (`max_loras=2`).
+
+Weight sync (`update_weights`, after every optimizer step): full models are written as safetensors under /dev/shm
+and reloaded by every worker through `rollout.vllm_worker.SyncExtension` (the build's own layer-wise reload, then
+the tied head re-tied); adapters are written in peft format and registered under a NEW LoRA id, the old id removed
+(re-using an id silently keeps serving the old adapter). The prefix cache is reset after each sync, so no KV block
+computed with old weights is reused. A sync that does not finish in `sync_timeout_s` raises.
+
+Departures and limits: with `top_p < 1` or `top_k`, vLLM's processed log-probs are renormalised over the kept
+tokens while the loss scores the full softmax; `rollout/logprob_diff/*` shows that gap. Sleep mode (GPU only) puts
+the engine to sleep between rollouts. On a GPU the same /dev/shm reload path is used (a copy through host memory,
+about a second per GB); vLLM's NCCL/IPC weight-transfer engines are not wired in yet.
+
+Run: `VLLMEngine(VLLMConfig(), "path/to/model", tokenizer, max_model_len=2048)`; tests in
+`tests/rollout/test_vllm_engine.py` (marker `vllm`, needs `make vllm-env`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from pasodoble.rollout.base import Completion, SamplingParams
+from pasodoble.rollout.settings import VLLMConfig
+
+WORKER_EXTENSION = "pasodoble.rollout.vllm_worker.SyncExtension"
+_ENGINES = itertools.count()  # engines started in this process (CPU core pinning)
+
+
+def request_seed(seed: int | None, index: int) -> int | None:
+    """The seed of prompt `index` in a call seeded `seed` (a pure function; None stays None)."""
+    return None if seed is None else (seed * 1_000_003 + index) % (2**31 - 1)
+
+
+def _shm_dir(prefix: str) -> Path:
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+
+
+def completion_from_output(output, tokenizer) -> Completion:
+    """One vLLM `CompletionOutput` -> Completion (sampled ids, their log-probs, "stop" | "length")."""
+    ids = list(output.token_ids)
+    logps = [entry[tok].logprob for tok, entry in zip(ids, output.logprobs or [])]
+    if len(logps) != len(ids):
+        raise RuntimeError("vLLM returned fewer log-probs than tokens; the engine must run with logprobs=0")
+    finish = "length" if output.finish_reason == "length" else "stop"
+    return Completion(tokenizer.decode(ids, skip_special_tokens=True), ids, logps, finish)
+
+
+class VLLMEngine:
+    """`RolloutEngine` over an in-process `vllm.LLM` (see module docstring)."""
+
+    def __init__(
+        self,
+        cfg: VLLMConfig,
+        model_path: str | Path,
+        tokenizer,
+        *,
+        max_model_len: int,
+        dtype: str = "float32",
+        adapters: Sequence[str] = (),
+        max_lora_rank: int = 16,
+    ):
+        from vllm import LLM
+
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.model_path = str(model_path)
+        self.on_cpu = not torch.cuda.is_available()
+        index = next(_ENGINES)
+        if self.on_cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kvcache_space_gb))
+            bind = cfg.cpu_threads_bind or str(index % max(os.cpu_count() or 1, 1))
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        self._shm = _shm_dir("pasodoble-vllm-")
+        self._version = 0
+        self._lora: dict[str, object] = {}  # adapter name -> current LoRARequest
+        self._lora_ids = itertools.count(1)
+        kwargs = {}
+        if adapters:
+            kwargs.update(enable_lora=True, max_loras=max(len(adapters), 1), max_lora_rank=max_lora_rank)
+        self.llm = LLM(
+            model=self.model_path,
+            tokenizer=self.model_path,
+            dtype=cfg.dtype if cfg.dtype != "auto" else dtype,
+            max_model_len=cfg.max_model_len or max_model_len,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            enforce_eager=cfg.enforce_eager if cfg.enforce_eager is not None else self.on_cpu,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            enable_sleep_mode=cfg.sleep_mode,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=WORKER_EXTENSION,
+            seed=0,
+            **kwargs,
+        )
+        self._asleep = False
+
+    # ------------------------------------------------------------------ sampling
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, adapter: str | None = None
+    ) -> list[list[Completion]]:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm import TokensPrompt
+
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("VLLMEngine.generate got an empty prompt; every prompt needs at least one token")
+        self._wake()
+        greedy = sampling.temperature == 0
+        params = [
+            VSamplingParams(
+                n=sampling.n,
+                temperature=sampling.temperature,
+                top_p=1.0 if greedy else sampling.top_p,
+                top_k=_top_k(sampling),
+                min_p=0.0 if greedy else float(getattr(sampling, "min_p", 0.0) or 0.0),
+                max_tokens=sampling.max_new_tokens,
+                seed=request_seed(sampling.seed, i),
+                logprobs=0,
+                skip_special_tokens=True,
+            )
+            for i in range(len(prompt_ids))
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        lora = self._lora.get(adapter) if adapter is not None else None
+        if adapter is not None and lora is None:
+            raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM engine yet")
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False, lora_request=lora)
+        self._sleep()
+        return [[completion_from_output(o, self.tokenizer) for o in out.outputs] for out in outputs]
+
+    # ------------------------------------------------------------------ weight sync
+    def update_weights(self, model: torch.nn.Module) -> None:
+        """Load `model`'s full weights into every worker (see module docstring)."""
+        self._version += 1
+        folder = self._shm / f"weights-{self._version}"
+        model.save_pretrained(folder, safe_serialization=True)
+        try:
+            self._wake()
+            self._rpc("pasodoble_reload", str(folder))
+            self.llm.reset_prefix_cache()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def sync_adapter(self, name: str, adapter_dir: str | Path) -> None:
+        """Serve `name` from the peft adapter folder `adapter_dir` under a new LoRA id; drop the old one."""
+        from vllm.lora.request import LoRARequest
+
+        self._version += 1
+        folder = self._shm / f"{name}-{self._version}"
+        shutil.copytree(adapter_dir, folder)
+        old = self._lora.get(name)
+        request = LoRARequest(name, next(self._lora_ids), str(folder))
+        self._wake()
+        start = time.perf_counter()
+        self.llm.llm_engine.add_lora(request)
+        if time.perf_counter() - start > self.cfg.sync_timeout_s:
+            raise TimeoutError(
+                f"vLLM took longer than sync_timeout_s={self.cfg.sync_timeout_s} to add {name}"
+            )
+        self._lora[name] = request
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.llm.reset_prefix_cache()
+
+    def _rpc(self, method: str, *args: str) -> None:
+        try:
+            self.llm.collective_rpc(method, timeout=self.cfg.sync_timeout_s, args=args)
+        except TimeoutError:
+            raise TimeoutError(
+                f"vLLM weight sync ({method}) did not finish within sync_timeout_s={self.cfg.sync_timeout_s}; "
+                "the engine may be dead or overloaded"
+            ) from None
+
+    def for_adapter(self, name: str) -> AdapterEngine:
+        return AdapterEngine(self, name)
+
+    # ------------------------------------------------------------------ sleep mode (GPU only)
+    def _sleep(self) -> None:
+        if self.cfg.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def close(self) -> None:
+        """Stop the engine's processes (idempotent)."""
+        shutil.rmtree(self._shm, ignore_errors=True)
+        llm, self.llm = getattr(self, "llm", None), None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+    def __del__(self):
+        shutil.rmtree(getattr(self, "_shm", "/nonexistent"), ignore_errors=True)
+
+
+class AdapterEngine:
+    """One LoRA adapter of a shared `VLLMEngine`, as a `RolloutEngine` of its own."""
+
+    def __init__(self, engine: VLLMEngine, name: str):
+        self.engine, self.name = engine, name
+
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        return self.engine.generate(prompt_ids, sampling, adapter=self.name)
+
+    def close(self) -> None:
+        if self.engine.llm is not None:
+            self.engine.close()
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        """`model` is the role's adapter view (`adapters.AdapterView`); only its adapter travels."""
+        folder = self.engine._shm / f"save-{self.name}"
+        shutil.rmtree(folder, ignore_errors=True)
+        model.save_adapter(folder)
+        try:
+            self.engine.sync_adapter(self.name, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _top_k(sampling: SamplingParams) -> int:
+    """vLLM's top_k: -1 (or 0) means off; the project's None / 0 mean off too."""
+    k = getattr(sampling, "top_k", None)
+    return -1 if sampling.temperature == 0 or not k else int(k)

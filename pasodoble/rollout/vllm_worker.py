@@ -1,0 +1,34 @@
+"""Worker-side half of the vLLM weight sync: a vLLM worker extension (`worker_extension_cls`).
+
+vLLM mixes this class into every worker, so its methods can be called by name through `collective_rpc` (in
+process) or the server's `/collective_rpc` endpoint (server mode). Only strings cross the boundary: tensors do not
+pickle through the RPC, so the trainer writes the new weights as safetensors under /dev/shm and passes the folder.
+
+`pasodoble_reload(path)` uses the worker's own `reload_weights` (layer-wise reload, which re-runs the CPU build's
+weight repacking; writing into `model.load_weights` directly loads into parameters the CPU kernels no longer read)
+and then refreshes a tied output head: no checkpoint weight is named after it, so the layer-wise reload never
+re-processes it, and the CPU build's packed copy of the head (`cpu_linear`) would keep the old embedding (measured:
+log-probs off by 8-33 nats after an embedding change). The head is re-tied to the embedding and re-packed.
+
+This module must not import torch-heavy project code: vLLM imports it inside each worker process.
+"""
+
+from __future__ import annotations
+
+
+class SyncExtension:
+    """Methods added to each vLLM worker; `self` is the worker."""
+
+    def pasodoble_reload(self, path: str) -> str:
+        self.reload_weights(weights_path=path)
+        model = self.model_runner.get_model()
+        head = getattr(model, "lm_head", None)
+        embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+        tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+        if tied and head is not None and embed is not None:
+            if head.weight is not embed.weight:
+                head.weight = embed.weight
+            method = getattr(head, "quant_method", None)
+            if method is not None:  # the CPU build packs the head's weight for its GEMM: pack the new one
+                method.process_weights_after_loading(head)
+        return "ok"
