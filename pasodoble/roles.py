@@ -327,8 +327,8 @@ class Role:
                             gap_max = max(gap_max, chunk_gap)
                     self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
                 for key, value in {"loss": loss.item(), **stats}.items():
-                    scale = 1.0 if key == "logprob_diff_mean" else 1.0 / passes
-                    sums[key] = sums.get(key, 0.0) + weight * float(value) * scale
+                    per_pass = 1.0 if key == "logprob_diff_mean" else 1.0 / passes  # the gap: first pass only
+                    sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
             grad_norm += self._clip_and_step() / passes
             self.updates += 1
         sync_start = time.perf_counter()
