@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-distributed lint format bench clean vllm-env test-vllm test-vllm-all
+.PHONY: install demo test test-all test-slow test-distributed lint format bench clean vllm-env test-vllm test-vllm-all
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: install
 # Everything, slow end-to-end runs included (not vllm/gpu/distributed, which need extra installs or hardware).
 test-all: install
 	$(BIN)/python -m pytest -q -m "not vllm and not gpu and not distributed" $(PYTEST_ARGS)
+
+# The slow end-to-end tests that need nothing beyond the CPU venv (SIGKILL resumes, tmpfs disk-full, docs commands,
+# whole-benchmark grader checks, fuzzing at 1,000 strings a parser).
+test-slow: install
+	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed" $(PYTEST_ARGS)
 
 # Multi-process runs on CPU (gloo): collectives, 2- and 3-rank training, a killed rank, resume on another size.
 test-distributed: install
