@@ -12,7 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {"math-verify": "math_verify", "pyyaml": "yaml", "tensorboard": "torch.utils.tensorboard"}
 KEPT_WITHOUT_IMPORT = {  # distribution -> why it is required although no module of pasodoble/ imports it yet
-    "peft": "the scale-out work (LoRA adapters) builds on it",
 }
 TOOL_EXTRAS = {"dev"}  # test and lint tools, imported by tests/ and the Makefile, not by the package
 

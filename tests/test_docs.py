@@ -135,6 +135,41 @@ COMMANDS: dict[str, Run | Skip] = {
     "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(
         "needs the model's config.json; tests/test_layout.py runs `pasodoble layout` on a written one"
     ),
+    # docs/ROLLOUTS.md
+    "pasodoble train --config recipes/tiny-online.yaml proposer.lora.rank=8 solver.lora.rank=8": Run(
+        add="schedule.steps=1 schedule.passages_per_step=1 run_dir=runs/lora"
+    ),
+    "pasodoble export runs/train-... --merge --out out/exported": Skip(
+        "a placeholder run name; tests/test_adapters.py runs export --merge on a trained LoRA run"
+    ),
+    "pasodoble serve --model out/sft": Skip(
+        "needs the vLLM venv; tests/rollout/test_vllm_server.py (vllm) starts one"
+    ),
+    "pasodoble train --config RECIPE solver.engine=vllm_server": Skip(
+        "needs the vLLM venv; tests/rollout/test_vllm_server.py (vllm) runs a server-mode training run"
+    ),
+    "pasodoble train --config RECIPE solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:PORT": Skip(
+        "a server started by hand; tests/rollout/test_vllm_server.py (vllm) covers the client"
+    ),
+    "pasodoble train --config RECIPE roles.shared_base=true proposer.lora.rank=16 solver.lora.rank=16 "
+    "proposer.engine=vllm solver.engine=vllm": Skip(
+        "needs the vLLM venv; tests/test_vllm_runs.py (vllm, slow) runs the shared base on one vLLM engine"
+    ),
+    "CUDA_VISIBLE_DEVICES=1 pasodoble serve --model out/sft --port 8000 --dtype bfloat16 --max-model-len 7424 "
+    "--gpu-memory-utilization 0.9 [--adapters 2 --max-lora-rank 16]": Skip(
+        "a GPU of its own and a real model"
+    ),
+    "CUDA_VISIBLE_DEVICES=1 VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 PYTHONPATH=$PWD python -m "
+    "vllm.entrypoints.openai.api_server --model out/sft --served-model-name base --host 127.0.0.1 --port 8000 "
+    "--dtype bfloat16 --max-model-len 7424 --gpu-memory-utilization 0.9 --logprobs-mode processed_logprobs "
+    "--worker-extension-cls pasodoble.rollout.vllm_worker.SyncExtension --enable-prefix-caching": Skip(
+        "a GPU of its own and a real model; pasodoble serve starts the same server in the vllm tests"
+    ),
+    "CUDA_VISIBLE_DEVICES=0 pasodoble train --config recipes/qwen3-1.7b-online.yaml proposer.model=out/sft "
+    "solver.model=out/sft proposer.engine=vllm_server proposer.vllm.server_url=http://127.0.0.1:8000 "
+    "solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:8001": Skip(
+        "two GPUs, two servers and a real model"
+    ),
     # docs/COLD_START.md
     "export OPENAI_API_KEY=...": Skip("a shell variable for the user's own endpoint"),
     "vllm serve Qwen/Qwen3-14B --port 8000": Skip("a 14B teacher from the Hub on a GPU"),
