@@ -5,7 +5,8 @@ the length of its input. For every parser and every input shape (unclosed tags, 
 repeated, braces nested 100k deep, a leak test on two long token runs, ...) this prints the slowest of `--repeats`
 calls, in CPU seconds (`time.process_time`, so other load on the machine barely moves it), at 1 KB, 16 KB, 256 KB
 and 1 MB, and the growth from 64 KB to 1 MB (a linear parser grows about 16x; a quadratic one 256x). Parsers:
-`extract_answer` (boxed, `<answer>`, `####`, last-number fallback), `parse_proposal` (its `max_chars` cap lifted,
+`extract_answer` (boxed, `<answer>`, `####`, last-number fallback; `extract_auto` with the answer-phrase and bare
+answer fallback), `parse_proposal` (its `max_chars` cap lifted,
 so the parsing itself is timed) and the fast path (`fast_verdict`, same text and one character apart, which covers
 its normaliser). The exit status is 1 if any growth is 40x or more. `tests/grader/test_parsers_linear.py` runs the
 64 KB -> 1 MB growth of the same shapes.
@@ -54,6 +55,9 @@ SHAPES: dict[str, Callable[[int], str]] = {
     "digits": lambda n: _fill("7", n),
     "number_spaces": lambda n: _fill("1 ", n),
     "thousands_groups": lambda n: _fill(",000", n, head="1"),
+    "answer_phrases": lambda n: _fill("answer is ", n),
+    "answer_phrase_spaces": lambda n: _fill(" ", n, head="answer"),
+    "answer_phrase_dollar": lambda n: _fill("x", n, head="The answer is $"),
     "unclosed_problem": lambda n: _fill("x", n, head="<problem>"),
     "many_problem_openers": lambda n: _fill("<problem>", n),
     "problem_then_answer_openers": lambda n: _fill("<answer>", n, head="<problem>q</problem>"),
@@ -76,6 +80,7 @@ def _fast_path_near(text: str) -> object:
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "extract_answer": lambda text: extract_answer(text, "last_number"),
+    "extract_auto": lambda text: extract_answer(text, "auto"),
     "parse_proposal": lambda text: parse_proposal(text, max_chars=len(text) + 1),
     "fast_path_same": _fast_path_same,
     "fast_path_near": _fast_path_near,

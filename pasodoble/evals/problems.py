@@ -7,7 +7,8 @@ set. Here a set is described by a field mapping instead, so a new set needs flag
     pasodoble eval --dataset my.jsonl --question-template "{Body} {Question}" --answer-field Answer ...
 
 Gold answers may be a string, a number (27.0 -> "27"), a list of accepted answers, a worked solution ending in
-`#### 18` (GSM8K style, commas removed), or a solution with a `\\boxed{}` (the last one is the gold). The seven
+`#### 18` (GSM8K style, commas removed), or a solution with a `\\boxed{}` (the last one is the gold); a plain
+gold loses a leading `Answer:` / `The answer is` and math delimiters around it (`$...$`, `\\(...\\)`, `\\[...\\]`). The seven
 shipped benchmarks (`benchmarks.py`) are just seven such mappings.
 """
 
@@ -72,11 +73,14 @@ def format_number(value: float | int) -> str:
 
 
 def _strip_math_delimiters(text: str) -> str:
-    # OlympiadBench writes golds as "$\frac{1}{2}$"; the dollars are markup, not part of the answer.
+    # OlympiadBench writes golds as "$\frac{1}{2}$", other sets as "\(...\)" or "Answer: 7": markup, not answer.
+    # Units, thousands separators and currency are left to the grader, which counts what it removes.
+    from pasodoble.grader.goldforms import strip_wrappers
+
     text = text.strip()
     if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
         text = text.strip("$").strip()
-    return text
+    return strip_wrappers(text)
 
 
 def _after_hashes(text: str) -> str | None:

@@ -9,7 +9,11 @@ goes to stderr at the end. The output is standard JSON (`pasodoble.jsonl.dumps_s
 another field is written as null), written to a temporary file and renamed, which is removed if the write fails.
 
 Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (a progress bar counts graded lines;
-`--no-progress` turns it off). When answers are not found, the summary says how to read bare answers
+`--no-progress` turns it off). Without flags a response with no `\\boxed{}`, `<answer>` or `####` is read by the
+"auto" fallback (`extract.py`: the text after `The answer is` / `Answer:`, else the response itself when it is a
+short math expression), so a file of bare answers needs no `--no-extract`; golds and answers written as people
+write them (`Answer: 7`, `$7$`, `12 cm`, `1,234`, `\\$3.50`; `goldforms.py`) are normalised, and the summary says
+how many golds and answers were, of which kind (`--decimal-comma` reads `3,5` as 3.5). When answers are not found, the summary says how to read bare answers
 (`--no-extract`) or responses that end in a plain number (`--fallback last_number`); when math-verify could read
 an answer or gold only in part (see `worker.py`), it says how many.
 """
@@ -26,6 +30,7 @@ from tqdm.auto import tqdm
 
 from pasodoble.errors import UserError
 from pasodoble.grader.extract import FALLBACKS
+from pasodoble.grader.goldforms import KINDS
 from pasodoble.grader.grader import PARTIAL_PARSES, Grader, GraderConfig
 from pasodoble.io import write_text_atomic
 from pasodoble.jsonl import dumps_strict, read_jsonl_skipping
@@ -63,9 +68,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--fallback",
         choices=FALLBACKS,
-        default=GraderConfig.fallback,
-        help="when a response has no marked answer: none (status no_answer; the default) or its last plain "
-        "number",
+        default="auto",
+        help="when a response has no marked answer: auto (the text after 'The answer is' / 'Answer:', else the "
+        "response itself when it is a short math expression; the default), none (status no_answer) or its last "
+        "plain number",
+    )
+    parser.add_argument(
+        "--decimal-comma",
+        action="store_true",
+        help="read a comma not followed by exactly three digits as a decimal point (3,5 -> 3.5); "
+        "by default 3,5 is the set {3, 5} and 1,234 is 1234",
     )
     parser.add_argument(
         "--partial-parses",
@@ -108,6 +120,7 @@ def run_verify_answers(args: argparse.Namespace) -> int:
         num_workers=args.num_workers,
         fallback=args.fallback,
         partial_parses=args.partial_parses,
+        decimal_comma=args.decimal_comma,
     )
     config.validate()
     if args.out.is_dir():
@@ -141,6 +154,11 @@ def run_verify_answers(args: argparse.Namespace) -> int:
         f"errors {totals.get('errors', 0)}, bad lines skipped {len(problems)} -> {args.out}",
         file=sys.stderr,
     )
+    if any(
+        totals.get(name, 0)
+        for name in ("gold_normalised", "answer_normalised", "answer_phrases", "bare_answers")
+    ):
+        print(_normalised_summary(totals), file=sys.stderr)
     partial, gold_partial = totals.get("partial_parses", 0), totals.get("gold_partial_parses", 0)
     if partial or gold_partial:
         outcome = (
@@ -153,13 +171,27 @@ def run_verify_answers(args: argparse.Namespace) -> int:
             f"(the whole \\boxed{{}} did not parse, so it took the value of a piece of it); {outcome}",
             file=sys.stderr,
         )
-    if totals.get("no_answer", 0) and not args.no_extract and args.fallback == "none":
+    if totals.get("no_answer", 0) and not args.no_extract and args.fallback != "last_number":
         print(
-            "verify-answers: no answer was found in some responses (no \\boxed{}, <answer> or ####); if 'pred' "
-            "holds bare answers pass --no-extract, if responses end in a plain number pass --fallback last_number",
+            "verify-answers: no answer was found in some responses (no \\boxed{}, <answer>, ####, 'The answer is' "
+            "or short bare answer); if 'pred' holds bare answers pass --no-extract, if responses end in a plain "
+            "number pass --fallback last_number",
             file=sys.stderr,
         )
     return 0
+
+
+def _normalised_summary(totals: dict[str, int]) -> str:
+    """One line: how many golds and answers were normalised, by kind, and how many answers the fallbacks found."""
+    kinds = ", ".join(
+        f"{kind} {totals[f'normalised_{kind}']}" for kind in KINDS if totals.get(f"normalised_{kind}", 0)
+    )
+    return (
+        f"verify-answers: normalised {totals.get('gold_normalised', 0)} gold(s) and "
+        f"{totals.get('answer_normalised', 0)} answer(s) ({kinds or 'none'}); "
+        f"answers found after 'answer is' {totals.get('answer_phrases', 0)}, "
+        f"bare answers {totals.get('bare_answers', 0)}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

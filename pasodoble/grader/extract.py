@@ -11,7 +11,13 @@ Order (the first that finds a non-empty answer wins):
 2. the content of the last `<answer>...</answer>` tag (Proposer completions without a box);
 3. the text after the last GSM8K `####` marker, up to the end of its line;
 4. only when asked (`fallback="last_number"`): the last plain number of the text (thousands separators, decimals,
-   fractions `a/b`, a trailing `%`).
+   fractions `a/b`, a trailing `%`);
+4'. only when asked (`fallback="auto"`, the default of `pasodoble verify-answers`): the text after the last
+   `answer is` / `Answer:` / `answer =` phrase up to the end of its line (a leading `$...$`, `\\(...\\)` or
+   `\\[...\\]` is taken whole; source "answer_phrase"), else the whole response when it is short (at most
+   `BARE_MAX_CHARS`, one line) and is itself a math expression: once `goldforms.normalise_answer` has removed units
+   and markup, it holds a digit or a LaTeX command and no word outside `\\text{}` but math words (`pi`, `sqrt`);
+   source "bare". `12`, `\\frac{1}{2}`, `$x^2$`, `12 cm` are bare answers; `I think 12` is not.
 
 The content is returned verbatim (stripped): units, percentages, degrees, `\\text{}`, sets, intervals, matrices and
 equations are kept, because math-verify's own normalisation knows how to read them. Escaped braces (`\\{`, `\\}`) do
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 import re
 
+from pasodoble.grader.goldforms import MATH_WORDS, normalise_answer
+
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # A backslash escapes the next character (so `\{`, `\}` and `\\` are skipped); bare braces are structure.
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
@@ -35,7 +43,14 @@ _LAST_NUMBER = re.compile(
     r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?(?:\s*\\?%)?|-?\.\d+(?:\s*\\?%)?"
 )
 
-FALLBACKS = ("none", "last_number")
+FALLBACKS = ("none", "last_number", "auto")
+BARE_MAX_CHARS = 64
+_ANSWER_PHRASE = re.compile(r"answer\s*(?:is\s*:?|:|=)[ \t]*", re.IGNORECASE)
+_PHRASE_CLOSERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_PHRASE_MAX_CHARS = 200
+_LATEX_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_MATHY = re.compile(r"[0-9\\]")
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -102,8 +117,45 @@ def extract_last_number(text: str) -> str | None:
     return last.group().strip() if last else None
 
 
+def extract_answer_phrase(text: str) -> str | None:
+    """Return the answer after the last `answer is` / `Answer:` / `answer =` phrase (to the end of its line), or None.
+
+    A leading `$...$`, `$$...$$`, `\\(...\\)` or `\\[...\\]` is taken up to its closer (so `The answer is $5$
+    apples.` yields `$5$`); otherwise a trailing full stop is dropped. Longer than 200 characters: None.
+    """
+    last = None
+    for match in _ANSWER_PHRASE.finditer(text):
+        last = match
+    if last is None:
+        return None
+    end = text.find("\n", last.end())
+    rest = text[last.end() : end if end >= 0 else len(text)].strip()
+    for opener, closer in _PHRASE_CLOSERS:
+        if rest.startswith(opener):
+            close = rest.find(closer, len(opener))
+            if close > len(opener):
+                rest = rest[: close + len(closer)]
+            break
+    else:
+        rest = rest.rstrip(".").strip()
+    return rest if rest and len(rest) <= _PHRASE_MAX_CHARS else None
+
+
+def bare_answer(text: str) -> str | None:
+    """Return the stripped text when it is itself a short math expression (see the module docstring), else None."""
+    answer = text.strip()
+    if not answer or len(answer) > BARE_MAX_CHARS or "\n" in answer:
+        return None
+    core = normalise_answer(answer)[0]
+    if not _MATHY.search(core):
+        return None
+    words = _WORD.findall(_LATEX_TEXT.sub(" ", core))
+    return answer if all(word.lower() in MATH_WORDS for word in words) else None
+
+
 def extract_answer(text: str, fallback: str = "none") -> tuple[str | None, str | None]:
-    """Return `(answer, source)` where source is "boxed", "answer_tag", "gsm8k", "last_number" or None.
+    """Return `(answer, source)`; source is "boxed", "answer_tag", "gsm8k", "last_number", "answer_phrase", "bare"
+    or None.
 
     Never raises on any string; a non-string input yields `(None, None)`.
     """
@@ -122,4 +174,11 @@ def extract_answer(text: str, fallback: str = "none") -> tuple[str | None, str |
         number = extract_last_number(text)
         if number:
             return number, "last_number"
+    if fallback == "auto":
+        phrase = extract_answer_phrase(text)
+        if phrase:
+            return phrase, "answer_phrase"
+        bare = bare_answer(text)
+        if bare:
+            return bare, "bare"
     return None, None

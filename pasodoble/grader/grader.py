@@ -7,8 +7,10 @@ Used by the rewards and by the evaluation harness:
         rewards = [float(v.correct) for v in batch.verdicts]
         tracker.log(counters_to_metrics(batch.counters), step)
 
-Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number), look
-up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
+Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number or an
+`answer is` phrase / a bare answer), remove people's markup from gold and answer alike (`Answer:`, `$...$`, units,
+thousands separators, currency; `goldforms.py`, counted as `gold_normalised` / `answer_normalised` and
+`normalised_<kind>`), look up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
 runs math-verify's `parse` + `verify` under a hard limit on its CPU time (`pool.py`; workers parse LaTeX with ANTLR's
 faster SLL prediction first, with identical results, `sll.py`, and skip `simplify` where a numeric evaluation
 already proves two expressions different and `solve` for an equation already solved, `shortcuts.py`). A verdict
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from pasodoble.errors import ConfigError
 from pasodoble.grader.extract import FALLBACKS, extract_answer
 from pasodoble.grader.fastpath import fast_verdict
+from pasodoble.grader.goldforms import KINDS, normalise_answer
 from pasodoble.grader.pool import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -58,7 +61,12 @@ COUNTER_NAMES = (
     "fast_path",  # answered by the fast path
     "math_verify",  # sent to a math-verify worker
     "no_answer",  # no answer found in the response
-    "fallbacks",  # answer found only by the configured fallback (last number)
+    "fallbacks",  # answer found only by the configured fallback (last number, answer phrase or bare answer)
+    "answer_phrases",  # answers taken after an `answer is` / `Answer:` phrase (fallback "auto")
+    "bare_answers",  # responses that were themselves a short math expression (fallback "auto")
+    "gold_normalised",  # gold answers whose markup was removed before comparison (`goldforms.py`)
+    "answer_normalised",  # extracted answers whose markup was removed before comparison
+    *(f"normalised_{kind}" for kind in KINDS),  # golds and answers normalised, by kind of markup removed
     "timeouts",  # pairs whose check used up its CPU-time limit (now or, cached, earlier)
     "wall_timeouts",  # pairs abandoned at the wall-clock backstop: their worker used no CPU for the whole period
     "errors",  # pairs whose check raised or whose worker died
@@ -98,7 +106,10 @@ class GraderConfig:
     wall_limit_factor: float = 10.0  # hang backstop: kill a worker with no CPU use in this many timeout_s
     num_workers: int = 1  # math-verify worker processes
     cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
-    fallback: str = "none"  # answer source when no box/tag/####: "none" | "last_number"
+    fallback: str = (
+        "none"  # answer source when no box/tag/####: "none" | "last_number" | "auto" (phrase, bare)
+    )
+    decimal_comma: bool = False  # read `3,5` as 3.5 (a comma not followed by exactly 3 digits); else a set
     memory_limit_mb: int | None = 4096  # address-space cap of a worker; None means no cap
     # A pair whose gold or answer math-verify read only in part (counted as partial_parses): "keep" its verdict
     # (math-verify's), or "reject" it: graded wrong, since the verdict rests on a piece of the text (an answer
@@ -228,12 +239,19 @@ class Grader:
         counters["checks"] = len(golds)
         verdicts: list[Verdict | None] = [None] * len(golds)
         waiting: dict[tuple[str, str], list[int]] = {}
+        extracted: list[str | None] = [None] * len(
+            golds
+        )  # each response's answer as found, before normalising
         for index, (gold, response) in enumerate(zip(golds, responses, strict=True)):
             answer = self._answer(response, extract, counters)
             if answer is None:
                 verdicts[index] = Verdict(False, "no_answer", None)
                 continue
-            key = (str(gold).strip(), answer)
+            extracted[index] = answer
+            key = (
+                self._normalised(str(gold), "gold", counters),
+                self._normalised(answer, "answer", counters),
+            )
             known = self._known(key, counters)
             if known is not None:
                 verdicts[index] = Verdict(*known, answer)
@@ -244,7 +262,7 @@ class Grader:
             else:
                 waiting[key] = [index]
         if waiting:
-            self._check(waiting, verdicts, counters)
+            self._check(waiting, verdicts, counters, extracted)
         return GradeBatch([verdict for verdict in verdicts if verdict is not None], dict(counters))
 
     def _answer(self, response: str, extract: bool, counters: Counter[str]) -> str | None:
@@ -256,9 +274,19 @@ class Grader:
         if not answer:
             counters["no_answer"] += 1
             return None
-        if source == "last_number":
+        if source in ("last_number", "answer_phrase", "bare"):
             counters["fallbacks"] += 1
+            counters["answer_phrases"] += source == "answer_phrase"
+            counters["bare_answers"] += source == "bare"
         return answer
+
+    def _normalised(self, text: str, role: str, counters: Counter[str]) -> str:
+        """The text with people's markup removed (`goldforms.py`), counted by role and kind."""
+        result, kinds = normalise_answer(text.strip(), decimal_comma=self.config.decimal_comma)
+        if kinds:
+            counters[f"{role}_normalised"] += 1
+            counters.update(f"normalised_{kind}" for kind in kinds)
+        return result
 
     def _known(self, key: tuple[str, str], counters: Counter[str]) -> tuple[bool, str] | None:
         """(correct, status) from the cache or the fast path, or None when a worker must decide."""
@@ -278,6 +306,7 @@ class Grader:
         waiting: dict[tuple[str, str], list[int]],
         verdicts: list[Verdict | None],
         counters: Counter[str],
+        extracted: list[str | None],
     ) -> None:
         keys = list(waiting)
         results = self._workers().run(keys, self.config.timeout_s)
@@ -303,4 +332,4 @@ class Grader:
                     "grader %s (gold %.80r, answer %.80r): %s", result.status, *key, result.message
                 )
             for index in waiting[key]:
-                verdicts[index] = Verdict(correct, status, key[1])
+                verdicts[index] = Verdict(correct, status, extracted[index])

@@ -1,0 +1,125 @@
+"""Answers as people write them: strip the markup around a gold or an extracted answer before it is compared.
+
+Why: benchmark files in the wild write golds as `Answer: 7`, `\\(\\frac{1}{2}\\)`, `7.`, `45°`, `€5`, `3.50 dollars`
+or `1,234`; math-verify reads `\\boxed{Answer: 7}` as a product of letters over 7 and `\\boxed{45°}` as nothing, so
+a correct answer would be graded wrong without a word. How: `normalise_answer(text)` returns the answer with these
+wrappers removed plus the kinds removed (each counted by the grader as `gold_normalised` / `answer_normalised` and
+`normalised_<kind>`); it applies the same rules to golds and answers, so a pair that math-verify already reads
+(`12 cm` against `12`) keeps its verdict. Kinds, in the order applied:
+
+- `answer_prefix`: a leading `Answer:`, `Final answer:`, `The answer is` (any case; `=` or `:` after `answer`);
+- `delimiters`: the whole text inside `$...$`, `$$...$$`, `\\(...\\)` or `\\[...\\]`, or `$...$` followed by
+  words (`$12$ cm` -> `12 cm`);
+- `punctuation`: a trailing full stop after a digit, a letter or `}`;
+- `currency`: a leading `$`, `\\$`, `US$`, `€`, `£` or `¥` before a number;
+- `units`: a plain number followed by one to three words of two letters or more (`12 cm`, `5 apples`,
+  `3.50 dollars`, `45 degrees`) or by a degree sign (`45°`, `45 °C`); words math reads (`pi`, `sqrt`, `infty`,
+  `mod`, ...) are kept, and single letters are kept (`3 x` is 3x);
+- `thousands`: a number whose commas are all followed by exactly three digits (`1,234`, `12,345.5`) loses them;
+  any other comma is left alone (`3,5` stays the set {3, 5} as math-verify reads it);
+- `decimal_comma`: only when asked (`decimal_comma=True`): a number with one comma not followed by exactly three
+  digits (`3,5`, `0,25`) is read as a decimal (`3.5`). `1,234` stays a thousands separator even then.
+
+Texts longer than `MAX_CHARS` are returned unchanged (answers that long are not numbers with units); every pattern
+is anchored and has no nested repetition, so the cost is linear in the length. Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_CHARS = 200
+KINDS = ("answer_prefix", "delimiters", "punctuation", "currency", "units", "thousands", "decimal_comma")
+
+_PREFIX = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:|=)\s*", re.IGNORECASE)
+_WRAPPERS = (
+    re.compile(r"^\$\$([^$]+)\$\$$"),
+    re.compile(r"^\$([^$]+)\$$"),
+    re.compile(r"^\\\((.+)\\\)$", re.DOTALL),
+    re.compile(r"^\\\[(.+)\\\]$", re.DOTALL),
+)
+_DOLLARS_THEN_WORDS = re.compile(r"^\$([^$]+)\$(\s*[A-Za-z][A-Za-z ]*\.?)$")
+_TRAILING_STOP = re.compile(r"(?<=[A-Za-z\d}])\s*\.$")
+_NUM = r"-?(?:\d+(?:[.,]\d+)*|\.\d+)(?:\s*/\s*\d+)?|-?\\[dt]?frac\{\d+\}\{\d+\}"
+_CURRENCY = re.compile(rf"^(-?)\s*(?:US\$|\\\$|\$|€|£|¥)\s*({_NUM})$")
+_WORD_UNITS = re.compile(rf"^({_NUM})\s*([A-Za-z]{{2,}}(?:\s+[A-Za-z]{{2,}}){{0,2}})$")
+_DEGREES = re.compile(rf"^({_NUM})\s*[°º]\s*[CFK]?$")
+MATH_WORDS = frozenset(
+    {
+        "pi",
+        "sqrt",
+        "infty",
+        "inf",
+        "infinity",
+        "sin",
+        "cos",
+        "tan",
+        "cot",
+        "sec",
+        "csc",
+        "log",
+        "ln",
+        "exp",
+        "mod",
+        "frac",
+        "cdot",
+        "times",
+        "dfrac",
+        "tfrac",
+    }
+)  # words math-verify reads as math, never units
+_THOUSANDS = re.compile(r"^(-?)(\d{1,3}(?:,\d{3})+)(\.\d+)?$")
+_DECIMAL_COMMA = re.compile(r"^(-?\d+),(\d+)$")
+
+
+def _strip_prefix_and_wrappers(text: str, kinds: list[str]) -> str:
+    stripped = _PREFIX.sub("", text, count=1)
+    if stripped != text and stripped.strip():
+        kinds.append("answer_prefix")
+        text = stripped.strip()
+    for wrapper in _WRAPPERS:
+        match = wrapper.match(text)
+        if match and match.group(1).strip():
+            kinds.append("delimiters")
+            text = match.group(1).strip()
+            break
+    else:
+        if match := _DOLLARS_THEN_WORDS.match(text):
+            kinds.append("delimiters")
+            text = match.group(1).strip() + match.group(2)
+    return text
+
+
+def strip_wrappers(text: str) -> str:
+    """The answer without a leading `Answer:` phrase or math delimiters around it (the loader's gold reading)."""
+    if not isinstance(text, str) or len(text) > MAX_CHARS:
+        return text
+    return _strip_prefix_and_wrappers(text.strip(), [])
+
+
+def normalise_answer(text: str, *, decimal_comma: bool = False) -> tuple[str, tuple[str, ...]]:
+    """`(answer, kinds)`: the answer as math-verify should see it and the kinds of markup removed (see above)."""
+    if not isinstance(text, str) or len(text) > MAX_CHARS:
+        return text, ()
+    kinds: list[str] = []
+    text = _strip_prefix_and_wrappers(text.strip(), kinds)
+    stopped = _TRAILING_STOP.sub("", text)
+    if stopped != text and stopped:
+        kinds.append("punctuation")
+        text = stopped
+    if match := _CURRENCY.match(text):
+        kinds.append("currency")
+        text = match.group(1) + match.group(2)
+    words = _WORD_UNITS.match(text)
+    if words and MATH_WORDS.intersection(words.group(2).lower().split()):
+        words = None
+    if match := _DEGREES.match(text) or words:
+        kinds.append("units")
+        text = match.group(1)
+    if match := _THOUSANDS.match(text):
+        kinds.append("thousands")
+        text = match.group(1) + match.group(2).replace(",", "") + (match.group(3) or "")
+    elif decimal_comma and (match := _DECIMAL_COMMA.match(text)):
+        kinds.append("decimal_comma")
+        text = f"{match.group(1)}.{match.group(2)}"
+    return text, tuple(kinds)
