@@ -19,7 +19,7 @@ from pasodoble.config import apply_override
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.problems import parse_answers, read_rows
 from pasodoble.evals.samples import load_resume_state
-from pasodoble.grader import extract, fastpath
+from pasodoble.grader import extract, fastpath, goldforms
 from pasodoble.grader.cli import _read_rows as verify_answers_rows
 from pasodoble.io import read_jsonl
 from pasodoble.jsonl import LineError, decode_line, read_jsonl_skipping
@@ -52,6 +52,12 @@ PARSERS: dict[str, Target] = {
     "extract.extract_last_number": (extract.extract_last_number, ()),
     "extract.extract_answer": (extract.extract_answer, ()),
     "extract.extract_answer(last_number)": (lambda t: extract.extract_answer(t, "last_number"), ()),
+    "extract.extract_answer(auto)": (lambda t: extract.extract_answer(t, "auto"), ()),
+    "goldforms.normalise_answer": (goldforms.normalise_answer, ()),
+    "goldforms.normalise_answer(decimal_comma)": (
+        lambda t: goldforms.normalise_answer(t, decimal_comma=True),
+        (),
+    ),
     "fastpath.normalised": (fastpath.normalised, ()),
     "fastpath.parse_number": (fastpath.parse_number, ()),
     "fastpath.fast_verdict": (lambda t: fastpath.fast_verdict(*_half(t)), ()),

@@ -158,3 +158,16 @@ def test_verify_answers_reads_bare_answers_without_flags(tmp_path):
         "normalised 3 gold(s) and 0 answer(s) (answer_prefix 1, units 1, thousands 1); "
         "answers found after 'answer is' 0, bare answers 4" in done.stderr
     )
+
+
+def test_benchmark_golds_keep_their_math_verify_value(data_dir):
+    """Each shipped benchmark gold that normalisation changes means the same to math-verify before and after."""
+    from math_verify import parse, verify
+
+    from pasodoble.evals.benchmarks import BENCHMARKS, load_benchmark
+
+    golds = {a for name in BENCHMARKS for p in load_benchmark(name, data_dir) for a in p.answers}
+    changed = sorted((gold, new) for gold in golds if (new := normalise_answer(gold)[0]) != gold.strip())
+    assert changed  # `\$18.90`, `58,500`, ...
+    for gold, new in changed:
+        assert verify(parse(f"\\boxed{{{gold}}}"), parse(f"\\boxed{{{new}}}")), (gold, new)
