@@ -33,7 +33,8 @@ def load_series(metrics_path: Path) -> dict[str, tuple[list[int], list[float]]]:
     return {k: (sorted(d), [d[s] for s in sorted(d)]) for k, d in by_key.items()}
 
 
-def _smooth(values: list[float], window: int) -> list[float]:
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over `window` points (fewer at the start); window <= 1 returns the values unchanged."""
     if window <= 1:
         return values
     out, acc = [], 0.0
@@ -79,7 +80,7 @@ def plot_metrics(
                     marker="." if len(steps) < 30 else None,
                 )
                 if smooth > 1:
-                    ax.plot(steps, _smooth(values, smooth), lw=1.5)
+                    ax.plot(steps, moving_average(values, smooth), lw=1.5)
                 ax.set_title(key, fontsize=9)
                 ax.set_xlabel("step", fontsize=8)
                 ax.tick_params(labelsize=7)

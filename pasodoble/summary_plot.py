@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from pasodoble.plotting import load_series
+from pasodoble.plotting import load_series, moving_average
 
 HIST = "proposer/pass_rate_hist/"
 
@@ -25,16 +25,6 @@ HIST = "proposer/pass_rate_hist/"
 def smooth_window(n_points: int) -> int:
     """Moving-average window: about a twentieth of the run, at least 1 (no smoothing on short runs)."""
     return max(1, n_points // 20)
-
-
-def moving_average(values: list[float], window: int) -> list[float]:
-    out, acc = [], 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= window:
-            acc -= values[i - window]
-        out.append(acc / min(i + 1, window))
-    return out
 
 
 def reward_rule(config: dict) -> str:

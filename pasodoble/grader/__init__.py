@@ -28,14 +28,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'pasodoble.grader' has no attribute {name!r}")
 
 
-__all__ = [
-    "COUNTER_NAMES",
-    "STATUSES",
-    "GradeBatch",
-    "Grader",
-    "GraderConfig",
-    "Verdict",
-    "counters_to_metrics",
-    "extract_answer",
-    "extract_boxed",
-]
+__all__ = [*_LAZY, "extract_answer", "extract_boxed"]
