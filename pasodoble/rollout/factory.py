@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from pasodoble.errors import ConfigError
+from pasodoble.precision import DTYPES
 from pasodoble.rollout.hf import HFEngine
 from pasodoble.rollout.settings import validate_engine
 
@@ -29,7 +30,9 @@ def _is_adapter(model) -> bool:
 def build_engine(name: str, role_cfg, model: torch.nn.Module, tokenizer, model_path: str | Path):
     engine = getattr(role_cfg, "engine", "hf")
     if engine == "hf":
-        return HFEngine(model, tokenizer, batch_size=role_cfg.generation_batch_size)
+        return HFEngine(
+            model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
+        )
     lora = getattr(role_cfg, "lora", None)
     try:
         validate_engine(
@@ -70,7 +73,9 @@ def build_shared_engine(roles_cfgs: dict, models: dict, tokenizer, base_path: st
     first = next(iter(roles_cfgs.values()))
     if first.engine == "hf":
         return {
-            n: HFEngine(models[n], tokenizer, batch_size=c.generation_batch_size)
+            n: HFEngine(
+                models[n], tokenizer, batch_size=c.generation_batch_size, autocast_dtype=DTYPES[c.dtype]
+            )
             for n, c in roles_cfgs.items()
         }
     for cfg in roles_cfgs.values():

@@ -25,14 +25,13 @@ from pasodoble.config import load_config, save_config
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.grader import Grader
 from pasodoble.models import check_model_spec
+from pasodoble.precision import DTYPES
 from pasodoble.sft.data import SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import TeacherConfig, build_teacher
 from pasodoble.sft.trainer import SFTConfig, load_examples, split_examples, train_sft
 from pasodoble.tracking import Tracker
 from pasodoble.world.build import WorldConfig
 from pasodoble.world.cache import TINY_PREFIX, ensure_sft_models, resolve_model
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
