@@ -51,18 +51,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
+    """What torchrun sets for one rank of a one-node run."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
 def launch(scenario: str, world: int = 2, timeout_s: float = 30.0) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
     for rank in range(world):
         env = {
             **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
+            **rank_env(rank, world, port),
             "TEST_TIMEOUT_S": str(timeout_s),
             "PYTHONPATH": str(ROOT),
         }

@@ -117,6 +117,18 @@ def weights(loop: DualPlay) -> dict[str, torch.Tensor]:
     }
 
 
+def assert_same_run(
+    full_dir: Path, full: DualPlay, cut_dir: Path, resumed: DualPlay, steps: int
+) -> list[dict]:
+    """The resumed run's metrics (outside time/ and proc/) and weights equal the uninterrupted run's."""
+    rows_full = [deterministic(r) for r in read_jsonl(full_dir / "metrics.jsonl")]
+    rows_cut = [deterministic(r) for r in read_jsonl(cut_dir / "metrics.jsonl")]
+    assert rows_full == rows_cut and len(rows_full) == steps
+    a, b = weights(full), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    return rows_full
+
+
 def test_in_process_resume_matches_uninterrupted_run(tmp_path):
     full, _ = build_loop(tmp_path / "full", steps=4)
     full.run()
@@ -126,12 +138,8 @@ def test_in_process_resume_matches_uninterrupted_run(tmp_path):
     resumed, sampler = build_loop(tmp_path / "cut", steps=4)
     assert prepare_resume(tmp_path / "cut", resumed, sampler) == 2
     resumed.run()
-    rows_full = [deterministic(r) for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
-    rows_cut = [deterministic(r) for r in read_jsonl(tmp_path / "cut" / "metrics.jsonl")]
-    assert rows_full == rows_cut and len(rows_full) == 4
+    rows_full = assert_same_run(tmp_path / "full", full, tmp_path / "cut", resumed, 4)
     assert sum(r["solver/update/applied"] for r in rows_full) >= 1  # the comparison covers real updates
-    a, b = weights(full), weights(resumed)
-    assert all(torch.equal(a[k], b[k]) for k in a)
     assert read_jsonl(tmp_path / "full" / "samples.jsonl") == read_jsonl(tmp_path / "cut" / "samples.jsonl")
     assert resumed.proposer.updates == full.proposer.updates
 

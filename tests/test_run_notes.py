@@ -6,15 +6,12 @@ import os
 import signal
 
 import pytest
-import torch
 
 from pasodoble.checkpoint import latest_checkpoint
-from pasodoble.io import read_jsonl
 from pasodoble.run_notes import resume_hint, stop_on_interrupt, train_finished
-from pasodoble.step_metrics import deterministic
 from pasodoble.threads import resolve_num_threads, usable_cpus
 from pasodoble.train import prepare_resume
-from tests.test_resume import build_loop, weights
+from tests.test_resume import assert_same_run, build_loop
 
 
 def _interrupt_during_call(loop, call: int, times: int = 1) -> None:
@@ -47,11 +44,7 @@ def test_first_ctrl_c_checkpoints_after_the_step_and_resume_matches(tmp_path, ca
     resumed, sampler = build_loop(tmp_path / "cut", steps=4)
     assert prepare_resume(tmp_path / "cut", resumed, sampler) == 2
     resumed.run()
-    rows_full = [deterministic(r) for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
-    rows_cut = [deterministic(r) for r in read_jsonl(tmp_path / "cut" / "metrics.jsonl")]
-    assert rows_full == rows_cut and len(rows_full) == 4
-    a, b = weights(full), weights(resumed)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_run(tmp_path / "full", full, tmp_path / "cut", resumed, 4)
 
 
 def test_second_ctrl_c_stops_now_and_names_the_checkpoint_to_resume_from(tmp_path, capsys):

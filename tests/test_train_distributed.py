@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_distributed import free_port
+from tests.test_distributed import free_port, rank_env
 
 pytestmark = pytest.mark.distributed
 
@@ -152,20 +152,12 @@ def spawn_ranks(world: int, args: list[str]) -> list[subprocess.Popen]:
     """The ranks as a launcher would start them, without one (so no launcher kills the survivors for us)."""
     port, procs = free_port(), []
     for rank in range(world):
-        rank_env = {
-            **env(),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
+        this_rank = {**env(), **rank_env(rank, world, port)}
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "pasodoble", "train", *args],
                 cwd=ROOT,
-                env=rank_env,
+                env=this_rank,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

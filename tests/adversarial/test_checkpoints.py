@@ -15,10 +15,8 @@ import torch
 
 from pasodoble.checkpoint import latest_checkpoint, write_manifest
 from pasodoble.errors import UserError
-from pasodoble.io import read_jsonl
-from pasodoble.step_metrics import deterministic
 from pasodoble.train import prepare_resume
-from tests.test_resume import build_loop, weights
+from tests.test_resume import assert_same_run, build_loop
 
 
 class Payload:
@@ -110,11 +108,7 @@ def test_damaged_newest_checkpoint_resumes_from_the_intact_one(tmp_path, capsys)
         and "step-3 is damaged (solver/model/model.safetensors is 1000 bytes" in warnings[0]
     )
     resumed.run()
-    rows_full = [deterministic(r) for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
-    rows_cut = [deterministic(r) for r in read_jsonl(tmp_path / "cut" / "metrics.jsonl")]
-    assert rows_full == rows_cut and len(rows_full) == 4
-    a, b = weights(full), weights(resumed)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_run(tmp_path / "full", full, tmp_path / "cut", resumed, 4)
 
 
 def test_strict_resume_stops_with_one_line(trained_run, tmp_path):

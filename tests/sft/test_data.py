@@ -34,6 +34,28 @@ KEY_ENV = "PASODOBLE_SFT_TEST_KEY"
 SERVER_SCRIPT = Path(__file__).with_name("openai_server.py")
 
 
+def server_env() -> dict:
+    return {**os.environ, KEY_ENV: KEY, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+def start_server_process(model_dir: Path, port_file: Path) -> tuple[subprocess.Popen, str]:
+    """The loopback test server as a process of its own (so a test can SIGKILL it); returns it and its URL."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER_SCRIPT), "--model", str(model_dir), "--port-file", str(port_file)]
+        + ["--key-env", KEY_ENV],
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300  # hang guard only
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("test server did not start")
+        time.sleep(0.1)
+    return proc, port_file.read_text()
+
+
 def config(out: Path, base_url: str, corpus: Path, **kw) -> dict:
     teacher = {
         "model": "tiny",
@@ -168,31 +190,10 @@ def test_server_killed_mid_run_then_resumed(cold_models, tmp_path, monkeypatch):
     """The endpoint process is killed while requests are in flight; the run ends with error rows; a new endpoint
     and a rerun reach the target with every earlier kept row intact."""
     model_dir, corpus = cold_models
-    env = {**os.environ, KEY_ENV: KEY, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     monkeypatch.setenv(KEY_ENV, KEY)
 
     def start_server(name: str):
-        port_file = tmp_path / f"{name}.port"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(SERVER_SCRIPT),
-                "--model",
-                str(model_dir),
-                "--port-file",
-                str(port_file),
-                "--key-env",
-                KEY_ENV,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 300  # hang guard only
-        while not port_file.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "test server did not start"
-            time.sleep(0.1)
-        return proc, port_file.read_text()
+        return start_server_process(model_dir, tmp_path / f"{name}.port")
 
     out = tmp_path / "out"
     proc, url = start_server("a")
@@ -260,33 +261,13 @@ def test_cli_killed_with_sigkill_half_way_resumes_to_the_target(cold_models, tmp
     """Acceptance: the CLI, killed with SIGKILL half-way and rerun, ends with the target count, no duplicate and
     no lost example, and the key's value is in no file and no log."""
     model_dir, corpus = cold_models
-    env = {**os.environ, KEY_ENV: KEY, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    port_file = tmp_path / "server.port"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(SERVER_SCRIPT),
-            "--model",
-            str(model_dir),
-            "--port-file",
-            str(port_file),
-            "--key-env",
-            KEY_ENV,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    env = server_env()
     target, out = 40, tmp_path / "out"
     logs = []
+    server, url = start_server_process(model_dir, tmp_path / "server.port")
     try:
-        while not port_file.exists():
-            assert server.poll() is None
-            time.sleep(0.1)
         recipe = tmp_path / "r.yaml"
-        recipe.write_text(
-            yaml.safe_dump(config(out, port_file.read_text(), corpus, target_kept=target, max_passages=60))
-        )
+        recipe.write_text(yaml.safe_dump(config(out, url, corpus, target_kept=target, max_passages=60)))
         cmd = [sys.executable, "-m", "pasodoble", "sft-data", "--config", str(recipe)]
         first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while True:
