@@ -1,26 +1,25 @@
 """`pasodoble demo`: the tiny world end to end on a CPU in minutes.
 
-Phases (one log line each, with seconds): build the world and SFT both roles (cached, see `world/cache.py`) ->
-evaluate the Solver on the held-out tiers, greedy and sampled -> write the run directory:
+Phases (one log line each, with seconds): build the world and SFT both roles (cached, see `world/cache.py`; the
+warm-up stops when the next tier is half-learned, `world/select.py`) -> evaluate the SFT Solver on the held-out
+tiers, greedy and sampled -> a short online dual-play run (`dualplay.steps`, recipe `dualplay.recipe` with
+`dualplay.overrides`, the demo's world and SFT settings) -> evaluate its final Solver the same way -> print the
+per-tier table of both with the change, and the change on the tiers above the SFT data. Run directory:
 
     RUN_DIR/config.yaml          resolved config (`pasodoble demo --config RUN_DIR/config.yaml` reruns it)
-    RUN_DIR/metrics.jsonl        SFT losses, then the evaluation scores
+    RUN_DIR/metrics.jsonl        SFT losses and stop-rule checks, then both evaluations' scores
     RUN_DIR/checkpoints/         the SFT checkpoints (HF format)
-    RUN_DIR/eval/                greedy/ and sampled/ (samples.jsonl, results.json, results.md of each),
-                                 results.json + results.md (the per-tier table)
+    RUN_DIR/dualplay/            the dual-play run (metrics.jsonl, samples.jsonl, checkpoints)
+    RUN_DIR/eval/sft/, eval/dualplay/
+                                 greedy/ and sampled/ (samples.jsonl, results.json, results.md), results.json,
+                                 results.md (the per-tier table of that Solver)
+    RUN_DIR/eval/results.md      SFT start vs after dual-play, per tier, with the change in points
+    RUN_DIR/eval/results.json    both summaries, the change per tier, the tiers above the SFT data
     RUN_DIR/sft_loss.png         SFT loss curves
 
-The per-tier table reports greedy accuracy, the sampled mean accuracy (avg@k), pass@k, and the share of problems
+The per-tier tables report greedy accuracy, the sampled mean accuracy (avg@k), pass@k, and the share of problems
 whose sampled pass rate lies in the learnable band (0.2, 1): dual-play's Solver update only learns from those.
-Between SFT and the evaluation, a short online dual-play run (`dualplay.steps`, recipe `dualplay.recipe`, the
-demo's world and SFT settings) trains both roles; its run directory is `RUN_DIR/dualplay/` (metrics.jsonl,
-samples.jsonl, checkpoints) and the evaluated Solver is its final checkpoint. `dualplay.steps=0` evaluates the SFT
-Solver instead.
-
-Measured with the defaults on a 2-core machine (load average 1.7 at the start): 4.5 minutes in all (world + SFT
-234 s, evaluation 35 s). Solver greedy accuracy t1 100%, t2 95%, t3 73%, t4 0%; sampled (8 at T=1) avg@8
-97/85/47/0; share of problems with a pass rate in the band: t1 23%, t2 54%, t3 78%, t4 0. The t3 outcome is
-sensitive to the share of t3 in the SFT data (tuning table in `world/build.py`).
+`dualplay.steps=0` evaluates the SFT Solver alone. Measured figures: docs/EXPERIMENTS.md ("The demo").
 
 Run: `pasodoble demo [--config FILE] [--out DIR] [key=value ...]`, e.g. `pasodoble demo sft.max_steps=200`.
 """
@@ -108,17 +107,16 @@ def band_shares(samples_path: Path) -> dict[str, float]:
     return {source: sum(flags) / len(flags) for source, flags in in_band.items()}
 
 
-def tier_table(greedy: dict, sampled: dict, band: dict[str, float], k: int) -> str:
-    """Markdown: one row per tier."""
+def tier_table(summary: dict, k: int) -> str:
+    """Markdown: one row per tier of an `evaluate_solver` summary."""
     lines = [
         f"| Tier | Problems | n | Greedy acc | Sampled avg@{k} | pass@{k} | In band (0.2, 1) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for tier, g in greedy["per_source"].items():
-        s = sampled["per_source"][tier]
+    for tier, r in summary["per_tier"].items():
         lines.append(
-            f"| {tier} | {TIER_DESCRIPTIONS.get(tier, tier)} | {int(g['n'])} | {100 * g['avg@k']:.1f} "
-            f"| {100 * s['avg@k']:.1f} | {100 * s['pass@k']:.1f} | {100 * band[tier]:.1f} |"
+            f"| {tier} | {TIER_DESCRIPTIONS.get(tier, tier)} | {int(r['n'])} | {100 * r['greedy_acc']:.1f} "
+            f"| {100 * r['sampled_avg']:.1f} | {100 * r['sampled_pass']:.1f} | {100 * r['in_band']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -207,10 +205,10 @@ def evaluate_solver(
         "settings": {name: r["settings"] for name, r in results.items()},
     }
     write_json_atomic(out_dir / "results.json", summary)
-    table = tier_table(results["greedy"], results["sampled"], band, config.num_samples)
+    table = tier_table(summary, config.num_samples)
     write_text_atomic(
         out_dir / "results.md",
-        f"# Solver per tier (after SFT and the dual-play run, if any)\n\n{table}\n\n"
+        f"# Solver per tier\n\n{table}\n\n"
         f"Sampled: k={config.num_samples}, temperature={config.temperature}; model `{model_dir}`.\n",
     )
     return summary
@@ -246,6 +244,50 @@ def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None) ->
     return latest_checkpoint(out) / "solver" / "model"
 
 
+def tiers_above_sft(world: WorldConfig) -> list[str]:
+    """The tiers the SFT data does not teach outright: the next tier (a small share) and every tier above it."""
+    from pasodoble.world.problems import TIERS
+
+    return [t for t in TIERS if t not in world.sft_tiers]
+
+
+def change_table(before: dict, after: dict, above: list[str]) -> str:
+    """Markdown: per tier, the SFT start and the dual-play Solver, greedy and sampled, with the change in points."""
+    lines = [
+        "| Tier | n | Greedy SFT | Greedy after | change | Sampled SFT | Sampled after | change "
+        "| In band SFT | In band after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for tier, b in before["per_tier"].items():
+        a = after["per_tier"][tier]
+        g, s = 100 * (a["greedy_acc"] - b["greedy_acc"]), 100 * (a["sampled_avg"] - b["sampled_avg"])
+        mark = " (above SFT)" if tier in above else ""
+        lines.append(
+            f"| {tier}{mark} | {int(b['n'])} | {100 * b['greedy_acc']:.1f} | {100 * a['greedy_acc']:.1f} | {g:+.1f} "
+            f"| {100 * b['sampled_avg']:.1f} | {100 * a['sampled_avg']:.1f} | {s:+.1f} "
+            f"| {100 * b['in_band']:.0f}% | {100 * a['in_band']:.0f}% |"
+        )
+    return "\n".join(lines)
+
+
+def changes(before: dict, after: dict) -> dict[str, dict[str, float]]:
+    """Per tier: after minus before, greedy and sampled, as fractions."""
+    return {
+        tier: {key: after["per_tier"][tier][key] - b[key] for key in ("greedy_acc", "sampled_avg", "in_band")}
+        for tier, b in before["per_tier"].items()
+    }
+
+
+def _log_eval(tracker: Tracker, summary: dict, prefix: str, step: int) -> None:
+    metrics = {
+        f"{prefix}_{tier}/{name}": value
+        for tier, row in summary["per_tier"].items()
+        for name, value in row.items()
+        if name != "n"
+    }
+    tracker.log(metrics, step=step)
+
+
 def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
     """Run every phase (module docstring); returns the run directory."""
     run_dir = Path(config.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -256,6 +298,14 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     started = time.perf_counter()
     log.info("[demo] run directory %s", run_dir)
+    eval_dir = run_dir / "eval"
+
+    def note(summary: dict) -> str:
+        return "  ".join(
+            f"{t} greedy {r['greedy_acc']:.2f} band {r['in_band']:.2f}"
+            for t, r in summary["per_tier"].items()
+        )
+
     with Tracker(run_dir) as tracker:
         with _Phase("world+sft") as phase:
             cache = run_dir / "cache" if config.fresh else config.cache_dir
@@ -264,29 +314,54 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
                 tracker.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
             solver_dir = _copy_checkpoints(models, run_dir)
             phase.note = f"models in {models.solver_dir.parent}"
+        problems = load_tier_problems(models.world.tiers, config.eval.problems_per_tier)
+        with _Phase("eval sft") as phase:
+            before = evaluate_solver(solver_dir, problems, config.eval, eval_dir / "sft", progress=progress)
+            _log_eval(tracker, before, "solver/sft_eval", config.sft.max_steps)
+            phase.note = note(before)
+        after = None
         if config.dualplay.steps > 0:
             with _Phase("dual-play") as phase:
                 solver_dir = run_dualplay(config, run_dir, cache)
                 phase.note = f"{config.dualplay.steps} online steps in {run_dir / 'dualplay'}"
-        with _Phase("eval") as phase:
-            problems = load_tier_problems(models.world.tiers, config.eval.problems_per_tier)
-            summary = evaluate_solver(solver_dir, problems, config.eval, run_dir / "eval", progress=progress)
-            metrics = {
-                f"solver/eval_{tier}/{name}": value
-                for tier, row in summary["per_tier"].items()
-                for name, value in row.items()
-                if name != "n"
-            }
-            tracker.log(metrics, step=config.sft.max_steps)
-            phase.note = "  ".join(
-                f"{t} greedy {r['greedy_acc']:.2f} band {r['in_band']:.2f}"
-                for t, r in summary["per_tier"].items()
-            )
+            with _Phase("eval after") as phase:
+                after = evaluate_solver(
+                    solver_dir, problems, config.eval, eval_dir / "dualplay", progress=progress
+                )
+                phase.note = note(after)
+        final = after or before
+        _log_eval(tracker, final, "solver/eval", config.sft.max_steps + config.dualplay.steps)
+        above = tiers_above_sft(config.world)
+        summary = {"sft": before, "dualplay": after, "tiers_above_sft": above}
+        if after is not None:
+            summary["change"] = changes(before, after)
+            table = change_table(before, after, above)
+            title = f"Solver per tier: SFT start vs after {config.dualplay.steps} online dual-play steps"
+        else:
+            table = tier_table(before, config.eval.num_samples)
+            title = "Solver per tier after SFT (no dual-play run)"
+        write_json_atomic(eval_dir / "results.json", summary)
+        k, temp = config.eval.num_samples, config.eval.temperature
+        write_text_atomic(
+            eval_dir / "results.md",
+            f"# {title}\n\n{table}\n\nGreedy accuracy and sampled avg@{k} at temperature {temp} (%), change in "
+            f"points; in band: share of problems whose sampled pass rate is in (0.2, 1).\n",
+        )
         with _Phase("plot"):
             plot_sft_loss(run_dir / "metrics.jsonl", run_dir / "sft_loss.png")
-    log.info(
-        "[demo] done in %.1fs; table in %s", time.perf_counter() - started, run_dir / "eval" / "results.md"
-    )
+    log.info("[demo] %s (%s)", title, eval_dir / "results.md")
+    for line in table.splitlines():
+        log.info("%s", line)
+    if after is not None:
+        for tier in above:
+            c = summary["change"][tier]
+            log.info(
+                "[demo] %s (above the SFT data): greedy %+.1f, sampled %+.1f points over the SFT start",
+                tier,
+                100 * c["greedy_acc"],
+                100 * c["sampled_avg"],
+            )
+    log.info("[demo] done in %.1fs", time.perf_counter() - started)
     return run_dir
 
 

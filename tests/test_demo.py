@@ -5,9 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
 import yaml
 
-from pasodoble.demo import DemoConfig, DemoEvalConfig, band_shares, register, run_demo
+from pasodoble.demo import (
+    DemoConfig,
+    DemoEvalConfig,
+    band_shares,
+    change_table,
+    changes,
+    register,
+    run_demo,
+)
 from pasodoble.io import append_jsonl, read_jsonl
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
@@ -33,13 +42,20 @@ def test_demo_minimal_end_to_end(tmp_path):
     rows = read_jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows if "both/sft/loss" in r] == [2, 4]
     assert "solver/eval_t1/greedy_acc" in rows[-1]
+    assert any("solver/sft_eval_t3/greedy_acc" in r for r in rows)
     assert (run / "checkpoints" / "sft" / "model.safetensors").is_file()
     results = json.loads((run / "eval" / "results.json").read_text())
-    assert set(results["per_tier"]) == {"t1", "t2", "t3", "t4"}
-    assert all(r["n"] == 2 for r in results["per_tier"].values())
-    assert "| t3 |" in (run / "eval" / "results.md").read_text()
-    assert len(read_jsonl(run / "eval" / "sampled" / "samples.jsonl")) == 8 * 2
-    assert (run / "eval" / "greedy" / "results.md").is_file()
+    assert results["tiers_above_sft"] == ["t3", "t4"]
+    for phase in ("sft", "dualplay"):  # the SFT start and the dual-play Solver, measured in the same run
+        assert set(results[phase]["per_tier"]) == {"t1", "t2", "t3", "t4"}
+        assert all(r["n"] == 2 for r in results[phase]["per_tier"].values())
+        assert len(read_jsonl(run / "eval" / phase / "sampled" / "samples.jsonl")) == 8 * 2
+        assert (run / "eval" / phase / "greedy" / "results.md").is_file()
+    for tier, change in results["change"].items():
+        before, after = results["sft"]["per_tier"][tier], results["dualplay"]["per_tier"][tier]
+        assert change["sampled_avg"] == after["sampled_avg"] - before["sampled_avg"]
+    assert "| t3 (above SFT) |" in (run / "eval" / "results.md").read_text()
+    assert "dualplay" in str(results["dualplay"]["model"])  # the evaluated Solver is the dual-play run's
     assert (run / "sft_loss.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -61,3 +77,13 @@ def test_recipe_spells_out_the_defaults():
 
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"
     assert load_config(DemoConfig, recipe) == DemoConfig()
+
+
+def test_change_table_signs():
+    def summary(greedy, sampled):
+        return {"per_tier": {"t3": {"greedy_acc": greedy, "sampled_avg": sampled, "in_band": 0.5, "n": 10}}}
+
+    before, after = summary(0.5, 0.4), summary(0.6, 0.3)
+    assert changes(before, after)["t3"]["greedy_acc"] == pytest.approx(0.1)
+    row = change_table(before, after, ["t3"]).splitlines()[-1]
+    assert row.startswith("| t3 (above SFT) | 10 | 50.0 | 60.0 | +10.0 | 40.0 | 30.0 | -10.0 |")

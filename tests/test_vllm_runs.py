@@ -21,7 +21,11 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(5400)]  # 
 from pasodoble.config import load_config  # noqa: E402
 from pasodoble.train import TrainConfig, run_train  # noqa: E402
 
-WORLD = ["world.model.head_dim=32"]  # the default tiny world with 32-wide heads (its SFT cached once)
+WORLD = [
+    "world.model.head_dim=32",
+    "world.select.every=0",
+    "sft.max_steps=800",
+]  # the default world, 32-wide heads, 800 SFT steps (cached once)
 CHEAP = [
     "schedule.passages_per_step=1",
     "proposer.num_generations=4",

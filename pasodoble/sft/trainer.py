@@ -328,8 +328,12 @@ def train_sft(
     progress=True,
     role="model",
     accelerator=None,
+    stop=None,
 ) -> dict:
     """Fine-tune `model` in place on `examples`; log `<role>/sft/*` rows to `tracker`; return summary metrics.
+
+    `stop(step)`, when given, is called after each optimizer step (`step` counts from 1); True ends training there
+    (the tiny world's warm-up stops this way, `world/select.py`).
 
     With `eval_examples`, `<role>/sft/eval_loss` is logged before training, every `eval_every` steps and at the end.
     With an `accelerate.Accelerator` of several processes, each process runs its share of every batch (see _Shard).
@@ -390,15 +394,18 @@ def train_sft(
                 tracker.log(row, step=step + 1)
             bar.set_postfix(loss=f"{mean_loss:.3f}")
             window_loss = 0.0
-        last = step + 1 == config.max_steps
+        stopping = stop is not None and stop(step + 1)
+        last = stopping or step + 1 == config.max_steps
         if held is not None and (last or (config.eval_every and (step + 1) % config.eval_every == 0)):
             evaluate(step + 1)
+        if stopping:
+            break
     model.eval()
     seconds = time.perf_counter() - start
     summary = {
         f"{role}/sft/loss_first": first_loss,
         f"{role}/sft/loss_last": mean_loss,
-        f"{role}/sft/steps": config.max_steps,
+        f"{role}/sft/steps": step + 1,
         f"{role}/sft/seconds": seconds,
         f"{role}/sft/tokens_per_s": tokens_total / seconds,
         f"{role}/sft/truncated": data.truncated,

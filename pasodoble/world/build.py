@@ -43,6 +43,7 @@ from pasodoble.errors import ConfigError
 from pasodoble.world import formats, problems, teacher
 from pasodoble.world.corpus import random_passage, worked_passage
 from pasodoble.world.model import ModelConfig, build_model
+from pasodoble.world.select import SelectConfig
 from pasodoble.world.tokenizer import build_tokenizer
 
 FORMAT_VERSION = 4  # bump when the files change for the same config, so caches rebuild
@@ -69,8 +70,11 @@ class WorldConfig:
     proposer_answer: str = "worked"
     vocab_size: int = 320  # BPE vocabulary, special and format tokens included
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
+    # when the SFT warm-up stops: at the first check where the next tier is half-learned (world/select.py)
+    select: SelectConfig = field(default_factory=SelectConfig)
 
     def validate(self) -> None:
+        self.select.validate()
         named = [("sft_tiers", t) for t in self.sft_tiers] + [("next_tier", self.next_tier)] * bool(
             self.next_tier
         )
@@ -120,6 +124,7 @@ class WorldConfig:
             sft_solver_examples=200,
             sft_proposer_examples=100,
             model=ModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8),
+            select=SelectConfig(every=0),
         )
 
     def mix(self, share: float, bridge: float = 0.0, top: float = 0.0) -> dict[str, float]:

@@ -28,11 +28,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import to_dict
 from pasodoble.errors import UserError
-from pasodoble.io import read_jsonl
+from pasodoble.io import read_jsonl, write_json_atomic
 from pasodoble.models import TINY_PREFIX, TINY_ROLES
 from pasodoble.sft import SFTConfig, train_sft
 from pasodoble.tracking import Tracker
 from pasodoble.world.build import FORMAT_VERSION, WorldConfig, WorldPaths, build_world
+from pasodoble.world.select import NextTierStop
 
 # SFT fields added after the cache format was fixed; at their defaults they change nothing in the trained weights, so
 # they are left out of the key and caches built before they existed stay valid
@@ -58,7 +59,10 @@ def cache_key(world: WorldConfig, sft: SFTConfig) -> str:
     sft_fields = {
         k: v for k, v in to_dict(sft).items() if k not in _KEY_SKIPS_AT_DEFAULT or v != _SFT_DEFAULTS[k]
     }
-    blob = json.dumps({"v": FORMAT_VERSION, "world": to_dict(world), "sft": sft_fields}, sort_keys=True)
+    world_fields = to_dict(world)
+    if not world.select.every:  # off trains as before the field existed: those cache entries stay valid
+        world_fields.pop("select")
+    blob = json.dumps({"v": FORMAT_VERSION, "world": world_fields, "sft": sft_fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -86,6 +90,21 @@ def warm_up(root: Path, world: WorldConfig, sft: SFTConfig, *, progress: bool = 
         for name, examples in runs.items():
             tokenizer = AutoTokenizer.from_pretrained(paths.tokenizer_dir)
             model = AutoModelForCausalLM.from_pretrained(paths.base_model_dir)
+            stop = None
+            if (
+                world.select.every and name != "proposer"
+            ):  # the Solver's skills decide when the start is ready
+                sft_prompts = {e["prompt"] for e in solver_data}
+                stop = NextTierStop(
+                    model,
+                    tokenizer,
+                    world.select,
+                    world.sft_tiers,
+                    world.next_tier,
+                    sft_prompts,
+                    world.seed,
+                    tracker,
+                )
             train_sft(
                 model,
                 tokenizer,
@@ -94,7 +113,10 @@ def warm_up(root: Path, world: WorldConfig, sft: SFTConfig, *, progress: bool = 
                 tracker=tracker,
                 progress=progress,
                 role="both" if name == "sft" else name,
+                stop=stop,
             )
+            if stop is not None:
+                write_json_atomic(root / "select.json", stop.report(sft.max_steps))
             model.save_pretrained(root / name)
             tokenizer.save_pretrained(root / name)
     finally:
