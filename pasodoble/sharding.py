@@ -47,9 +47,28 @@ class Unsharded:
         params = [p for p in model.parameters() if p.grad is not None]
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
 
+    def gathered(self, model: torch.nn.Module):
+        """A phase (generation, scoring, update) run on the full weights: here they always are."""
+        return contextlib.nullcontext()
 
-class Accelerated:
-    """Both roles prepared by Accelerate in the same processes, one `prepare` call per role."""
+    def refresh(self, model: torch.nn.Module) -> None:
+        """After optimizer.step() inside `gathered`: nothing to refresh, the module holds the stepped weights."""
+
+    def full_state(self, model: torch.nn.Module, optimizer, *, all_ranks: bool = False) -> dict | None:
+        """Full weights and optimizer state for a checkpoint (every rank calls it); None: the live module and
+        optimizer are already full, save them as they are."""
+        return None
+
+    def load_weights(self, model: torch.nn.Module, state_dict: dict) -> None:
+        model.load_state_dict(state_dict)
+
+    def load_optimizer(self, model: torch.nn.Module, optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+
+class Accelerated(Unsharded):
+    """Both roles prepared by Accelerate in the same processes, one `prepare` call per role; every rank holds the
+    full weights (DDP) or DeepSpeed's own partitioning."""
 
     def __init__(
         self, backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False
@@ -57,18 +76,9 @@ class Accelerated:
         from accelerate import Accelerator
 
         self.backend, self.world_size = backend, world_size
-        self.grad_scale = float(world_size)  # DDP / FSDP / ZeRO average gradients over ranks
+        self.grad_scale = float(world_size)  # DDP / ZeRO average gradients over ranks
         kwargs: dict = {"cpu": not torch.cuda.is_available()}
-        if backend == "fsdp2":
-            from accelerate import FullyShardedDataParallelPlugin
-
-            kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
-                fsdp_version=2,
-                reshard_after_forward=True,
-                cpu_offload=offload_optimizer,
-                state_dict_type="FULL_STATE_DICT",
-            )
-        elif backend == "deepspeed":
+        if backend == "deepspeed":
             from accelerate import DeepSpeedPlugin
 
             def plugin() -> DeepSpeedPlugin:
@@ -99,9 +109,10 @@ class Accelerated:
 
 
 class FullyShard(Unsharded):
-    """torch's FSDP2 (`fully_shard`, the engine Accelerate drives for `fsdp_version=2`), applied directly: each
-    decoder layer and then the whole model, over all ranks. Used where Accelerate will not select FSDP (CPU runs);
-    the update path only: see `NOT_WIRED` for what the loop still lacks."""
+    """torch's FSDP2 (`fully_shard`) applied directly: each decoder layer and then the whole model, over all ranks
+    (on CPU/gloo and GPU/NCCL alike; Accelerate only selects FSDP for GPU runs). Weights, gradients and AdamW
+    states are sharded between phases; inside a phase (`gathered`) the full weights are held, see the module
+    docstring."""
 
     def __init__(self, world_size: int, *, offload: bool = False):
         from torch.distributed.device_mesh import init_device_mesh
@@ -109,6 +120,8 @@ class FullyShard(Unsharded):
         self.grad_scale = float(world_size)  # FSDP2's reduce-scatter averages over ranks
         self.offload = offload
         self.mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (world_size,))
+        self._sharded: dict[int, list[torch.nn.Parameter]] = {}  # id(model) -> its sharded parameters
+        self._depth: dict[int, int] = {}  # id(model) -> nesting depth of `gathered`
 
     def prepare(self, name: str, model: torch.nn.Module, optimizer):
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
@@ -117,33 +130,142 @@ class FullyShard(Unsharded):
         for layer in getattr(getattr(model, "model", model), "layers", []):
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
+        # Inside a phase nothing reshards: forwards and backwards then run no collective (ranks run different
+        # numbers of them); gradients still reduce-scatter on the synced backward.
+        model.set_reshard_after_forward(False)
+        model.set_reshard_after_backward(False)
         # fully_shard replaced the parameters by sharded ones: point the optimizer (and its scheduler) at them.
-        optimizer.param_groups[0]["params"] = [p for p in model.parameters() if p.requires_grad]
+        self._sharded[id(model)] = [p for p in model.parameters() if p.requires_grad]
+        optimizer.param_groups[0]["params"] = list(self._sharded[id(model)])
         return model, optimizer
+
+    @staticmethod
+    def _fsdp_modules(model: torch.nn.Module) -> list:
+        from torch.distributed.fsdp import FSDPModule
+
+        return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+    @contextlib.contextmanager
+    def gathered(self, model: torch.nn.Module):
+        """Every rank enters (a collective: one all-gather per FSDP module); inside, the full weights are
+        registered and no forward or backward communicates. Nested entries gather once."""
+        key = id(model)
+        outer = self._depth.get(key, 0) == 0
+        if outer:
+            for module in self._fsdp_modules(model):
+                module.unshard()
+        self._depth[key] = self._depth.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self._depth[key] -= 1
+            if outer:
+                for module in self._fsdp_modules(model):
+                    module.reshard()
+
+    def refresh(self, model: torch.nn.Module) -> None:
+        """After optimizer.step(): the gathered copy is stale, so drop it and gather the stepped shards again."""
+        if self._depth.get(id(model), 0) == 0:
+            return
+        modules = self._fsdp_modules(model)
+        for module in modules:
+            module.reshard()
+        for module in modules:
+            module.unshard()
 
     def accumulate(self, model: torch.nn.Module, last: bool):
         model.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
     def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
-        params = [p for p in model.parameters() if p.grad is not None]
+        # The sharded parameters hold the reduced gradients (inside a phase the module lists the gathered ones).
+        params = [p for p in self._sharded.get(id(model), model.parameters()) if p.grad is not None]
         if not params:
             return 0.0
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)  # a collective on DTensor gradients
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def full_state(self, model: torch.nn.Module, optimizer, *, all_ranks: bool = False) -> dict | None:
+        """Full weights and optimizer state, gathered from the shards (every rank calls it); rank 0 gets them,
+        every rank with `all_ranks`. The optimizer state is keyed by parameter index, as `Optimizer.state_dict()`
+        of an unsharded model, so a checkpoint loads on any world size and any backend."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        if id(model) not in self._sharded:  # a frozen role: never sharded
+            return None
+        options = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
+        out = {"model": _tie(model, get_model_state_dict(model, options=options))}
+        if optimizer is not None:
+            if not optimizer.state:  # no step yet: nothing to gather (and torch would take a zero step)
+                out["optimizer"] = optimizer.state_dict()
+            else:
+                out["optimizer"] = _by_index(get_optimizer_state_dict(model, optimizer, options=options))
+        return out
+
+    def load_weights(self, model: torch.nn.Module, state_dict: dict) -> None:
+        """Full (unsharded) weights into the shards: each rank keeps its slice."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        if id(model) not in self._sharded:
+            return super().load_weights(model, state_dict)
+        set_model_state_dict(model, state_dict, options=StateDictOptions(full_state_dict=True))
+
+    def load_optimizer(self, model: torch.nn.Module, optimizer, state: dict) -> None:
+        """An index-keyed full optimizer state (what `full_state` saves) into the sharded AdamW states."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        if not state["state"]:  # saved before the first step: only the hyperparameters
+            return super().load_optimizer(model, optimizer, state)
+        names = {p: n for n, p in model.named_parameters()}
+        order = [names[p] for g in optimizer.param_groups for p in g["params"]]
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(model, optimizer, _by_name(state, order), options=options)
+
+
+def _tie(model: torch.nn.Module, state_dict: dict) -> dict:
+    """Gathering copies tied parameters (embedding and LM head) separately: alias them again, as the module's own
+    state dict does, so `save_pretrained` writes one tensor for them."""
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first and name in state_dict and first[id(param)] in state_dict:
+            state_dict[name] = state_dict[first[id(param)]]
+        first.setdefault(id(param), name)
+    return state_dict
+
+
+def _by_index(state: dict) -> dict:
+    """torch's full optimizer state (keyed by parameter name) -> `Optimizer.state_dict()`'s layout (by index);
+    ranks that received nothing (all but rank 0 with `cpu_offload`) keep their empty dict."""
+    if not state:
+        return state
+    order = [name for group in state["param_groups"] for name in group["params"]]
+    index = {name: i for i, name in enumerate(order)}
+    return {
+        "state": {index[name]: value for name, value in state["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+def _by_name(state: dict, order: list[str]) -> dict:
+    """The inverse of `_by_index`, for the optimizer's parameters in `order`."""
+    return {
+        "state": {order[i]: value for i, value in state["state"].items()},
+        "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in state["param_groups"]],
+    }
 
 
 NOT_WIRED = {
-    "fsdp2": "its update path runs (FullyShard, tested on CPU/gloo), but the loop does not yet gather full weights "
-    "around each rank's generation phase (FSDP2 all-gathers in every forward, and ranks run different numbers of "
-    "forwards), nor full state dicts for checkpoints",
     "deepspeed": "Accelerate's DeepSpeed wrapper steps the optimizer inside backward() unless its gradient "
     "accumulation is configured per update, which the per-micro-batch loss weighting does not do yet",
 }
 
 
 def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
-    """`Unsharded` on one rank, else Accelerate with the configured backend."""
+    """`Unsharded` on one rank; `FullyShard` for fsdp2; else Accelerate with the configured backend."""
     if world_size <= 1:
         return Unsharded()
     if backend in NOT_WIRED:
@@ -152,6 +274,8 @@ def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offloa
         raise ConfigError(
             "distributed.backend",
             f"{backend} on {world_size} ranks is validated by `pasodoble layout` but not trained with yet: "
-            f"{NOT_WIRED[backend]}; use distributed.backend=ddp",
+            f"{NOT_WIRED[backend]}; use distributed.backend=ddp or fsdp2",
         )
+    if backend == "fsdp2":
+        return FullyShard(world_size, offload=offload_optimizer)
     return Accelerated(backend, world_size, zero_stage=zero_stage, offload_optimizer=offload_optimizer)

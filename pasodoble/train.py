@@ -241,15 +241,17 @@ def _evaluator_state(evaluator) -> dict | None:
 
 
 def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | None) -> Path | None:
-    """Rank 0 writes the checkpoint (every rank holds the same full weights and state); the others wait."""
+    """Rank 0 writes the checkpoint; the others wait. Sharded roles first gather their full state on every rank
+    (None for roles whose module is already full: every rank holds the same weights)."""
+    roles = [role for role in (loop.proposer, loop.solver) if role is not None]
+    states = {role.name: role.full_state() for role in roles}
     if loop.collective.rank != 0:
         loop.collective.barrier(f"checkpoint step {loop.state.step}")
         return None
 
     def write(tmp: Path) -> None:
-        for role in (loop.proposer, loop.solver):
-            if role is not None:
-                role.save(tmp / role.name)
+        for role in roles:
+            role.save(tmp / role.name, states[role.name])
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         state = {
             "loop": loop.state.state_dict(),
