@@ -224,6 +224,8 @@ class FullyShard(Unsharded):
         order = [names[p] for g in optimizer.param_groups for p in g["params"]]
         options = StateDictOptions(full_state_dict=True)
         set_optimizer_state_dict(model, optimizer, _by_name(state, order), options=options)
+        for group, saved in zip(optimizer.param_groups, state["param_groups"]):  # torch turns tuples into lists
+            group.update({k: v for k, v in saved.items() if k != "params"})
 
 
 def _tie(model: torch.nn.Module, state_dict: dict) -> dict:
@@ -262,6 +264,28 @@ NOT_WIRED = {
     "deepspeed": "Accelerate's DeepSpeed wrapper steps the optimizer inside backward() unless its gradient "
     "accumulation is configured per update, which the per-micro-batch loss weighting does not do yet",
 }
+
+
+def check_roles(backend: str, world_size: int, roles: dict) -> None:
+    """Refuse, before any model loads, the role settings FSDP2 on several ranks does not train with yet."""
+    if backend != "fsdp2" or world_size <= 1:
+        return
+    from pasodoble.errors import ConfigError
+
+    for name, cfg in roles.items():
+        if cfg.trainable and cfg.engine != "hf":
+            raise ConfigError(
+                f"{name}.engine",
+                f"{cfg.engine} with distributed.backend=fsdp2 on {world_size} ranks is not wired yet: the vLLM "
+                "engines sync weights by saving the role's module, which holds only this rank's shards under "
+                "FSDP2; use engine hf or distributed.backend=ddp",
+            )
+        if cfg.trainable and cfg.lora is not None:
+            raise ConfigError(
+                f"{name}.lora",
+                f"LoRA with distributed.backend=fsdp2 on {world_size} ranks is not wired yet (the adapter is "
+                "saved and synced from the wrapped module, not from gathered shards); use distributed.backend=ddp",
+            )
 
 
 def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):

@@ -51,7 +51,7 @@ from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
-from pasodoble.sharding import build_sharding
+from pasodoble.sharding import build_sharding, check_roles
 from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
@@ -169,6 +169,8 @@ def build_roles(cfg: TrainConfig, world_size: int = 1) -> tuple[Role | None, Rol
             )
         return build_shared_roles(cfg.proposer, cfg.solver, base, updates=(p_updates, s_updates))
     d = cfg.distributed
+    roles = {"solver": cfg.solver, **({"proposer": cfg.proposer} if cfg.schedule.mode != "oracle" else {})}
+    check_roles(d.backend, world_size, roles)
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )
