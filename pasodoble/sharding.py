@@ -1,25 +1,45 @@
-"""How a role's model and optimizer are wrapped for training on several ranks (Accelerate: DDP, FSDP2, DeepSpeed).
+"""How a role's model and optimizer are wrapped for training on several ranks (DDP, FSDP2, DeepSpeed).
 
 What: a `Role` trains through one of these objects, built where the roles are built (never inside the step):
   `Unsharded`     one process: the model as is, `loss.backward()`, torch's gradient clipping.
   `Accelerated`   `accelerate.Accelerator.prepare(model, optimizer)`, one role at a time: DDP on CPU (gloo) or
-                  GPU (NCCL); FSDP2 (`fsdp_version=2`) and DeepSpeed ZeRO on GPU. Each role gets its own prepare
-                  call (FSDP2 takes one model and its optimizer at a time); DeepSpeed gets one `Accelerator` holding
-                  a dict of two plugins, the active one selected before each role's prepare (Accelerate raises on
-                  one prepare with two DeepSpeed models).
-The role asks for `accumulate(model, last)` (DDP skips the gradient all-reduce except on the last micro-batch),
-`backward(loss)` and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's
-gradient AVERAGE over ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's
-weight in the full batch).
+                  GPU (NCCL); DeepSpeed ZeRO on GPU (one `Accelerator` holding a dict of two plugins, the active
+                  one selected before each role's prepare: Accelerate raises on one prepare with two DeepSpeed
+                  models).
+  `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), on CPU (gloo) and
+                  GPU (NCCL) alike: Accelerate only selects FSDP for GPU-type runs (on MULTI_CPU it silently
+                  prepares DDP), so FSDP2 is applied directly, and one code path is tested on CPU.
+The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
+and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's gradient AVERAGE over
+ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's weight in the full
+batch). Around each phase that runs the model, every rank enters `gathered(model)`; `refresh(model)` follows an
+optimizer step inside one; `full_state` / `load_weights` / `load_optimizer` move full (unsharded) state dicts in
+and out for checkpoints and weight digests.
 
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.
 
-Departures: none from the method. What is exercised where: DDP on CPU/gloo in the distributed tests (the whole
-loop). Accelerate only selects FSDP for GPU-type runs (on MULTI_CPU it silently prepares DDP) and DeepSpeed is
-not a dependency, so `pasodoble.layout` refuses both without a GPU and covers their memory in layout tests;
-`FullyShard` applies torch's FSDP2 directly and its update is tested on CPU/gloo against the one-rank update.
-The loop refuses FSDP2 and DeepSpeed on several ranks (`NOT_WIRED` says what is missing).
+How FSDP2 runs the dual-play loop: FSDP2 all-gathers a module's parameters before each forward and reduce-scatters
+gradients after each backward, but ranks run DIFFERENT numbers of forwards (generation decodes different lengths
+and makes a different number of generate() calls per rank; scoring too), so per-forward collectives would hang.
+Instead every rank gathers once per phase: `gathered(model)` unshards every FSDP module (one all-gather each, the
+same calls on every rank) with resharding after forward and after backward switched off, so no forward or
+backward inside the phase communicates; on exit the unsharded copies are freed. In an update (one phase) the
+micro-batches accumulate unsharded gradients without communication (`set_requires_gradient_sync(False)`); the
+last one, which every rank runs (ranks with a shorter share run zero-weight dummy micro-batches), reduce-scatters
+them, and clipping (a collective over DTensor gradients) and AdamW act on the shards. After the step the gathered
+copy is stale: `refresh` reshards and gathers again when another pass follows (`num_iterations > 1`). So within
+a phase this is ZeRO-2-like in communication and ZeRO-1-like in memory: full weights and full (accumulated)
+gradients are held, AdamW states and, between phases, the weights are sharded; the memory win over DDP is the
+optimizer states and the time between phases (`pasodoble.layout` counts the gathered copy). Checkpoints and the
+decisions log's weight digests gather full state dicts (`get_model_state_dict` / `get_optimizer_state_dict`
+with `full_state_dict=True`, called on every rank, rank 0 writes); the optimizer state is re-keyed by parameter
+index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any world size and backend.
+
+Departures: none from the method. DeepSpeed is refused on several ranks (`NOT_WIRED` says what is missing), and
+FSDP2 is refused with the vLLM engines and with LoRA on several ranks (`check_roles`: both read the role's module,
+which holds only this rank's shards). A frozen role (`trainable: false`) and the reference model (`beta > 0`,
+copied before sharding) are not sharded: every rank holds them in full.
 """
 
 from __future__ import annotations
@@ -224,7 +244,9 @@ class FullyShard(Unsharded):
         order = [names[p] for g in optimizer.param_groups for p in g["params"]]
         options = StateDictOptions(full_state_dict=True)
         set_optimizer_state_dict(model, optimizer, _by_name(state, order), options=options)
-        for group, saved in zip(optimizer.param_groups, state["param_groups"]):  # torch turns tuples into lists
+        for group, saved in zip(
+            optimizer.param_groups, state["param_groups"]
+        ):  # torch turns tuples into lists
             group.update({k: v for k, v in saved.items() if k != "params"})
 
 

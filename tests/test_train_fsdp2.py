@@ -7,7 +7,8 @@ under both backends, and final weights and AdamW states equal within float round
 an all-reduce under DDP and by a reduce-scatter under FSDP2, which may add the ranks' terms in another order; with
 2 ranks a sum of two is order-free and the runs agree bit for bit). Then both runs' checkpoints are resumed on 3
 ranks under their own backend: the FSDP2 checkpoint (gathered full state dicts, the same format as DDP's) loads
-into 3-way shards and continues as the DDP one does.
+into 3-way shards and continues as the DDP one does, with shares that make the ranks call generate() a different
+number of times (transformers would sync every decoded token of an FSDP module across ranks: a hang).
 """
 
 from __future__ import annotations
@@ -97,7 +98,11 @@ def test_an_fsdp2_checkpoint_resumes_on_three_ranks_as_the_ddp_one(runs, tmp_pat
     for backend, run_dir in runs.items():
         resumed[backend] = tmp_path / backend
         shutil.copytree(run_dir, resumed[backend])
-        run(torchrun(3, "--resume", str(resumed[backend]), "schedule.steps=3"))
+        # 4 passages x 6 proposals over 3 ranks: rank 0 samples 6 + 2 of two prompts (two generate() calls),
+        # rank 1 4 + 4 (one call), so no collective may run per call or per decoded token.
+        run(
+            torchrun(3, "--resume", str(resumed[backend]), "schedule.steps=3", "schedule.passages_per_step=4")
+        )
         assert "world_size: 3" in (resumed[backend] / "config.yaml").read_text()
         assert_ranks_agree(resumed[backend], 3, 3, first=3)  # rank 2 joined at the checkpoint
         assert_rank0_wrote_the_run(resumed[backend], 3)
