@@ -14,12 +14,13 @@ same batch), so one-rank runs are bit-identical to runs without this module. Tes
 
 Departures from the reference code: shares are ragged (any world size, any batch; the reference required the
 number of training processes to divide the batch). A rank whose share is empty or shorter still runs as many
-micro-batches as the longest share (zero-weight dummy forwards), because DDP's gradient reduction needs every
-rank in every backward. Each phase (a role's generation, solving, update) runs inside `role.gathered()`, entered
-once by every rank: under FSDP2 that gathers the full weights once, so the different numbers of forwards that
-ranks run inside a phase (decoding lengths, generate() calls) need no collective. Sampling seeds: rank 0's first call uses the
-step's seed (so one rank reproduces a one-process run); other calls derive their own, so a run on N ranks samples
-different (equally distributed) completions than a run on one, and their metrics agree in distribution only.
+micro-batches as the longest share (zero-weight dummy forwards), because the gradient reduction (DDP's, FSDP2's)
+needs every rank in the last backward. Each phase (a role's generation, solving, update) runs inside
+`role.gathered()`, entered once by every rank: under FSDP2 that gathers the full weights once, so the different
+numbers of forwards that ranks run inside a phase (decoding lengths, generate() calls) need no collective.
+Sampling seeds: rank 0's first call uses the step's seed (so one rank reproduces a one-process run); other calls
+derive their own, so a run on N ranks samples different (equally distributed) completions than a run on one, and
+their metrics agree in distribution only.
 """
 
 from __future__ import annotations
