@@ -14,8 +14,8 @@ same batch), so one-rank runs are bit-identical to runs without this module. Tes
 
 Departures from the reference code: shares are ragged (any world size, any batch; the reference required the
 number of training processes to divide the batch). A rank whose share is empty or shorter still runs as many
-micro-batches as the longest share (zero-weight dummy forwards), because the gradient reduction (DDP's, FSDP2's)
-needs every rank in the last backward. Each phase (a role's generation, solving, update) runs inside
+micro-batches as the longest share (zero-weight dummy forwards), because DDP needs every rank in every forward and
+backward, and FSDP2's gradient reduce-scatter every rank in the last one. Each phase (a role's generation, solving, update) runs inside
 `role.gathered()`, entered once by every rank: under FSDP2 that gathers the full weights once, so the different
 numbers of forwards that ranks run inside a phase (decoding lengths, generate() calls) need no collective.
 Sampling seeds: rank 0's first call uses the step's seed (so one rank reproduces a one-process run); other calls
