@@ -138,7 +138,7 @@ class FullyShard(Unsharded):
         from torch.distributed.device_mesh import init_device_mesh
 
         self.grad_scale = float(world_size)  # FSDP2's reduce-scatter averages over ranks
-        self.offload = offload
+        self.offload = offload and torch.cuda.is_available()  # on CPU the shards are in CPU memory already
         self.mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (world_size,))
         self._sharded: dict[int, list[torch.nn.Parameter]] = {}  # id(model) -> its sharded parameters
         self._depth: dict[int, int] = {}  # id(model) -> nesting depth of `gathered`

@@ -109,3 +109,11 @@ def test_fully_shard_role_trains_saves_and_loads_as_an_unsharded_one(one_rank_gr
     samples, advantages = sampled(plain, ["c"], seed=5)
     fresh.update(samples, advantages), plain.update(samples, advantages)  # same Adam moments: same step
     assert all(torch.allclose(fresh.weights()[k], v, atol=1e-6) for k, v in plain.model.state_dict().items())
+
+
+def test_fsdp2_offload_on_a_cpu_only_machine_trains_in_place(one_rank_group):
+    """`distributed.offload_optimizer` asks FSDP2 to keep the shards in CPU memory: on CPU they are already there
+    (torch's CPUOffloadPolicy would ask for an accelerator and fail)."""
+    role = role_with(FullyShard(1, offload=True))
+    samples, advantages = sampled(role_with(None), ["a"], seed=0)
+    assert role.update(samples, advantages)["grad_norm"] > 0
