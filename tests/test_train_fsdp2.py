@@ -34,6 +34,8 @@ pytestmark = pytest.mark.distributed
 
 BIN = Path(sys.executable).parent
 RECIPE = ["--config", "recipes/tiny-online.yaml", "schedule.steps=2", "schedule.keep_last=null"]
+# The in-training evaluation (rank 0 generates alone) at steps 0 and 2, on 4 problems per tier.
+EVAL = ["eval.problems_file=tiny:tiers", "eval.limit=4", "schedule.eval_every=2"]
 # Float rounding of a few summed gradient terms after a few AdamW steps of the tiny models (lr 1e-4); a missing
 # gradient share or a stale optimizer state moves weights by ~lr = 1e-4 per step.
 TOLERANCE = 1e-6
@@ -54,11 +56,11 @@ def torchrun(n: int, *args: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """The same 2-rank run under DDP and under FSDP2 (the latter through the documented accelerate launch)."""
+    """The same 2-rank run under DDP and under FSDP2, both through the documented accelerate launch."""
     root = tmp_path_factory.mktemp("fsdp2")
     out = {"ddp": root / "ddp", "fsdp2": root / "fsdp2"}
     for backend, run_dir in out.items():
-        run(accelerate(2, *RECIPE, *SMALL, f"distributed.backend={backend}", f"run_dir={run_dir}"))
+        run(accelerate(2, *RECIPE, *EVAL, *SMALL, f"distributed.backend={backend}", f"run_dir={run_dir}"))
     return out
 
 
@@ -86,6 +88,9 @@ def test_fsdp2_on_two_ranks_takes_the_ddp_run_s_decisions_and_weights(runs):
     logs = {backend: assert_ranks_agree(run_dir, 2, 2) for backend, run_dir in runs.items()}
     assert [r["decision"] for r in logs["fsdp2"]] == [r["decision"] for r in logs["ddp"]]
     assert_rank0_wrote_the_run(runs["fsdp2"], 2)
+    evals = {b: [m for m in rows(d / "metrics.jsonl") if "phase" not in m] for b, d in runs.items()}
+    assert [m["step"] for m in evals["fsdp2"]] == [0, 2]
+    assert evals["fsdp2"] == evals["ddp"]  # greedy, on the same gathered weights
     assert "backend: fsdp2" in (runs["fsdp2"] / "config.yaml").read_text()
     for step in (1, 2):
         assert checkpoint_diff(runs["fsdp2"], runs["ddp"], step) <= TOLERANCE
