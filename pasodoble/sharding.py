@@ -244,9 +244,8 @@ class FullyShard(Unsharded):
         order = [names[p] for g in optimizer.param_groups for p in g["params"]]
         options = StateDictOptions(full_state_dict=True)
         set_optimizer_state_dict(model, optimizer, _by_name(state, order), options=options)
-        for group, saved in zip(
-            optimizer.param_groups, state["param_groups"]
-        ):  # torch turns tuples into lists
+        # Hyperparameters as saved: torch's loader turns tuples (AdamW's betas) into lists.
+        for group, saved in zip(optimizer.param_groups, state["param_groups"]):
             group.update({k: v for k, v in saved.items() if k != "params"})
 
 
