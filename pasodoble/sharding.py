@@ -6,9 +6,9 @@ What: a `Role` trains through one of these objects, built where the roles are bu
                   GPU (NCCL); DeepSpeed ZeRO on GPU (one `Accelerator` holding a dict of two plugins, the active
                   one selected before each role's prepare: Accelerate raises on one prepare with two DeepSpeed
                   models).
-  `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), on CPU (gloo) and
-                  GPU (NCCL) alike: Accelerate only selects FSDP for GPU-type runs (on MULTI_CPU it silently
-                  prepares DDP), so FSDP2 is applied directly, and one code path is tested on CPU.
+  `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), one code path for
+                  CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
+                  GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
 The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
 and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's gradient AVERAGE over
 ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's weight in the full
@@ -130,9 +130,8 @@ class Accelerated(Unsharded):
 
 class FullyShard(Unsharded):
     """torch's FSDP2 (`fully_shard`) applied directly: each decoder layer and then the whole model, over all ranks
-    (on CPU/gloo and GPU/NCCL alike; Accelerate only selects FSDP for GPU runs). Weights, gradients and AdamW
-    states are sharded between phases; inside a phase (`gathered`) the full weights are held, see the module
-    docstring."""
+    (Accelerate only selects FSDP for GPU runs). Weights, gradients and AdamW states are sharded between phases;
+    inside a phase (`gathered`) the full weights are held, see the module docstring."""
 
     def __init__(self, world_size: int, *, offload: bool = False):
         from torch.distributed.device_mesh import init_device_mesh
