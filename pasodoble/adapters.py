@@ -148,8 +148,9 @@ def add_adapter(view: AdapterView, adapter: str, cfg: LoraConfig) -> AdapterView
     return AdapterView(view.peft, adapter)
 
 
-def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype) -> None:
-    """Restore what `Role.save` wrote into `model`, in place: an adapter for a view, else the full weights."""
+def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=None) -> None:
+    """Restore what `Role.save` wrote into `model`, in place: an adapter for a view, else the full weights
+    (through `load(state_dict)` when given: a sharded model keeps its slice)."""
     if isinstance(model, AdapterView):
         if not (folder / ADAPTER_FILE).is_file():
             raise UserError(
@@ -166,7 +167,7 @@ def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype) -> No
     except OSError as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{folder}: cannot load the saved weights ({reason})") from err
-    model.load_state_dict(saved.state_dict())
+    (load or model.load_state_dict)(saved.state_dict())
 
 
 def build_shared_roles(proposer_cfg, solver_cfg, base_path: str, *, updates: tuple[int, int]):

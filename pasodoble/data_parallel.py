@@ -14,10 +14,13 @@ same batch), so one-rank runs are bit-identical to runs without this module. Tes
 
 Departures from the reference code: shares are ragged (any world size, any batch; the reference required the
 number of training processes to divide the batch). A rank whose share is empty or shorter still runs as many
-micro-batches as the longest share (zero-weight dummy forwards), because DDP's gradient reduction and ZeRO-3/FSDP
-parameter gathering need every rank in every forward/backward. Sampling seeds: rank 0's first call uses the
-step's seed (so one rank reproduces a one-process run); other calls derive their own, so a run on N ranks samples
-different (equally distributed) completions than a run on one, and their metrics agree in distribution only.
+micro-batches as the longest share (zero-weight dummy forwards), because DDP needs every rank in every forward and
+backward, and FSDP2's gradient reduce-scatter every rank in the last one. Each phase (a role's generation, solving, update) runs inside
+`role.gathered()`, entered once by every rank: under FSDP2 that gathers the full weights once, so the different
+numbers of forwards that ranks run inside a phase (decoding lengths, generate() calls) need no collective.
+Sampling seeds: rank 0's first call uses the step's seed (so one rank reproduces a one-process run); other calls
+derive their own, so a run on N ranks samples different (equally distributed) completions than a run on one, and
+their metrics agree in distribution only.
 """
 
 from __future__ import annotations
@@ -73,7 +76,9 @@ def generate_shared(
 ) -> list[list[Completion]]:
     """`role.num_generations` completions per prompt, the slots shared over ranks; every rank gets all of them."""
     n = role.cfg.num_generations
-    mine = [c for _, c in local_generate(role, prompt_ids, n, seed, collective.rank, collective.world_size)]
+    with role.gathered():  # ranks make different numbers of generate() calls and forwards inside
+        local = local_generate(role, prompt_ids, n, seed, collective.rank, collective.world_size)
+    mine = [c for _, c in local]
     parts = collective.all_gather(mine, what) if collective.world_size > 1 else [mine]
     return _regroup([c for part in parts for c in part], n, len(prompt_ids))
 
@@ -85,7 +90,7 @@ def solve_shared(
 
     Returns (completions, correct, answered, counters), the first three as (Q, J) nested lists."""
     n = role.cfg.num_generations
-    with timer("solve"):
+    with timer("solve"), role.gathered():
         local = local_generate(role, prompt_ids, n, seed, collective.rank, collective.world_size)
     rows, counters = [], {}
     with timer("grade"):

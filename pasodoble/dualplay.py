@@ -169,10 +169,10 @@ def digest(obj: object) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """Fingerprint of a model's parameters (bit-exact): equal on every rank after a synchronised update."""
+def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    """Fingerprint of a model's full weights (bit-exact): equal on every rank after a synchronised update."""
     h = hashlib.blake2b(digest_size=12)
-    for name, p in model.state_dict().items():
+    for name, p in state_dict.items():
         h.update(name.encode())
         h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
@@ -266,9 +266,12 @@ class DualPlay:
                 )
 
     def _evaluate(self) -> None:
-        if self.evaluator is None or self.collective.rank != 0:
+        if self.evaluator is None:
             return
-        metrics = {f"eval/{k}": v for k, v in self.evaluator(self.solver).items()}
+        with self.solver.gathered():  # entered by every rank; rank 0 evaluates on the gathered weights
+            if self.collective.rank != 0:
+                return
+            metrics = {f"eval/{k}": v for k, v in self.evaluator(self.solver).items()}
         if self.tracker is not None:
             self.tracker.log(metrics, step=self.state.inner_step)
         if self.verbose:
@@ -535,7 +538,7 @@ class DualPlay:
             "skipped": st.skipped,
             "counters": st.counters,
             "weights": {
-                r.name: weights_digest(r.model) for r in (self.proposer, self.solver) if r is not None
+                r.name: weights_digest(r.weights()) for r in (self.proposer, self.solver) if r is not None
             },
         }
         append_jsonl(self.decisions_dir / f"rank-{self.collective.rank}.jsonl", [row])

@@ -7,12 +7,13 @@ raises one `LayoutError` line naming the numbers (exit 2):
   - GPUs asked for (`distributed.gpus`) vs GPUs visible; training processes on a node vs training GPUs on it
     (visible minus `distributed.vllm_gpus`, the GPUs of dedicated vLLM servers);
   - vLLM tensor parallel size vs the models' attention and key/value heads, and vs the vLLM GPUs;
-  - the backend vs the hardware (FSDP2 and DeepSpeed need CUDA: Accelerate only selects them for GPU runs);
+  - the backend vs the hardware (DeepSpeed needs CUDA; FSDP2 runs on CPU/gloo too, see `pasodoble.sharding`);
   - the memory estimate per GPU for both roles (they live in the same processes) plus vLLM's share, vs the GPU.
 The memory estimate (GB = 1e9 bytes) per role: weights (dtype bytes x parameters), gradients (same dtype),
 AdamW states (two fp32 moments, plus an fp32 master copy when training in 16 bits: 12 or 8 bytes a parameter),
-divided by the world size where the backend shards them (ZeRO-1: states; ZeRO-2: states and gradients; ZeRO-3
-and FSDP2: all three), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
+divided by the world size where the backend shards them (ZeRO-1: states; ZeRO-2: states and gradients; ZeRO-3:
+all three; FSDP2: states, plus the weights' shard AND their full copy, gathered for each phase, and full gradients,
+accumulated over micro-batches before one reduce-scatter), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
 prompt + completion tokens (with gradient checkpointing one hidden state per layer plus one layer's working set,
 else every layer's) plus the fp32 logits of the loss; a frozen reference model when beta > 0. It is an estimate
 to catch impossible layouts early (a 4B model fully fine-tuned without offload on a 24 GB GPU), not a profiler.
@@ -50,7 +51,7 @@ class ResolvedLayout:
 
 @dataclass
 class DistributedConfig:
-    backend: str = "ddp"  # "ddp" | "fsdp2" | "deepspeed", driven by Accelerate (one rank: plain PyTorch)
+    backend: str = "ddp"  # "ddp" | "fsdp2" (torch's fully_shard) | "deepspeed" (one rank: plain PyTorch)
     zero_stage: int = 2  # DeepSpeed ZeRO stage (the paper: 2; 3 also shards the weights)
     offload_optimizer: bool = False  # optimizer states in CPU memory (DeepSpeed offload, FSDP2 CPU offload)
     timeout_s: float = (
@@ -116,11 +117,13 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
     b = DTYPE_BYTES[role.dtype]
     if world_size <= 1:  # one rank trains with plain PyTorch: nothing sharded, nothing offloaded
         dist = DistributedConfig(backend="ddp")
-    shard_all = dist.backend == "fsdp2" or (dist.backend == "deepspeed" and dist.zero_stage == 3)
+    fsdp2 = dist.backend == "fsdp2" and role.trainable  # a frozen role is not sharded
+    shard_all = dist.backend == "deepspeed" and dist.zero_stage == 3
     shard_grads = shard_all or (dist.backend == "deepspeed" and dist.zero_stage >= 2)
-    shard_states = shard_grads or dist.backend == "deepspeed"
+    shard_states = shard_grads or dist.backend == "deepspeed" or fsdp2
     ws = max(world_size, 1)
-    weights = n * b / (ws if shard_all else 1)
+    # FSDP2 holds its shard and, inside a phase, the gathered full copy (an upper bound: one role at a time).
+    weights = n * b * (1 + 1 / ws) if fsdp2 else n * b / (ws if shard_all else 1)
     grads = states = 0.0
     if role.trainable:
         grads = n * b / (ws if shard_grads else 1)
@@ -155,10 +158,10 @@ def read_architecture(model: str) -> dict | None:
 def check_layout(cfg, launch: Launch, archs: dict[str, dict | None], show=None) -> ResolvedLayout:
     """Validate `cfg.distributed` for `launch`; `show(lines)` gets the memory table (before a memory error)."""
     d = cfg.distributed
-    if d.backend in ("fsdp2", "deepspeed") and launch.world_size > 1 and launch.visible_gpus == 0:
+    if d.backend == "deepspeed" and launch.world_size > 1 and launch.visible_gpus == 0:
         raise LayoutError(
-            f"layout: distributed.backend={d.backend} needs CUDA GPUs but none is visible (Accelerate uses FSDP2 and "
-            "DeepSpeed only for GPU runs); use distributed.backend=ddp on CPU"
+            f"layout: distributed.backend={d.backend} needs CUDA GPUs but none is visible (Accelerate uses "
+            "DeepSpeed only for GPU runs); use distributed.backend=ddp or fsdp2 on CPU"
         )
     if d.gpus is not None and d.gpus > launch.visible_gpus:
         raise LayoutError(

@@ -222,11 +222,11 @@ class Role:
         self.updates = 0
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        if cfg.trainable and cfg.beta > 0:  # copied before sharding: every rank keeps the full frozen weights
+            self.reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
         if cfg.trainable:
             self._build_optimizer(total_updates)
             self.train_model, self.optimizer = self.sharding.prepare(name, model, self.optimizer)
-        if cfg.trainable and cfg.beta > 0:
-            self.reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
 
     @classmethod
     def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, **kwargs) -> Role:
@@ -273,10 +273,16 @@ class Role:
             seed=seed,
         )
 
+    def gathered(self):
+        """Context of a phase that runs the model (generation, scoring, evaluation): every rank enters it, the
+        same number of times (a collective under FSDP2, which gathers the full weights once for the phase)."""
+        return self.sharding.gathered(self.model)
+
     def generate(
         self, prompt_ids: Sequence[Sequence[int]], seed: int | None, *, n: int | None = None
     ) -> list[list[Completion]]:
-        """Sample `n` (default num_generations) completions per prompt with the role's sampling settings."""
+        """Sample `n` (default num_generations) completions per prompt with the role's sampling settings (on
+        several ranks, inside `gathered()`)."""
         if not prompt_ids:
             return []
         self.model.eval()
@@ -293,6 +299,18 @@ class Role:
         if len(samples) != len(advantages) or (not samples and batch is None):
             raise ValueError("update() needs one advantage per sample and at least one sample")
         start = time.perf_counter()
+        with self.gathered():  # every rank runs one update per call: one gather, no per-forward collective
+            stats = self._update(samples, advantages, batch)
+        sync_start = time.perf_counter()
+        self.engine.update_weights(self.model)
+        return {
+            **stats,
+            "weight_sync_s": time.perf_counter() - sync_start,
+            "samples": float(len(samples)),
+            "update_s": time.perf_counter() - start,
+        }
+
+    def _update(self, samples, advantages, batch: GlobalBatch | None) -> dict[str, float]:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total_tokens = batch.tokens if batch else sum(max(len(s.completion.token_ids), 1) for s in samples)
@@ -331,16 +349,13 @@ class Role:
                     sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
             grad_norm += self._clip_and_step() / passes
             self.updates += 1
-        sync_start = time.perf_counter()
-        self.engine.update_weights(self.model)
+            if it + 1 < passes:
+                self.sharding.refresh(self.train_model)  # the next pass runs on the stepped weights
         return {
             **sums,
             "logprob_diff_max": gap_max,
-            "weight_sync_s": time.perf_counter() - sync_start,
             "grad_norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
-            "samples": float(len(samples)),
-            "update_s": time.perf_counter() - start,
         }
 
     def _dummy_sample(self) -> Sample:
@@ -412,16 +427,30 @@ class Role:
         )
         return loss, {**stats, **gap}, behaviour
 
-    def save(self, dirpath: str | Path) -> None:
+    def full_state(self, *, all_ranks: bool = False) -> dict | None:
+        """Full weights and optimizer state gathered from the shards (every rank calls it, under FSDP2 a
+        collective); rank 0 gets them (every rank with `all_ranks`). None: the live module is already full."""
+        return self.sharding.full_state(self.model, self.optimizer, all_ranks=all_ranks)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The full state dict on every rank (a collective under FSDP2)."""
+        state = self.full_state(all_ranks=True)
+        return state["model"] if state is not None else self.model.state_dict()
+
+    def save(self, dirpath: str | Path, state: dict | None = None) -> None:
         """Weights + tokenizer (Hugging Face format, under `model/`; a trainable role's in float32, its master
-        weights), optimizer, scheduler and loss-scaler states."""
+        weights), optimizer, scheduler and loss-scaler states. `state`: what `full_state()` gathered on this rank
+        (sharded roles); None saves the live module."""
         dirpath = Path(dirpath)
-        self.model.save_pretrained(dirpath / "model")
+        if state is None:
+            self.model.save_pretrained(dirpath / "model")
+        else:
+            self.model.save_pretrained(dirpath / "model", state_dict=state["model"])
         self.tokenizer.save_pretrained(dirpath / "model")
         if self.optimizer is not None:
             torch.save(
                 {
-                    "optimizer": self.optimizer.state_dict(),
+                    "optimizer": state["optimizer"] if state is not None else self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
                     "scaler": self.scaler.state_dict(),
                     "updates": self.updates,
@@ -430,15 +459,18 @@ class Role:
             )
 
     def load_state(self, dirpath: str | Path) -> None:
-        """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter."""
+        """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter. Every rank calls
+        it (sharded roles keep their slice of the full weights and optimizer states)."""
         dirpath = Path(dirpath)
         dtype = next(self.model.parameters()).dtype  # float32 master weights load without rounding
-        adapters.load_weights(self.model, dirpath / "model", dtype)
+        adapters.load_weights(
+            self.model, dirpath / "model", dtype, load=lambda sd: self.sharding.load_weights(self.model, sd)
+        )
         state_path = dirpath / "trainer_state.pt"
         if self.optimizer is not None and state_path.exists():
             device = next(self.model.parameters()).device
             state = load_torch_state(state_path, map_location=device)
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.sharding.load_optimizer(self.model, self.optimizer, state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])

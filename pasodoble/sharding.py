@@ -1,25 +1,45 @@
-"""How a role's model and optimizer are wrapped for training on several ranks (Accelerate: DDP, FSDP2, DeepSpeed).
+"""How a role's model and optimizer are wrapped for training on several ranks (DDP, FSDP2, DeepSpeed).
 
 What: a `Role` trains through one of these objects, built where the roles are built (never inside the step):
   `Unsharded`     one process: the model as is, `loss.backward()`, torch's gradient clipping.
   `Accelerated`   `accelerate.Accelerator.prepare(model, optimizer)`, one role at a time: DDP on CPU (gloo) or
-                  GPU (NCCL); FSDP2 (`fsdp_version=2`) and DeepSpeed ZeRO on GPU. Each role gets its own prepare
-                  call (FSDP2 takes one model and its optimizer at a time); DeepSpeed gets one `Accelerator` holding
-                  a dict of two plugins, the active one selected before each role's prepare (Accelerate raises on
-                  one prepare with two DeepSpeed models).
-The role asks for `accumulate(model, last)` (DDP skips the gradient all-reduce except on the last micro-batch),
-`backward(loss)` and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's
-gradient AVERAGE over ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's
-weight in the full batch).
+                  GPU (NCCL); DeepSpeed ZeRO on GPU (one `Accelerator` holding a dict of two plugins, the active
+                  one selected before each role's prepare: Accelerate raises on one prepare with two DeepSpeed
+                  models).
+  `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), one code path for
+                  CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
+                  GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
+The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
+and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's gradient AVERAGE over
+ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's weight in the full
+batch). Around each phase that runs the model, every rank enters `gathered(model)`; `refresh(model)` follows an
+optimizer step inside one; `full_state` / `load_weights` / `load_optimizer` move full (unsharded) state dicts in
+and out for checkpoints and weight digests.
 
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.
 
-Departures: none from the method. What is exercised where: DDP on CPU/gloo in the distributed tests (the whole
-loop). Accelerate only selects FSDP for GPU-type runs (on MULTI_CPU it silently prepares DDP) and DeepSpeed is
-not a dependency, so `pasodoble.layout` refuses both without a GPU and covers their memory in layout tests;
-`FullyShard` applies torch's FSDP2 directly and its update is tested on CPU/gloo against the one-rank update.
-The loop refuses FSDP2 and DeepSpeed on several ranks (`NOT_WIRED` says what is missing).
+How FSDP2 runs the dual-play loop: FSDP2 all-gathers a module's parameters before each forward and reduce-scatters
+gradients after each backward, but ranks run DIFFERENT numbers of forwards (generation decodes different lengths
+and makes a different number of generate() calls per rank; scoring too), so per-forward collectives would hang.
+Instead every rank gathers once per phase: `gathered(model)` unshards every FSDP module (one all-gather each, the
+same calls on every rank) with resharding after forward and after backward switched off, so no forward or
+backward inside the phase communicates; on exit the unsharded copies are freed. In an update (one phase) the
+micro-batches accumulate unsharded gradients without communication (`set_requires_gradient_sync(False)`); the
+last one, which every rank runs (ranks with a shorter share run zero-weight dummy micro-batches), reduce-scatters
+them, and clipping (a collective over DTensor gradients) and AdamW act on the shards. After the step the gathered
+copy is stale: `refresh` reshards and gathers again when another pass follows (`num_iterations > 1`). So within
+a phase this is ZeRO-2-like in communication and ZeRO-1-like in memory: full weights and full (accumulated)
+gradients are held, AdamW states and, between phases, the weights are sharded; the memory win over DDP is the
+optimizer states and the time between phases (`pasodoble.layout` counts the gathered copy). Checkpoints and the
+decisions log's weight digests gather full state dicts (`get_model_state_dict` / `get_optimizer_state_dict`
+with `full_state_dict=True`, called on every rank, rank 0 writes); the optimizer state is re-keyed by parameter
+index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any world size and backend.
+
+Departures: none from the method. DeepSpeed is refused on several ranks (`NOT_WIRED` says what is missing), and
+FSDP2 is refused with the vLLM engines and with LoRA on several ranks (`check_roles`: both read the role's module,
+which holds only this rank's shards). A frozen role (`trainable: false`) and the reference model (`beta > 0`,
+copied before sharding) are not sharded: every rank holds them in full.
 """
 
 from __future__ import annotations
@@ -47,9 +67,28 @@ class Unsharded:
         params = [p for p in model.parameters() if p.grad is not None]
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
 
+    def gathered(self, model: torch.nn.Module):
+        """A phase (generation, scoring, update) run on the full weights: here they always are."""
+        return contextlib.nullcontext()
 
-class Accelerated:
-    """Both roles prepared by Accelerate in the same processes, one `prepare` call per role."""
+    def refresh(self, model: torch.nn.Module) -> None:
+        """After optimizer.step() inside `gathered`: nothing to refresh, the module holds the stepped weights."""
+
+    def full_state(self, model: torch.nn.Module, optimizer, *, all_ranks: bool = False) -> dict | None:
+        """Full weights and optimizer state for a checkpoint (every rank calls it); None: the live module and
+        optimizer are already full, save them as they are."""
+        return None
+
+    def load_weights(self, model: torch.nn.Module, state_dict: dict) -> None:
+        model.load_state_dict(state_dict)
+
+    def load_optimizer(self, model: torch.nn.Module, optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+
+class Accelerated(Unsharded):
+    """Both roles prepared by Accelerate in the same processes, one `prepare` call per role; every rank holds the
+    full weights (DDP) or DeepSpeed's own partitioning."""
 
     def __init__(
         self, backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False
@@ -57,18 +96,9 @@ class Accelerated:
         from accelerate import Accelerator
 
         self.backend, self.world_size = backend, world_size
-        self.grad_scale = float(world_size)  # DDP / FSDP / ZeRO average gradients over ranks
+        self.grad_scale = float(world_size)  # DDP / ZeRO average gradients over ranks
         kwargs: dict = {"cpu": not torch.cuda.is_available()}
-        if backend == "fsdp2":
-            from accelerate import FullyShardedDataParallelPlugin
-
-            kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
-                fsdp_version=2,
-                reshard_after_forward=True,
-                cpu_offload=offload_optimizer,
-                state_dict_type="FULL_STATE_DICT",
-            )
-        elif backend == "deepspeed":
+        if backend == "deepspeed":
             from accelerate import DeepSpeedPlugin
 
             def plugin() -> DeepSpeedPlugin:
@@ -99,16 +129,18 @@ class Accelerated:
 
 
 class FullyShard(Unsharded):
-    """torch's FSDP2 (`fully_shard`, the engine Accelerate drives for `fsdp_version=2`), applied directly: each
-    decoder layer and then the whole model, over all ranks. Used where Accelerate will not select FSDP (CPU runs);
-    the update path only: see `NOT_WIRED` for what the loop still lacks."""
+    """torch's FSDP2 (`fully_shard`) applied directly: each decoder layer and then the whole model, over all ranks
+    (Accelerate only selects FSDP for GPU runs). Weights, gradients and AdamW states are sharded between phases;
+    inside a phase (`gathered`) the full weights are held, see the module docstring."""
 
     def __init__(self, world_size: int, *, offload: bool = False):
         from torch.distributed.device_mesh import init_device_mesh
 
         self.grad_scale = float(world_size)  # FSDP2's reduce-scatter averages over ranks
-        self.offload = offload
+        self.offload = offload and torch.cuda.is_available()  # on CPU the shards are in CPU memory already
         self.mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (world_size,))
+        self._sharded: dict[int, list[torch.nn.Parameter]] = {}  # id(model) -> its sharded parameters
+        self._depth: dict[int, int] = {}  # id(model) -> nesting depth of `gathered`
 
     def prepare(self, name: str, model: torch.nn.Module, optimizer):
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
@@ -117,33 +149,167 @@ class FullyShard(Unsharded):
         for layer in getattr(getattr(model, "model", model), "layers", []):
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
+        # Inside a phase nothing reshards: forwards and backwards then run no collective (ranks run different
+        # numbers of them); gradients still reduce-scatter on the synced backward.
+        model.set_reshard_after_forward(False)
+        model.set_reshard_after_backward(False)
         # fully_shard replaced the parameters by sharded ones: point the optimizer (and its scheduler) at them.
-        optimizer.param_groups[0]["params"] = [p for p in model.parameters() if p.requires_grad]
+        self._sharded[id(model)] = [p for p in model.parameters() if p.requires_grad]
+        optimizer.param_groups[0]["params"] = list(self._sharded[id(model)])
         return model, optimizer
+
+    @staticmethod
+    def _fsdp_modules(model: torch.nn.Module) -> list:
+        from torch.distributed.fsdp import FSDPModule
+
+        return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+    @contextlib.contextmanager
+    def gathered(self, model: torch.nn.Module):
+        """Every rank enters (a collective: one all-gather per FSDP module); inside, the full weights are
+        registered and no forward or backward communicates. Nested entries gather once."""
+        key = id(model)
+        outer = self._depth.get(key, 0) == 0
+        if outer:
+            for module in self._fsdp_modules(model):
+                module.unshard()
+        self._depth[key] = self._depth.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self._depth[key] -= 1
+            if outer:
+                for module in self._fsdp_modules(model):
+                    module.reshard()
+
+    def refresh(self, model: torch.nn.Module) -> None:
+        """After optimizer.step(): the gathered copy is stale, so drop it and gather the stepped shards again."""
+        if self._depth.get(id(model), 0) == 0:
+            return
+        modules = self._fsdp_modules(model)
+        for module in modules:
+            module.reshard()
+        for module in modules:
+            module.unshard()
 
     def accumulate(self, model: torch.nn.Module, last: bool):
         model.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
     def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
-        params = [p for p in model.parameters() if p.grad is not None]
+        # The sharded parameters hold the reduced gradients (inside a phase the module lists the gathered ones).
+        params = [p for p in self._sharded.get(id(model), model.parameters()) if p.grad is not None]
         if not params:
             return 0.0
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)  # a collective on DTensor gradients
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def full_state(self, model: torch.nn.Module, optimizer, *, all_ranks: bool = False) -> dict | None:
+        """Full weights and optimizer state, gathered from the shards (every rank calls it); rank 0 gets them,
+        every rank with `all_ranks`. The optimizer state is keyed by parameter index, as `Optimizer.state_dict()`
+        of an unsharded model, so a checkpoint loads on any world size and any backend."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        if id(model) not in self._sharded:  # a frozen role: never sharded
+            return None
+        options = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
+        out = {"model": _tie(model, get_model_state_dict(model, options=options))}
+        if optimizer is not None:
+            if not optimizer.state:  # no step yet: nothing to gather (and torch would take a zero step)
+                out["optimizer"] = optimizer.state_dict()
+            else:
+                out["optimizer"] = _by_index(get_optimizer_state_dict(model, optimizer, options=options))
+        return out
+
+    def load_weights(self, model: torch.nn.Module, state_dict: dict) -> None:
+        """Full (unsharded) weights into the shards: each rank keeps its slice."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        if id(model) not in self._sharded:
+            return super().load_weights(model, state_dict)
+        set_model_state_dict(model, state_dict, options=StateDictOptions(full_state_dict=True))
+
+    def load_optimizer(self, model: torch.nn.Module, optimizer, state: dict) -> None:
+        """An index-keyed full optimizer state (what `full_state` saves) into the sharded AdamW states."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        if not state["state"]:  # saved before the first step: only the hyperparameters
+            return super().load_optimizer(model, optimizer, state)
+        names = {p: n for n, p in model.named_parameters()}
+        order = [names[p] for g in optimizer.param_groups for p in g["params"]]
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(model, optimizer, _by_name(state, order), options=options)
+        # Hyperparameters as saved: torch's loader turns tuples (AdamW's betas) into lists.
+        for group, saved in zip(optimizer.param_groups, state["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+
+
+def _tie(model: torch.nn.Module, state_dict: dict) -> dict:
+    """Gathering copies tied parameters (embedding and LM head) separately: alias them again, as the module's own
+    state dict does, so `save_pretrained` writes one tensor for them."""
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first and name in state_dict and first[id(param)] in state_dict:
+            state_dict[name] = state_dict[first[id(param)]]
+        first.setdefault(id(param), name)
+    return state_dict
+
+
+def _by_index(state: dict) -> dict:
+    """torch's full optimizer state (keyed by parameter name) -> `Optimizer.state_dict()`'s layout (by index);
+    ranks that received nothing (all but rank 0 with `cpu_offload`) keep their empty dict."""
+    if not state:
+        return state
+    order = [name for group in state["param_groups"] for name in group["params"]]
+    index = {name: i for i, name in enumerate(order)}
+    return {
+        "state": {index[name]: value for name, value in state["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+def _by_name(state: dict, order: list[str]) -> dict:
+    """The inverse of `_by_index`, for the optimizer's parameters in `order`."""
+    return {
+        "state": {order[i]: value for i, value in state["state"].items()},
+        "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in state["param_groups"]],
+    }
 
 
 NOT_WIRED = {
-    "fsdp2": "its update path runs (FullyShard, tested on CPU/gloo), but the loop does not yet gather full weights "
-    "around each rank's generation phase (FSDP2 all-gathers in every forward, and ranks run different numbers of "
-    "forwards), nor full state dicts for checkpoints",
     "deepspeed": "Accelerate's DeepSpeed wrapper steps the optimizer inside backward() unless its gradient "
     "accumulation is configured per update, which the per-micro-batch loss weighting does not do yet",
 }
 
 
+def check_roles(backend: str, world_size: int, roles: dict) -> None:
+    """Refuse, before any model loads, the role settings FSDP2 on several ranks does not train with yet."""
+    if backend != "fsdp2" or world_size <= 1:
+        return
+    from pasodoble.errors import ConfigError
+
+    for name, cfg in roles.items():
+        if cfg.trainable and cfg.engine != "hf":
+            raise ConfigError(
+                f"{name}.engine",
+                f"{cfg.engine} with distributed.backend=fsdp2 on {world_size} ranks is not wired yet: the vLLM "
+                "engines sync weights by saving the role's module, which holds only this rank's shards under "
+                "FSDP2; use engine hf or distributed.backend=ddp",
+            )
+        if cfg.trainable and cfg.lora is not None:
+            raise ConfigError(
+                f"{name}.lora",
+                f"LoRA with distributed.backend=fsdp2 on {world_size} ranks is not wired yet (the adapter is "
+                "saved and synced from the wrapped module, not from gathered shards); use distributed.backend=ddp",
+            )
+
+
 def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
-    """`Unsharded` on one rank, else Accelerate with the configured backend."""
+    """`Unsharded` on one rank; `FullyShard` for fsdp2; else Accelerate with the configured backend."""
     if world_size <= 1:
         return Unsharded()
     if backend in NOT_WIRED:
@@ -152,6 +318,8 @@ def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offloa
         raise ConfigError(
             "distributed.backend",
             f"{backend} on {world_size} ranks is validated by `pasodoble layout` but not trained with yet: "
-            f"{NOT_WIRED[backend]}; use distributed.backend=ddp",
+            f"{NOT_WIRED[backend]}; use distributed.backend=ddp or fsdp2",
         )
+    if backend == "fsdp2":
+        return FullyShard(world_size, offload=offload_optimizer)
     return Accelerated(backend, world_size, zero_stage=zero_stage, offload_optimizer=offload_optimizer)

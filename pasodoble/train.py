@@ -51,7 +51,7 @@ from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
-from pasodoble.sharding import build_sharding
+from pasodoble.sharding import build_sharding, check_roles
 from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
@@ -169,6 +169,8 @@ def build_roles(cfg: TrainConfig, world_size: int = 1) -> tuple[Role | None, Rol
             )
         return build_shared_roles(cfg.proposer, cfg.solver, base, updates=(p_updates, s_updates))
     d = cfg.distributed
+    roles = {"solver": cfg.solver, **({"proposer": cfg.proposer} if cfg.schedule.mode != "oracle" else {})}
+    check_roles(d.backend, world_size, roles)
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )
@@ -241,15 +243,17 @@ def _evaluator_state(evaluator) -> dict | None:
 
 
 def write_checkpoint(loop: DualPlay, sampler, run_dir: Path, keep_last: int | None) -> Path | None:
-    """Rank 0 writes the checkpoint (every rank holds the same full weights and state); the others wait."""
+    """Rank 0 writes the checkpoint; the others wait. Sharded roles first gather their full state on every rank
+    (None for roles whose module is already full: every rank holds the same weights)."""
+    roles = [role for role in (loop.proposer, loop.solver) if role is not None]
+    states = {role.name: role.full_state() for role in roles}
     if loop.collective.rank != 0:
         loop.collective.barrier(f"checkpoint step {loop.state.step}")
         return None
 
     def write(tmp: Path) -> None:
-        for role in (loop.proposer, loop.solver):
-            if role is not None:
-                role.save(tmp / role.name)
+        for role in roles:
+            role.save(tmp / role.name, states[role.name])
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         state = {
             "loop": loop.state.state_dict(),

@@ -16,7 +16,9 @@ import torch
 from pasodoble.distributed import from_env
 
 
-def ddp_update_vs_one_rank(collective, *, checkpointing: bool, fsdp2: bool = False) -> dict:
+def ddp_update_vs_one_rank(
+    collective, *, checkpointing: bool, fsdp2: bool = False, num_iterations: int = 1
+) -> dict:
     """Two updates through Accelerate's DDP (or torch's FSDP2), each rank on its share, vs one rank on all."""
     from pasodoble.data_parallel import update_shared
     from pasodoble.roles import Role, RoleConfig
@@ -32,6 +34,7 @@ def ddp_update_vs_one_rank(collective, *, checkpointing: bool, fsdp2: bool = Fal
         lr=1e-2,
         micro_batch_size=2,
         gradient_checkpointing=checkpointing,
+        num_iterations=num_iterations,
     )
     tokenizer = make_tokenizer()
     engine = FullyShard(collective.world_size) if fsdp2 else build_sharding("ddp", collective.world_size)
@@ -67,7 +70,10 @@ def main(scenario: str) -> int:
         collective.close()
     elif scenario.startswith("update"):
         result = ddp_update_vs_one_rank(
-            collective, checkpointing=scenario == "update-checkpointing", fsdp2=scenario == "update-fsdp2"
+            collective,
+            checkpointing=scenario == "update-checkpointing",
+            fsdp2=scenario.startswith("update-fsdp2"),
+            num_iterations=2 if scenario == "update-fsdp2-mu2" else 1,
         )
         print(json.dumps(result))
         collective.close()

@@ -160,10 +160,24 @@ def test_sharding_and_offload_shrink_the_estimate(tmp_path):
     assert totals["zero2_offload"] < totals["ddp"] and totals["fsdp2"] < totals["ddp"]
 
 
-def test_fsdp2_on_cpu_is_refused(tmp_path):
-    cfg = config(tmp_path, QWEN3_1_7B, "distributed.backend=fsdp2")
-    with pytest.raises(LayoutError, match="needs CUDA GPUs but none is visible"):
-        check_layout(cfg, Launch(world_size=2, local_world_size=2, visible_gpus=0), model_architectures(cfg))
+def test_deepspeed_on_cpu_is_refused_and_fsdp2_runs_there(tmp_path):
+    launch = Launch(world_size=2, local_world_size=2, visible_gpus=0)
+    (tmp_path / "ds").mkdir()
+    cfg = config(tmp_path / "ds", QWEN3_1_7B, "distributed.backend=deepspeed")
+    with pytest.raises(LayoutError, match="deepspeed needs CUDA GPUs but none is visible"):
+        check_layout(cfg, launch, model_architectures(cfg))
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.backend=fsdp2")  # torch's fully_shard over gloo
+    assert check_layout(cfg, launch, model_architectures(cfg)).backend == "fsdp2"
+
+
+def test_fsdp2_counts_the_gathered_weights_and_shards_the_optimizer(tmp_path):
+    cfg = config(tmp_path, QWEN3_4B, "distributed.backend=fsdp2")
+    lines, _ = memory_table(cfg, Launch(world_size=8, visible_gpus=8), model_architectures(cfg))
+    weights, grads, optimizer = (float(x) for x in lines[1].split()[1:4])
+    n_gb = parameter_count(QWEN3_4B) * 2 / 1e9  # bf16
+    assert weights == pytest.approx(n_gb * (1 + 1 / 8), abs=0.01)  # the shard + the copy gathered per phase
+    assert grads == pytest.approx(n_gb, abs=0.01)  # accumulated unsharded until the one reduce-scatter
+    assert optimizer == pytest.approx(parameter_count(QWEN3_4B) * 12 / 8 / 1e9, abs=0.01)
 
 
 def test_a_good_layout_resolves_ragged_shares(tmp_path):

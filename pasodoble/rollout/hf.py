@@ -13,6 +13,9 @@ Sampling is set only by `SamplingParams`: `generate` fills every field the call 
 and then from library defaults (top_k=50), so the engine passes top_k=0 for "off" and swaps in a bare
 generation config for the duration of the call. With `autocast_dtype` (a trainable role's float32 master weights,
 `pasodoble.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
+`synced_gpus` is always off: transformers switches it on for an FSDP module on several ranks (an all-reduce per
+decoded token, which hangs when ranks make different numbers of generate() calls); a sharded role generates
+inside `Role.gathered()`, on full weights that need no collective.
 
 Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temperature=0.6))`.
 """
@@ -150,6 +153,7 @@ class HFEngine:
             attention_mask=prompt_mask,
             generation_config=config,
             stopping_criteria=StoppingCriteriaList([counter]) if counter else None,
+            synced_gpus=False,  # never a per-token collective: sharded roles generate on gathered weights
         )
         completion = sequences[:, width:]  # (B, C)
         lengths, finish = [], []
