@@ -75,9 +75,10 @@ class DemoEvalConfig:
 
 @dataclass
 class DemoDualPlayConfig:
-    steps: int = 8  # online dual-play steps between SFT and evaluation (0: skip, evaluate the SFT Solver)
+    steps: int = 30  # online dual-play steps between SFT and evaluation (0: skip, evaluate the SFT Solver)
     recipe: str = "recipes/tiny-online.yaml"  # training recipe; world, sft and cache_dir come from the demo
-    overrides: list[str] = field(default_factory=list)  # dotted TrainConfig overrides, e.g. solver.lr=1e-4
+    # dotted TrainConfig overrides, e.g. solver.lr=1e-4 (default: one torch thread, as the demo's SFT and evaluation)
+    overrides: list[str] = field(default_factory=lambda: ["num_threads=1"])
 
     def validate(self) -> None:
         if self.steps < 0:

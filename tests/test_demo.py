@@ -10,6 +10,7 @@ import yaml
 
 from pasodoble.demo import (
     DemoConfig,
+    DemoDualPlayConfig,
     DemoEvalConfig,
     band_shares,
     change_table,
@@ -33,6 +34,7 @@ def test_demo_minimal_end_to_end(tmp_path):
     config = DemoConfig(
         world=WorldConfig.minimal(),
         sft=SFTConfig(max_steps=4, batch_size=8, log_every=2, num_threads=None),
+        dualplay=DemoDualPlayConfig(steps=2),
         eval=DemoEvalConfig(num_samples=2, max_new_tokens=12, problems_per_tier=2),
         run_dir=str(tmp_path / "run"),
         cache_dir=str(tmp_path / "cache"),

@@ -25,6 +25,7 @@ WORLD = [
     "world.model.head_dim=32",
     "world.select.every=0",
     "sft.max_steps=800",
+    "world.next_tier_share=0.14",
 ]  # the default world, 32-wide heads, 800 SFT steps (cached once)
 CHEAP = [
     "schedule.passages_per_step=1",

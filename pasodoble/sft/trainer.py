@@ -52,7 +52,7 @@ _SORT_WINDOW = 32  # batches whose examples are sorted by length together
 
 @dataclass
 class SFTConfig:
-    max_steps: int = 800  # optimizer steps
+    max_steps: int = 2000  # optimizer steps (the tiny world's warm-up stops earlier: world/select.py)
     batch_size: int = (
         32  # examples per step (small batches, more updates: the tiny models learn faster per token)
     )

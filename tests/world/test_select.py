@@ -46,21 +46,33 @@ def test_select_config_is_validated():
 
 
 def test_off_keeps_the_cache_key_of_worlds_built_before_the_rule():
-    world, sft = WorldConfig(), SFTConfig()
+    world, sft = WorldConfig(next_tier_share=0.14), SFTConfig(max_steps=800)
     assert cache_key(replace(world, select=SelectConfig(every=0)), sft) == "e6def2f44147e0d0"
     assert cache_key(world, sft) != "e6def2f44147e0d0"  # on (the default): a new start, a new entry
 
 
-def _warm(tmp_path, select):
-    world = replace(WorldConfig.minimal(), select=select)
-    sft = SFTConfig(max_steps=6, batch_size=8, log_every=1, num_threads=None)
+@pytest.fixture
+def one_thread():
+    """One torch thread for the warm-up (fast on a busy machine), restored afterwards for the other tests."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield 1
+    torch.set_num_threads(before)
+
+
+def _warm(tmp_path, select, threads):
+    world = replace(WorldConfig.minimal(), select=replace(select, max_new_tokens=16))
+    sft = SFTConfig(max_steps=6, batch_size=8, log_every=1, num_threads=threads)
     models = ensure_sft_models(tmp_path, world, sft, progress=False)
     return json.loads((models.solver_dir.parent / "select.json").read_text()), read_jsonl(models.sft_metrics)
 
 
-def test_warm_up_stops_at_the_first_check_that_meets_the_rule(tmp_path):
+def test_warm_up_stops_at_the_first_check_that_meets_the_rule(tmp_path, one_thread):
     report, rows = _warm(
-        tmp_path, SelectConfig(every=2, start=2, dev_problems=3, min_sft_acc=0.0, next_tier_acc=0.0)
+        tmp_path,
+        SelectConfig(every=2, start=2, dev_problems=3, min_sft_acc=0.0, next_tier_acc=0.0),
+        one_thread,
     )
     assert report["stopped_at"] == 2 and report["steps_trained"] == 2
     assert max(r["step"] for r in rows if "both/sft/loss" in r) == 2  # no optimizer step after the stop
@@ -68,9 +80,11 @@ def test_warm_up_stops_at_the_first_check_that_meets_the_rule(tmp_path):
     assert any("sft_select/dev_t3" in r for r in rows)
 
 
-def test_warm_up_runs_to_the_cap_and_says_so_when_the_rule_is_not_met(tmp_path, caplog):
+def test_warm_up_runs_to_the_cap_and_says_so_when_the_rule_is_not_met(tmp_path, caplog, one_thread):
     report, rows = _warm(
-        tmp_path, SelectConfig(every=2, start=2, dev_problems=3, min_sft_acc=1.0, next_tier_acc=1.0)
+        tmp_path,
+        SelectConfig(every=2, start=2, dev_problems=3, min_sft_acc=1.0, next_tier_acc=1.0),
+        one_thread,
     )
     assert report["stopped_at"] is None and report["steps_trained"] == 6
     assert [c["step"] for c in report["checks"]] == [2, 4, 6]

@@ -25,7 +25,9 @@ T3_BAND_FLOOR = 0.3  # share of t3 problems whose sampled pass rate is in (0.2, 
 def test_default_sft_start_meets_the_floors(tmp_path):
     models = ensure_sft_models(tmp_path / "cache", WorldConfig(), SFTConfig(), progress=False)
     problems = load_tier_problems(models.world.tiers)
-    summary = evaluate_solver(models.solver_dir, problems, DemoEvalConfig(), tmp_path / "eval", progress=False)
+    summary = evaluate_solver(
+        models.solver_dir, problems, DemoEvalConfig(), tmp_path / "eval", progress=False
+    )
     tiers = summary["per_tier"]
     shown = {t: (round(r["greedy_acc"], 2), round(r["in_band"], 2)) for t, r in tiers.items()}
     assert tiers["t1"]["greedy_acc"] >= T1_FLOOR, shown
