@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-long test test-all test-slow test-distributed lint format bench clean vllm-env test-vllm test-vllm-all
+.PHONY: install demo test test-all test-slow test-distributed lint format bench clean vllm-env test-vllm test-vllm-all
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,6 @@ install: $(VENV)/.installed
 
 demo: install
 	$(BIN)/pasodoble demo
-
-# The demo at the size where dual-play's effect shows: the 1.2M world, 120 online steps (about 30 minutes).
-demo-long: install
-	$(BIN)/pasodoble demo --config recipes/demo-long.yaml
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

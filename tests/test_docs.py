@@ -53,7 +53,6 @@ NETWORK_INSTALL = Skip("installs packages from an index (network); .ci/run runs 
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "make demo": NETWORK_INSTALL,
-    "make demo-long": NETWORK_INSTALL,
     "make test": NETWORK_INSTALL,
     "pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour": Run(
         add="schedule.steps=2 schedule.checkpoint_every=1 schedule.passages_per_step=1 schedule.samples_every=1"
