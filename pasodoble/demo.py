@@ -50,7 +50,7 @@ from pasodoble.sft import SFTConfig
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.cache import ensure_sft_models
-from pasodoble.world.problems import TIER_DESCRIPTIONS
+from pasodoble.world.problems import TIER_DESCRIPTIONS, TIERS
 from pasodoble.world.tiers import load_tier_problems
 
 log = logging.getLogger("pasodoble.demo")
@@ -247,8 +247,6 @@ def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None) ->
 
 def tiers_above_sft(world: WorldConfig) -> list[str]:
     """The tiers the SFT data does not teach outright: the next tier (a small share) and every tier above it."""
-    from pasodoble.world.problems import TIERS
-
     return [t for t in TIERS if t not in world.sft_tiers]
 
 

@@ -14,7 +14,7 @@ tiers' questions may be SFT examples (the check measures the fit; t2 has only 54
 them in the SFT data), the next tier's are not (its check measures reach, not recall); training stops at the first check where every SFT tier scores at least
 `min_sft_acc` and the next tier at least `next_tier_acc`, else at `sft.max_steps` (which becomes a cap), with a
 warning that names the numbers. Each check is logged (`sft_select/*` rows) and the outcome is written to
-`select.json` beside the models. A check costs about 150 greedy answers (seconds on a CPU).
+`select.json` beside the models. A check is 150 greedy answers, prompted as the evaluation prompts them.
 
 Departures: none from the method; this is how the tiny world picks its start, as one picks a base model whose
 benchmark is neither solved nor out of reach. `every: 0` turns it off (train `sft.max_steps`, keep the last weights).
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from pasodoble.errors import ConfigError
+from pasodoble.evals.runner import EvalSettings, render_prompt
 from pasodoble.prompts import last_boxed
 from pasodoble.rollout import HFEngine, SamplingParams
 from pasodoble.world import formats, problems
@@ -67,15 +68,8 @@ def dev_questions(tier: str, n: int, seed: int, exclude: set[str]) -> list[tuple
 
 def greedy_accuracy(model, tokenizer, questions: list[tuple[str, int]], max_new_tokens: int) -> float:
     """Share of `questions` whose greedy answer's last `\\boxed{}` is the true answer."""
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": formats.solver_prompt(q)}],
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        for q, _ in questions
-    ]
-    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    settings = EvalSettings(prompt_template=formats.SOLVER_TEMPLATE)  # the evaluation's own prompt
+    ids = [render_prompt(q, settings, tokenizer)[1] for q, _ in questions]
     engine = HFEngine(model, tokenizer, batch_size=len(ids))
     was_training = model.training
     model.eval()
