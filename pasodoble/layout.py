@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pasodoble.distributed import share_sizes
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
 
 BACKENDS = ("ddp", "fsdp2", "deepspeed")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -47,6 +48,10 @@ class ResolvedLayout:
     solver_shares: list[int] = field(
         default_factory=list
     )  # Solver answers per rank when every question is valid
+    rollout: str = "colocated"  # where rollouts are generated (distributed.rollout)
+    vllm_servers: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # dedicated: GPU indices of each role's vLLM server ([]: on the CPU)
 
 
 @dataclass
@@ -58,8 +63,11 @@ class DistributedConfig:
         600.0  # every collective fails with a clear line after this long (a dead or stuck rank)
     )
     gpus: int | None = None  # GPUs the layout needs on each node, vLLM's included (None: not checked)
+    rollout: str = (
+        "colocated"  # "colocated" (each rank generates on its device) | "dedicated" (shared vLLM servers)
+    )
     vllm_gpus: int = (
-        0  # GPUs of dedicated vLLM servers on each node (the paper: 2); 0 = colocated or HF engine
+        0  # GPUs set aside on each node for the dedicated vLLM servers (the paper: 2); 0 with colocated
     )
     tensor_parallel_size: int = 1  # vLLM tensor parallel size; must divide the attention and key/value heads
     vllm_memory_fraction: float = 0.0  # share of each training GPU a colocated vLLM engine reserves
@@ -78,6 +86,10 @@ class DistributedConfig:
             raise ConfigError("distributed.timeout_s", "must be > 0 seconds")
         if self.vllm_gpus < 0 or self.tensor_parallel_size < 1 or (self.gpus is not None and self.gpus < 1):
             raise ConfigError("distributed.gpus", "gpus >= 1, vllm_gpus >= 0 and tensor_parallel_size >= 1")
+        if self.rollout not in PLACEMENTS:
+            raise ConfigError(
+                "distributed.rollout", f"unknown {self.rollout!r}; use one of {', '.join(PLACEMENTS)}"
+            )
         if not 0 <= self.vllm_memory_fraction < 1:
             raise ConfigError("distributed.vllm_memory_fraction", "must be in [0, 1)")
 
@@ -189,12 +201,52 @@ def check_layout(cfg, launch: Launch, archs: dict[str, dict | None], show=None) 
             f"layout: tensor_parallel_size {d.tensor_parallel_size} needs that many vLLM GPUs, "
             f"distributed.vllm_gpus is {d.vllm_gpus}"
         )
+    servers = check_placement(cfg, launch)
     lines, overflow = memory_table(cfg, launch, archs)
     if show is not None:
         show(lines)
     if overflow:
         raise LayoutError(overflow)
-    return resolve_shares(cfg, launch.world_size)
+    resolved = resolve_shares(cfg, launch.world_size)
+    resolved.rollout, resolved.vllm_servers = d.rollout, servers
+    return resolved
+
+
+def check_placement(cfg, launch: Launch) -> dict[str, list[int]]:
+    """The dedicated servers' GPUs (see `rollout.placement`); a placement that cannot run is a LayoutError."""
+    d = cfg.distributed
+    roles = generating_roles(cfg)
+    if d.rollout == "colocated":
+        if d.vllm_gpus:
+            raise LayoutError(
+                f"layout: distributed.vllm_gpus={d.vllm_gpus} sets GPUs aside for dedicated vLLM servers but "
+                "distributed.rollout is colocated; set distributed.rollout=dedicated or vllm_gpus=0"
+            )
+        return {}
+    names = server_roles(roles)
+    if not names and not any(c.engine == "vllm_server" for c in roles.values()):
+        raise LayoutError(
+            "layout: distributed.rollout=dedicated serves rollouts from vLLM servers, but no role has engine "
+            f"vllm_server; set {' and '.join(f'{n}.engine=vllm_server' for n in roles)} or rollout=colocated"
+        )
+    for n in names:
+        tp = roles[n].vllm.tensor_parallel_size
+        if d.tensor_parallel_size not in (1, tp):
+            raise LayoutError(
+                f"layout: distributed.tensor_parallel_size is {d.tensor_parallel_size} but the {n}'s server starts "
+                f"with {n}.vllm.tensor_parallel_size={tp}; set both to the same value"
+            )
+    if launch.visible_gpus and not d.vllm_gpus and names:
+        raise LayoutError(
+            f"layout: distributed.rollout=dedicated needs GPUs for the {' and '.join(names)} vLLM server(s); "
+            "set distributed.vllm_gpus (one per server and tensor-parallel rank, the paper: 2)"
+        )
+    try:
+        return server_gpus(
+            launch.visible_gpus, d.vllm_gpus, {n: roles[n].vllm.tensor_parallel_size for n in names}
+        )
+    except ValueError as e:
+        raise LayoutError(f"layout: {e}; raise vllm_gpus or lower vllm.tensor_parallel_size") from None
 
 
 def resolve_shares(cfg, world_size: int) -> ResolvedLayout:
@@ -257,13 +309,15 @@ def launch_from_env(world_size: int) -> Launch:
     return Launch(world_size=world_size, local_world_size=local, visible_gpus=visible, gpu_memory_gb=memory)
 
 
+def generating_roles(cfg) -> dict:
+    """The roles a run builds, by name (oracle runs have no Proposer)."""
+    if cfg.schedule.mode == "oracle":
+        return {"solver": cfg.solver}
+    return {"proposer": cfg.proposer, "solver": cfg.solver}
+
+
 def model_architectures(cfg) -> dict[str, dict | None]:
-    roles = (
-        {"solver": cfg.solver}
-        if cfg.schedule.mode == "oracle"
-        else {"proposer": cfg.proposer, "solver": cfg.solver}
-    )
-    return {name: read_architecture(role.model) for name, role in roles.items()}
+    return {name: read_architecture(role.model) for name, role in generating_roles(cfg).items()}
 
 
 def register(subparsers) -> None:
@@ -299,7 +353,15 @@ def run_layout_cmd(args: argparse.Namespace) -> int:
 
 
 def describe(resolved: ResolvedLayout) -> str:
+    servers = ""
+    if resolved.rollout == "dedicated":
+        where = [
+            f"{n} on {'GPU ' + ','.join(map(str, g)) if g else 'the CPU'}"
+            for n, g in resolved.vllm_servers.items()
+        ]
+        servers = f"; rollouts from dedicated vLLM servers ({', '.join(where) or 'given by vllm.server_url'})"
     return (
         f"layout: {resolved.world_size} rank(s), backend {resolved.backend}, Proposer completions per rank "
         f"{resolved.proposer_shares}, Solver answers per rank (all questions valid) {resolved.solver_shares}"
+        f"{servers}"
     )

@@ -229,8 +229,9 @@ class Role:
             self.train_model, self.optimizer = self.sharding.prepare(name, model, self.optimizer)
 
     @classmethod
-    def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, **kwargs) -> Role:
-        """Load the model and tokenizer from a Hugging Face folder (or hub id)."""
+    def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, placement=None, **kwargs) -> Role:
+        """Load the model and tokenizer from a Hugging Face folder (or hub id); `placement` places a vLLM server
+        (`rollout.placement`; None: one process)."""
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -240,7 +241,7 @@ class Role:
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:
-            kwargs["engine"] = build_engine(name, cfg, model, tokenizer, path)
+            kwargs["engine"] = build_engine(name, cfg, model, tokenizer, path, placement)
         return cls(name, cfg, model, tokenizer, **kwargs)
 
     def _build_optimizer(self, total_updates: int | None) -> None:

@@ -44,11 +44,19 @@ from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.knowledge import KnowledgeConfig, PassageSampler
-from pasodoble.layout import DistributedConfig, check_layout, describe, launch_from_env, model_architectures
+from pasodoble.layout import (
+    DistributedConfig,
+    check_layout,
+    describe,
+    generating_roles,
+    launch_from_env,
+    model_architectures,
+)
 from pasodoble.models import check_model_spec
 from pasodoble.prompts import PromptConfig
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
+from pasodoble.rollout.placement import Placement
 from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
 from pasodoble.sharding import build_sharding, check_roles
@@ -153,8 +161,9 @@ def resolve(spec: str, cfg: TrainConfig) -> str:
     return str(folders[role])
 
 
-def build_roles(cfg: TrainConfig, world_size: int = 1) -> tuple[Role | None, Role]:
-    """Both roles, wrapped for `world_size` ranks by the configured engine (one sharding object for both)."""
+def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[Role | None, Role]:
+    """Both roles, wrapped for `world_size` ranks by the configured engine (one sharding object for both);
+    `placement` (`rollout.placement.Placement`) says where their vLLM servers run (None: one process)."""
     p_updates, s_updates = total_updates(cfg)
     if cfg.roles.shared_base:
         base, other = resolve(cfg.proposer.model, cfg), resolve(cfg.solver.model, cfg)
@@ -174,19 +183,21 @@ def build_roles(cfg: TrainConfig, world_size: int = 1) -> tuple[Role | None, Rol
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )
-    proposer = None
-    if cfg.schedule.mode != "oracle":
-        proposer = Role.from_pretrained(
-            "proposer",
-            cfg.proposer,
-            resolve(cfg.proposer.model, cfg),
-            total_updates=p_updates,
+    updates = {"proposer": p_updates, "solver": s_updates}
+
+    def build(name: str) -> Role:
+        role_cfg = getattr(cfg, name)
+        return Role.from_pretrained(
+            name,
+            role_cfg,
+            resolve(role_cfg.model, cfg),
+            total_updates=updates[name],
             sharding=sharding,
+            placement=placement,
         )
-    solver = Role.from_pretrained(
-        "solver", cfg.solver, resolve(cfg.solver.model, cfg), total_updates=s_updates, sharding=sharding
-    )
-    return proposer, solver
+
+    proposer = build("proposer") if cfg.schedule.mode != "oracle" else None
+    return proposer, build("solver")
 
 
 def build_sampler(cfg: TrainConfig, proposer: Role | None) -> PassageSampler | None:
@@ -352,9 +363,10 @@ def _prepare_run_dir(cfg: TrainConfig, collective, resume: bool) -> Path:
 
 def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = False) -> Path:
     rank0 = collective.rank == 0
+    launch = launch_from_env(collective.world_size)
     cfg.distributed.resolved = check_layout(
         cfg,
-        launch_from_env(collective.world_size),
+        launch,
         model_architectures(cfg),
         show=(lambda lines: print("\n".join(lines), flush=True)) if rank0 and not cfg.logging.quiet else None,
     )
@@ -370,7 +382,8 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
         if rank0:  # one rank builds the tiny world's cache; the others then find it
             _tiny_models(cfg)
         collective.barrier("tiny world build (run once on one process if this times out)")
-    proposer, solver = build_roles(cfg, collective.world_size)
+    placement = Placement.for_run(cfg.distributed, collective, generating_roles(cfg), launch.visible_gpus)
+    proposer, solver = build_roles(cfg, collective.world_size, placement)
     try:
         return _run_loop(cfg, collective, run_dir, proposer, solver, resume, strict_resume)
     finally:

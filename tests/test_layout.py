@@ -12,6 +12,7 @@ from pasodoble.layout import (
     Launch,
     LayoutError,
     check_layout,
+    describe,
     memory_table,
     model_architectures,
     parameter_count,
@@ -180,15 +181,76 @@ def test_fsdp2_counts_the_gathered_weights_and_shards_the_optimizer(tmp_path):
     assert optimizer == pytest.approx(parameter_count(QWEN3_4B) * 12 / 8 / 1e9, abs=0.01)
 
 
-def test_a_good_layout_resolves_ragged_shares(tmp_path):
+def dedicated(cfg, *roles):
+    """`cfg` with a dedicated placement and `roles` on vLLM servers (set after loading: the config check would
+    ask for an importable vllm, which the default test environment does not have)."""
+    cfg.distributed.rollout = "dedicated"
+    for name in roles:
+        getattr(cfg, name).engine = "vllm_server"
+    return cfg
+
+
+def test_a_good_layout_resolves_ragged_shares_and_the_servers_gpus(tmp_path):
     cfg = config(tmp_path, QWEN3_1_7B, "distributed.gpus=6", "distributed.vllm_gpus=2")
     resolved = check_layout(
-        cfg,
+        dedicated(cfg, "proposer", "solver"),
         Launch(world_size=4, local_world_size=4, visible_gpus=6, gpu_memory_gb=80),
         model_architectures(cfg),
     )
     assert (resolved.world_size, resolved.backend) == (4, "ddp")
     assert resolved.proposer_shares == [2, 2, 1, 1] and sum(resolved.solver_shares) == 36
+    assert resolved.rollout == "dedicated"
+    assert resolved.vllm_servers == {"proposer": [4], "solver": [5]}  # the paper's 2 vLLM + N training GPUs
+    assert "proposer on GPU 4, solver on GPU 5" in describe(resolved)
+
+
+def test_dedicated_servers_with_tensor_parallelism_take_consecutive_gpus(tmp_path):
+    cfg = dedicated(config(tmp_path, QWEN3_1_7B, "distributed.vllm_gpus=4"), "proposer", "solver")
+    cfg.proposer.vllm.tensor_parallel_size = cfg.solver.vllm.tensor_parallel_size = 2
+    resolved = check_layout(
+        cfg, Launch(world_size=4, local_world_size=4, visible_gpus=8), model_architectures(cfg)
+    )
+    assert resolved.vllm_servers == {"proposer": [4, 5], "solver": [6, 7]}
+    cfg.distributed.vllm_gpus = 3
+    with pytest.raises(
+        LayoutError,
+        match=r"^layout: the dedicated vLLM servers need 4 GPUs \(proposer 2, solver 2\) but distributed.vllm_gpus is 3",
+    ):
+        check_layout(cfg, Launch(world_size=4, local_world_size=4, visible_gpus=8), model_architectures(cfg))
+
+
+def test_impossible_placements_fail_with_one_line(tmp_path):
+    launch = Launch(world_size=2, local_world_size=2, visible_gpus=4)
+    cfg = config(tmp_path, QWEN3_1_7B, "distributed.vllm_gpus=2")
+    with pytest.raises(
+        LayoutError, match=r"vllm_gpus=2 sets GPUs aside .* but distributed.rollout is colocated"
+    ):
+        check_layout(cfg, launch, model_architectures(cfg))
+    cfg = dedicated(cfg)
+    with pytest.raises(
+        LayoutError, match=r"no role has engine vllm_server; set proposer.engine=vllm_server and"
+    ):
+        check_layout(cfg, launch, model_architectures(cfg))
+    cfg = dedicated(cfg, "solver")
+    cfg.distributed.vllm_gpus = 0
+    with pytest.raises(
+        LayoutError, match=r"needs GPUs for the solver vLLM server\(s\); set distributed.vllm_gpus"
+    ):
+        check_layout(cfg, launch, model_architectures(cfg))
+    cfg.distributed.vllm_gpus, cfg.distributed.tensor_parallel_size = 2, 2
+    with pytest.raises(
+        LayoutError, match=r"distributed.tensor_parallel_size is 2 but the solver's server starts with"
+    ):
+        check_layout(cfg, launch, model_architectures(cfg))
+
+
+def test_dedicated_servers_on_a_cpu_machine_share_its_cores(tmp_path):
+    cfg = dedicated(config(tmp_path, QWEN3_1_7B), "solver")
+    resolved = check_layout(
+        cfg, Launch(world_size=2, local_world_size=2, visible_gpus=0), model_architectures(cfg)
+    )
+    assert resolved.vllm_servers == {"solver": []}
+    assert "solver on the CPU" in describe(resolved)
 
 
 def test_layout_command_prints_the_table_and_exits_2_on_a_bad_layout(tmp_path, capsys):

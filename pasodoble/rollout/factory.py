@@ -27,7 +27,10 @@ def _is_adapter(model) -> bool:
     return hasattr(model, "save_adapter")
 
 
-def build_engine(name: str, role_cfg, model: torch.nn.Module, tokenizer, model_path: str | Path):
+def build_engine(
+    name: str, role_cfg, model: torch.nn.Module, tokenizer, model_path: str | Path, placement=None
+):
+    """`placement` (`rollout.placement.Placement`): where a `vllm_server` role's server runs (None: one process)."""
     engine = getattr(role_cfg, "engine", "hf")
     if engine == "hf":
         return HFEngine(
@@ -60,7 +63,9 @@ def build_engine(name: str, role_cfg, model: torch.nn.Module, tokenizer, model_p
     else:
         from pasodoble.rollout.server import VLLMServerEngine
 
-        core = VLLMServerEngine.for_role(role_cfg, model_path, tokenizer, adapters=adapters)
+        core = VLLMServerEngine.for_role(
+            name, role_cfg, model_path, tokenizer, adapters=adapters, placement=placement
+        )
     if not adapters:
         return core
     view = core.for_adapter(name)
@@ -103,7 +108,7 @@ def build_shared_engine(roles_cfgs: dict, models: dict, tokenizer, base_path: st
         from pasodoble.rollout.server import VLLMServerEngine
 
         core = VLLMServerEngine.for_role(
-            first, base_path, tokenizer, adapters=tuple(roles_cfgs), max_len=max_len
+            "shared base", first, base_path, tokenizer, adapters=tuple(roles_cfgs), max_len=max_len
         )
     views = {}
     for n in roles_cfgs:

@@ -39,10 +39,21 @@ from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.rollout.base import Completion, SamplingParams
+from pasodoble.rollout.placement import advertised_host, device_list
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.vllm import WORKER_EXTENSION, _shm_dir, _top_k, request_seed
 
 SERVED_NAME = "base"
+LAUNCHER_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 class EngineUnavailable(UserError):
@@ -74,8 +85,12 @@ class VLLMServer:
         adapters: Sequence[str] = (),
         host: str = "127.0.0.1",
         log_dir: str | Path | None = None,
+        port: int | None = None,
+        devices: Sequence[int] | None = None,
+        wait: bool = True,
     ) -> VLLMServer:
-        port = cfg.server_port or free_port(host)
+        """Start a server; `devices`: indices of this process's visible GPUs it may use (None: inherited)."""
+        port = port or cfg.server_port or free_port(host if host not in ("0.0.0.0", "::") else "0.0.0.0")
         on_cpu = not _cuda()
         args = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -103,6 +118,10 @@ class VLLMServer:
                 str(cfg.max_lora_rank),
             ]
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+        if devices is not None and not on_cpu:
+            env["CUDA_VISIBLE_DEVICES"] = device_list(devices)
+        for key in [k for k in env if k in LAUNCHER_ENV or k.startswith("TORCHELASTIC_")]:
+            del env[key]  # the server is not a rank of the training run (torch and vLLM read some of these)
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])
         )
@@ -116,29 +135,17 @@ class VLLMServer:
         process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-        server = cls(process, f"http://{host}:{port}", log_path)
-        server.wait_healthy(cfg.server_start_timeout_s)
+        server = cls(process, f"http://{advertised_host(host)}:{port}", log_path)
+        if wait:
+            server.wait_healthy(cfg.server_start_timeout_s)
         return server
 
     def wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise EngineUnavailable(
-                    f"the vLLM server exited with code {self.process.returncode} while starting; "
-                    f"last log lines: {self.tail()}"
-                )
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(1.0)
-        self.stop()
-        raise EngineUnavailable(
-            f"the vLLM server at {self.url} was not healthy after {timeout_s:.0f}s; log {self.log_path}"
-        )
+        try:
+            wait_until_healthy(self.url, timeout_s, process=self)
+        except EngineUnavailable as e:
+            self.stop()
+            raise EngineUnavailable(f"{e}; log {self.log_path}") from None
 
     def tail(self, n: int = 5) -> str:
         try:
@@ -164,6 +171,30 @@ class VLLMServer:
             pass
 
 
+def wait_until_healthy(
+    url: str, timeout_s: float, *, process: VLLMServer | None = None, who: str = ""
+) -> None:
+    """Poll `url`/health until it answers 200; a `process` that exits while starting raises at once."""
+    who = who or f"the vLLM server at {url}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.process.poll() is not None:
+            raise EngineUnavailable(
+                f"the vLLM server exited with code {process.process.returncode} while starting; "
+                f"last log lines: {process.tail()}"
+            )
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        time.sleep(1.0)
+    raise EngineUnavailable(
+        f"{who} was not healthy after {timeout_s:.0f}s (vllm.server_start_timeout_s); {url}"
+    )
+
+
 def _cuda() -> bool:
     try:
         import torch
@@ -176,22 +207,42 @@ def _cuda() -> bool:
 class VLLMServerEngine:
     """`RolloutEngine` over a vLLM server's HTTP API (see module docstring)."""
 
-    def __init__(self, url: str, tokenizer, cfg: VLLMConfig, *, server: VLLMServer | None = None):
+    def __init__(
+        self,
+        url: str,
+        tokenizer,
+        cfg: VLLMConfig,
+        *,
+        server: VLLMServer | None = None,
+        owner: bool = True,
+        after_sync=None,
+    ):
         self.url, self.tokenizer, self.cfg, self.server = url.rstrip("/"), tokenizer, cfg, server
+        # A server shared by several ranks (`rollout.placement`): the owner pushes weights, every rank then waits.
+        self.owner, self.after_sync = owner, after_sync
         self._shm = _shm_dir("pasodoble-vllm-server-")
         self._versions = itertools.count(1)
         self._lora: dict[str, str] = {}  # adapter -> served LoRA name of its current version
 
     @classmethod
-    def for_role(cls, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None):
+    def for_role(
+        cls, name, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None, placement=None
+    ):
+        """The role's engine on the server `placement` gives it (one process: its own server, or server_url)."""
+        from pasodoble.rollout.placement import Placement
+
         cfg = role_cfg.vllm
-        if cfg.server_url is not None:
-            return cls(cfg.server_url, tokenizer, cfg)
         length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
-        server = VLLMServer.start(
-            model_path, cfg, max_model_len=length, dtype=role_cfg.dtype, adapters=adapters
+
+        def start(**where) -> VLLMServer:
+            return VLLMServer.start(
+                model_path, cfg, max_model_len=length, dtype=role_cfg.dtype, adapters=adapters, **where
+            )
+
+        shared = (placement or Placement()).server_for(name, role_cfg, start)
+        return cls(
+            shared.url, tokenizer, cfg, server=shared.server, owner=shared.owner, after_sync=shared.after_sync
         )
-        return cls(server.url, tokenizer, cfg, server=server)
 
     # ------------------------------------------------------------------ HTTP
     def _post(self, path: str, body: dict, timeout: float | None = None) -> dict:
@@ -254,25 +305,35 @@ class VLLMServerEngine:
     # ------------------------------------------------------------------ weight sync
     def update_weights(self, model) -> None:
         folder = self._shm / f"weights-{next(self._versions)}"
-        model.save_pretrained(folder, safe_serialization=True)
-        try:
-            body = {"method": "pasodoble_reload", "args": [str(folder)], "timeout": self.cfg.sync_timeout_s}
-            self._post("/collective_rpc", body, timeout=self.cfg.sync_timeout_s + 30)
-            self._post("/reset_prefix_cache", {})
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        if self.owner:
+            model.save_pretrained(folder, safe_serialization=True)
+            try:
+                body = {
+                    "method": "pasodoble_reload",
+                    "args": [str(folder)],
+                    "timeout": self.cfg.sync_timeout_s,
+                }
+                self._post("/collective_rpc", body, timeout=self.cfg.sync_timeout_s + 30)
+                self._post("/reset_prefix_cache", {})
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        if self.after_sync is not None:
+            self.after_sync()
 
     def sync_adapter(self, name: str, adapter_dir: str | Path) -> None:
-        version = next(self._versions)
-        folder = self._shm / f"{name}-{version}"
-        shutil.copytree(adapter_dir, folder)
+        version = next(self._versions)  # every rank counts versions alike, so all know the served name
         served = f"{name}-v{version}"
-        self._post("/v1/load_lora_adapter", {"lora_name": served, "lora_path": str(folder)})
         old, self._lora[name] = self._lora.get(name), served
-        if old is not None:
-            self._post("/v1/unload_lora_adapter", {"lora_name": old})
-            shutil.rmtree(self._shm / old.replace("-v", "-"), ignore_errors=True)
-        self._post("/reset_prefix_cache", {})
+        if self.owner:
+            folder = self._shm / f"{name}-{version}"
+            shutil.copytree(adapter_dir, folder)
+            self._post("/v1/load_lora_adapter", {"lora_name": served, "lora_path": str(folder)})
+            if old is not None:
+                self._post("/v1/unload_lora_adapter", {"lora_name": old})
+                shutil.rmtree(self._shm / old.replace("-v", "-"), ignore_errors=True)
+            self._post("/reset_prefix_cache", {})
+        if self.after_sync is not None:
+            self.after_sync()
 
     def for_adapter(self, name: str):
         from pasodoble.rollout.vllm import AdapterEngine

@@ -39,6 +39,9 @@ class VLLMConfig:
     cpu_threads_bind: str | None = None  # CPU build: cores of the engine (None: engine k on core k mod cores)
     server_url: str | None = None  # vllm_server: an already running server (None: start one)
     server_port: int | None = None  # vllm_server: port of a started server (None: a free one)
+    server_host: str = (
+        "127.0.0.1"  # vllm_server: interface a started server listens on (0.0.0.0: other nodes too)
+    )
     server_start_timeout_s: float = 600.0  # vllm_server: how long a started server may take to be healthy
     request_timeout_s: float = 600.0  # vllm_server: longest wait for one HTTP request
 

@@ -1,0 +1,154 @@
+"""Rollout placement: where a run's rollouts are generated when it has several ranks, and who syncs the weights.
+
+What: `distributed.rollout` (see `pasodoble.layout`) is one of
+  colocated  every rank generates its share on its own training device: the HF engine or an in-process vLLM
+             engine (`vllm.sleep_mode` frees vLLM's GPU memory between rollouts), or, with `engine: vllm_server`,
+             a server of its own pinned to the rank's GPU. The default.
+  dedicated  rank 0 starts one vLLM server for each role with `engine: vllm_server` (and no `vllm.server_url`) on
+             GPUs of their own: the last `distributed.vllm_gpus` GPUs of its node, `vllm.tensor_parallel_size`
+             each, in role order; on a machine without CUDA the servers share its cores. Each listens on
+             `vllm.server_port` or a free port; every rank sends its share of a step's prompts to the same server,
+             which batches the requests of all ranks. This is the paper's layout (2 vLLM GPUs + N training GPUs),
+             for any N.
+A server every rank shares (dedicated, or one given by `vllm.server_url` on several ranks) has one weight owner:
+after each optimizer step every rank holds the same weights (DDP), rank 0 pushes them, and the others wait at a
+barrier, so the server reloads once per step and no rank samples from half-synced weights.
+
+How: `Placement.for_run(cfg.distributed, collective)` where the roles are built; `rollout.factory` asks it for a
+role's server (`server_for`). Rank 0 picks the port and broadcasts the URL before the server is up (a collective
+never waits on a server start); every rank then waits for `/health` itself for `vllm.server_start_timeout_s`.
+If rank 0's server fails to start, rank 0 exits with the server's last log lines, and the launcher stops the other
+ranks (else they report the server as not healthy when their wait ends).
+
+Limits: the owner writes the weights under /dev/shm, so a shared server runs on rank 0's machine (other nodes reach
+it over the network: set `vllm.server_host` to an interface they can reach; the URL then carries MASTER_ADDR).
+Servers start one after another on rank 0. FSDP2 on several ranks cannot sync a vLLM engine
+(`sharding.check_roles`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+PLACEMENTS = ("colocated", "dedicated")
+ANY_INTERFACE = ("0.0.0.0", "::", "")
+
+
+def server_roles(roles: dict) -> list[str]:
+    """Roles whose vLLM server a dedicated layout starts (engine vllm_server, no server_url), in role order."""
+    return [n for n, c in roles.items() if c.engine == "vllm_server" and c.vllm.server_url is None]
+
+
+def server_gpus(visible: int, vllm_gpus: int, sizes: dict[str, int]) -> dict[str, list[int]]:
+    """GPU indices of each dedicated server: the last `vllm_gpus` of `visible`, `sizes[role]` each, in order.
+
+    Raises ValueError (with the numbers) when they do not fit. No GPUs visible: every server on the CPU ([])."""
+    if visible == 0:
+        return {name: [] for name in sizes}
+    need = sum(sizes.values())
+    if need > vllm_gpus:
+        parts = ", ".join(f"{n} {k}" for n, k in sizes.items())
+        raise ValueError(
+            f"the dedicated vLLM servers need {need} GPUs ({parts}) but distributed.vllm_gpus is {vllm_gpus}"
+        )
+    out, nxt = {}, visible - vllm_gpus
+    for name, k in sizes.items():
+        out[name] = list(range(nxt, nxt + k))
+        nxt += k
+    return out
+
+
+def device_list(indices: Sequence[int], env: dict | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for a child that should see `indices` of this process's visible GPUs."""
+    env = os.environ if env is None else env
+    parent = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return ",".join(parent[i] if i < len(parent) else str(i) for i in indices)
+
+
+def advertised_host(host: str, env: dict | None = None) -> str:
+    """The address other ranks use for a server listening on `host` (all interfaces: the rendezvous address)."""
+    env = os.environ if env is None else env
+    if host in ANY_INTERFACE:
+        return env.get("MASTER_ADDR", "127.0.0.1")
+    return host
+
+
+@dataclass
+class SharedServer:
+    """What a rank holds of a server: its URL, whether this rank pushes weights, and the wait after a push."""
+
+    url: str
+    owner: bool  # this rank syncs weights (rank 0 of a shared server; every rank of its own server)
+    after_sync: Callable[[], None] | None = None  # barrier of a shared server (None: nobody waits)
+    server: object | None = None  # the `VLLMServer` this rank started (it stops it), else None
+
+
+@dataclass
+class Placement:
+    """The run's rollout placement (see module docstring); one object for both roles."""
+
+    mode: str = "colocated"
+    collective: object | None = None  # the run's `Collective` (None: one process)
+    gpus: dict[str, list[int]] = field(default_factory=dict)  # dedicated: GPU indices of each role's server
+    local_gpu: int | None = None  # colocated on several GPUs: this rank's GPU
+
+    @classmethod
+    def for_run(cls, dist_cfg, collective, roles: dict, visible_gpus: int) -> Placement:
+        mode = getattr(dist_cfg, "rollout", "colocated")
+        gpus = {}
+        if mode == "dedicated":
+            sizes = {n: roles[n].vllm.tensor_parallel_size for n in server_roles(roles)}
+            gpus = server_gpus(visible_gpus, dist_cfg.vllm_gpus, sizes)
+        local = int(os.environ.get("LOCAL_RANK", "0")) if visible_gpus and collective.world_size > 1 else None
+        return cls(mode=mode, collective=collective, gpus=gpus, local_gpu=local)
+
+    @property
+    def rank(self) -> int:
+        return getattr(self.collective, "rank", 0)
+
+    @property
+    def world_size(self) -> int:
+        return getattr(self.collective, "world_size", 1)
+
+    def shared(self, role_cfg) -> bool:
+        """Every rank talks to one server for this role (so rank 0 alone syncs its weights)."""
+        if self.world_size <= 1:
+            return False
+        return self.mode == "dedicated" or role_cfg.vllm.server_url is not None
+
+    def server_for(self, name: str, role_cfg, start: Callable[..., object]) -> SharedServer:
+        """This rank's view of `name`'s server. `start(devices=, port=, host=, wait=)` starts one (a `VLLMServer`)."""
+        cfg = role_cfg.vllm
+        if cfg.server_url is not None:
+            return SharedServer(
+                cfg.server_url, owner=self.rank == 0 or not self.shared(role_cfg), **self._wait(role_cfg)
+            )
+        if not self.shared(role_cfg):
+            devices = [self.local_gpu] if self.local_gpu is not None else None
+            server = start(devices=devices, port=cfg.server_port, host=cfg.server_host, wait=True)
+            return SharedServer(server.url, owner=True, server=server)
+        from pasodoble.rollout.server import free_port, wait_until_healthy
+
+        port = None
+        if self.rank == 0:
+            port = cfg.server_port or free_port(
+                cfg.server_host if cfg.server_host not in ANY_INTERFACE else "0.0.0.0"
+            )
+        port = self.collective.broadcast(port, f"{name} vLLM server port")
+        url = f"http://{advertised_host(cfg.server_host)}:{port}"
+        server = None
+        if self.rank == 0:
+            server = start(devices=self.gpus.get(name) or None, port=port, host=cfg.server_host, wait=True)
+        else:
+            wait_until_healthy(
+                url, cfg.server_start_timeout_s, who=f"the {name}'s vLLM server (started by rank 0)"
+            )
+        self.collective.barrier(f"{name} vLLM server up")
+        return SharedServer(url, owner=self.rank == 0, server=server, **self._wait(role_cfg))
+
+    def _wait(self, role_cfg) -> dict:
+        if not self.shared(role_cfg):
+            return {}
+        return {"after_sync": lambda: self.collective.barrier("vLLM weight sync")}
