@@ -382,7 +382,10 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
         if rank0:  # one rank builds the tiny world's cache; the others then find it
             _tiny_models(cfg)
         collective.barrier("tiny world build (run once on one process if this times out)")
-    placement = Placement.for_run(cfg.distributed, collective, generating_roles(cfg), launch.visible_gpus)
+    say = (lambda line: print(line, flush=True)) if rank0 and not cfg.logging.quiet else None
+    placement = Placement.for_run(
+        cfg.distributed, collective, generating_roles(cfg), launch.visible_gpus, say=say
+    )
     proposer, solver = build_roles(cfg, collective.world_size, placement)
     try:
         return _run_loop(cfg, collective, run_dir, proposer, solver, resume, strict_resume)

@@ -129,6 +129,16 @@ COMMANDS: dict[str, Run | Skip] = {
         "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
     ),
     # docs/SCALE.md
+    "accelerate launch --config_file recipes/accelerate/8gpu-dedicated.yaml -m pasodoble train --config "
+    "recipes/qwen3-1.7b-online.yaml knowledge.path=/data/megamath distributed.rollout=dedicated "
+    "distributed.vllm_gpus=2 proposer.engine=vllm_server solver.engine=vllm_server": Skip(
+        "8 GPUs, vLLM and Qwen3-1.7B-Base from the Hub; tests/test_recipes.py resolves this layout"
+    ),
+    "torchrun --standalone --nproc_per_node 2 -m pasodoble train --config recipes/tiny-online.yaml "
+    "world.model.head_dim=32 distributed.rollout=dedicated proposer.engine=vllm_server "
+    "solver.engine=vllm_server": Skip(
+        "needs the vLLM venv; tests/rollout/test_dedicated_runs.py (markers vllm, distributed) runs it with few steps"
+    ),
     "pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80 "
     "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(
         "needs the model's config.json; tests/test_layout.py runs `pasodoble layout` on a written one"

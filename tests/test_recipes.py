@@ -113,9 +113,27 @@ def test_accelerate_configs_load(path):
     from accelerate.commands.config.config_args import load_config_from_file
 
     config = load_config_from_file(str(path))
-    expected = {"1gpu.yaml": 1, "4gpu.yaml": 4, "8gpu.yaml": 8, "2node.yaml": 16, "cpu-2.yaml": 2}[path.name]
+    expected = {"1gpu.yaml": 1, "4gpu.yaml": 4, "8gpu.yaml": 8, "8gpu-dedicated.yaml": 6, "2node.yaml": 16}
+    expected = {**expected, "cpu-2.yaml": 2}[path.name]
     assert config.num_processes == expected
     assert config.num_machines == (2 if path.name == "2node.yaml" else 1)
+
+
+def test_the_papers_dedicated_layout_resolves_for_the_8_gpu_config(tmp_path):
+    """2 vLLM GPUs + 6 training GPUs, as `recipes/accelerate/8gpu-dedicated.yaml` documents it."""
+    cfg = load_config(
+        TrainConfig,
+        RECIPES / "qwen3-1.7b-online.yaml",
+        ["distributed.rollout=dedicated", "distributed.vllm_gpus=2"],
+    )
+    folder = model_dir(tmp_path, "m", ARCHS[cfg.proposer.model])
+    cfg.proposer.model = cfg.solver.model = folder
+    cfg.proposer.engine = cfg.solver.engine = "vllm_server"  # set after loading: vllm is not installed here
+    launch = Launch(world_size=6, local_world_size=6, visible_gpus=8, gpu_memory_gb=80)
+    resolved = check_layout(cfg, launch, model_architectures(cfg))
+    assert resolved.vllm_servers == {"proposer": [6], "solver": [7]} and len(resolved.solver_shares) == 6
+    with pytest.raises(LayoutError, match="7 training processes on this node but 6 training GPUs"):
+        check_layout(cfg, Launch(world_size=7, local_world_size=7, visible_gpus=8), model_architectures(cfg))
 
 
 def test_cold_start_recipe_carries_the_paper_settings(monkeypatch):

@@ -93,16 +93,17 @@ class Placement:
     collective: object | None = None  # the run's `Collective` (None: one process)
     gpus: dict[str, list[int]] = field(default_factory=dict)  # dedicated: GPU indices of each role's server
     local_gpu: int | None = None  # colocated on several GPUs: this rank's GPU
+    say: Callable[[str], None] | None = None  # where rank 0 reports the servers it started (None: quiet)
 
     @classmethod
-    def for_run(cls, dist_cfg, collective, roles: dict, visible_gpus: int) -> Placement:
+    def for_run(cls, dist_cfg, collective, roles: dict, visible_gpus: int, say=None) -> Placement:
         mode = getattr(dist_cfg, "rollout", "colocated")
         gpus = {}
         if mode == "dedicated":
             sizes = {n: roles[n].vllm.tensor_parallel_size for n in server_roles(roles)}
             gpus = server_gpus(visible_gpus, dist_cfg.vllm_gpus, sizes)
         local = int(os.environ.get("LOCAL_RANK", "0")) if visible_gpus and collective.world_size > 1 else None
-        return cls(mode=mode, collective=collective, gpus=gpus, local_gpu=local)
+        return cls(mode=mode, collective=collective, gpus=gpus, local_gpu=local, say=say)
 
     @property
     def rank(self) -> int:
@@ -140,7 +141,14 @@ class Placement:
         url = f"http://{advertised_host(cfg.server_host)}:{port}"
         server = None
         if self.rank == 0:
-            server = start(devices=self.gpus.get(name) or None, port=port, host=cfg.server_host, wait=True)
+            gpus = self.gpus.get(name) or None
+            server = start(devices=gpus, port=port, host=cfg.server_host, wait=True)
+            if self.say is not None:
+                where = f"GPU {','.join(map(str, gpus))}" if gpus else "the CPU"
+                self.say(
+                    f"{name}: dedicated vLLM server at {url} on {where}, shared by {self.world_size} ranks "
+                    f"(log {server.log_path})"
+                )
         else:
             wait_until_healthy(
                 url, cfg.server_start_timeout_s, who=f"the {name}'s vLLM server (started by rank 0)"

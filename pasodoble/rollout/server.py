@@ -10,6 +10,9 @@ What:
   server's own endpoints: `/collective_rpc` -> `pasodoble_reload(folder)` for full models (safetensors under
   /dev/shm, so the server must run on this machine to share it), `/v1/load_lora_adapter` under a new name per
   version + `/v1/unload_lora_adapter` for adapters, then `/reset_prefix_cache`.
+- On several ranks `rollout.placement` decides who starts a server and who syncs it: with
+  `distributed.rollout=dedicated` rank 0 starts one per role on GPUs of their own (`devices`) and every rank
+  shares it, rank 0 pushing the weights and the others waiting (`owner`, `after_sync`).
 - A server that stops answering (killed, crashed) raises `EngineUnavailable`, a one-line error: the run ends, and
   `pasodoble train --resume RUN_DIR` continues from its last checkpoint.
 
