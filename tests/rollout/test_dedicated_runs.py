@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ import pytest
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.distributed, pytest.mark.timeout(1800)]
 
+from tests.test_train_fsdp2 import torchrun as torchrun_command  # noqa: E402
 from tests.test_vllm_runs import WORLD  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,16 +42,7 @@ RUN = [
 
 
 def torchrun(n: int, *args: str) -> subprocess.CompletedProcess:
-    cmd = [
-        str(Path(sys.executable).parent / "torchrun"),
-        "--standalone",
-        "--nproc_per_node",
-        str(n),
-        "-m",
-        "pasodoble",
-        "train",
-        *args,
-    ]
+    cmd = torchrun_command(n, *args)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
