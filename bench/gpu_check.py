@@ -12,10 +12,19 @@ Prints, per role and overall: rollout tokens/s, training tokens/s (prompt + comp
 backward), weight-sync seconds, peak GPU memory (this process, and the device as a whole including vLLM's), and MFU
 against the GPU's dense bf16 peak (6 x parameters x training tokens / time).
 
+With `--backend ddp|fsdp2` both roles train through the project's sharding engines (`pasodoble.sharding`: DDP
+through Accelerate, torch's FSDP2), one rank per GPU under torchrun (or one rank without it): every rank runs the
+step on its own prompts, generation inside `Role.gathered()` as in the loop, and the report adds the backend, the
+world size, every rank's peak memory and the tokens/s summed over ranks. FSDP2 rolls out with the HF engine (the
+vLLM engines read the role's module, which holds only this rank's shards).
+
 Needs: torch, transformers, accelerate, peft (vllm optional); no datasets, no math-verify, no network.
 
     python bench/gpu_check.py                      # GPU, Qwen3-0.6B size, vLLM if importable; < 8 min on an H200
     python bench/gpu_check.py --device cpu --tiny  # the same path on a CPU with a tiny model (seconds to minutes)
+    python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2      # one GPU: FSDP2 on one rank (NCCL)
+    torchrun --standalone --nproc_per_node 8 bench/gpu_check.py --backend ddp   # 8 GPUs, one rank each
+    torchrun --standalone --nproc_per_node 2 bench/gpu_check.py --device cpu --tiny --backend fsdp2 --engine hf
 """
 
 from __future__ import annotations
@@ -130,7 +139,8 @@ def synthetic_advantages(groups) -> list[float]:
 def step(proposer: Role, solver: Role, s: int, args, totals: dict) -> None:
     p_prompts = prompts(proposer, args.passages, args.prompt_words, s)
     t0 = time.perf_counter()
-    p_groups = proposer.generate(p_prompts, seed=s)
+    with proposer.gathered():  # FSDP2: the full weights once for the phase (a no-op otherwise)
+        p_groups = proposer.generate(p_prompts, seed=s)
     totals["proposer_gen_s"] += time.perf_counter() - t0
     totals["proposer_gen_tokens"] += sum(len(c.token_ids) for g in p_groups for c in g)
     questions = [c.token_ids[: args.question_tokens] or [0] for g in p_groups for c in g]
@@ -138,7 +148,8 @@ def step(proposer: Role, solver: Role, s: int, args, totals: dict) -> None:
         solver.prompt_ids([{"role": "user", "content": solver.tokenizer.decode(q)}]) for q in questions
     ]
     t0 = time.perf_counter()
-    s_groups = solver.generate(s_prompts, seed=s + 1)
+    with solver.gathered():
+        s_groups = solver.generate(s_prompts, seed=s + 1)
     totals["solver_gen_s"] += time.perf_counter() - t0
     totals["solver_gen_tokens"] += sum(len(c.token_ids) for g in s_groups for c in g)
     for role, ids, groups in (("proposer", p_prompts, p_groups), ("solver", s_prompts, s_groups)):
@@ -173,6 +184,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--peak-tflops", type=float, default=None, help="bf16 dense peak (default: from GPU name)"
     )
+    ap.add_argument(
+        "--backend",
+        default="none",
+        choices=["none", "ddp", "fsdp2"],
+        help="train both roles through this sharding engine (none: plain PyTorch, one process)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     on_gpu = args.device.startswith("cuda")
@@ -182,14 +199,29 @@ def main(argv=None) -> int:
         )
         return 2
     torch.set_num_threads(2) if not on_gpu else None
+    collective, sharding = start_backend(args.backend, on_gpu)
+    rank = getattr(collective, "rank", 0)
+    if on_gpu and collective is not None:
+        args.device = f"cuda:{torch.cuda.current_device()}"
     dtype = "bfloat16" if on_gpu else "float32"
     arch = TINY if args.tiny else QWEN3_0_6B
     engine = engine_name(args.engine, args.device)
+    if args.backend == "fsdp2" and engine != "hf":
+        print(
+            "gpu_check: --backend fsdp2 rolls out with --engine hf (see the module docstring)",
+            file=sys.stderr,
+        )
+        return 2
     max_new = min(args.max_new_tokens, 64) if args.tiny else args.max_new_tokens
-    root = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    roles, n_params = {}, 0
-    for seed, name in enumerate(("proposer", "solver")):
-        path, n_params = build_model_dir(root, arch, seed, getattr(torch, dtype))
+    # One rank writes the models (transformers saves on the main process only), then every rank loads them.
+    root = Path(tempfile.mkdtemp(prefix="gpu-check-")) if rank == 0 else None
+    built = (
+        [build_model_dir(root, arch, seed, getattr(torch, dtype)) for seed in range(2)] if rank == 0 else None
+    )
+    if collective is not None:
+        built = collective.broadcast(built, "gpu check models")
+    roles, n_params = {}, built[0][1]
+    for (path, _), name in zip(built, ("proposer", "solver")):
         cfg = RoleConfig(
             model=str(path),
             num_generations=args.generations,
@@ -205,28 +237,61 @@ def main(argv=None) -> int:
             vllm=VLLMConfig(gpu_memory_utilization=args.gpu_memory_utilization, enable_prefix_caching=True),
         )
         cfg.validate()
-        roles[name] = Role.from_pretrained(name, cfg, path, total_updates=args.steps + 1)
+        roles[name] = Role.from_pretrained(name, cfg, path, total_updates=args.steps + 1, sharding=sharding)
     proposer, solver = roles["proposer"], roles["solver"]
     keys = ("gen_s", "gen_tokens", "train_s", "train_tokens", "sync_s", "logprob_diff_max")
     warm = {f"{r}_{k}": 0.0 for r in roles for k in keys}
-    step(proposer, solver, 0, args, warm)  # warm-up: compilation, CUDA graphs, caches
+    offset = 1000 * rank  # every rank samples its own prompts and completions
+    step(proposer, solver, offset, args, warm)  # warm-up: compilation, CUDA graphs, caches
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
     totals = {f"{r}_{k}": 0.0 for r in roles for k in keys}
     start = time.perf_counter()
     for s in range(1, args.steps + 1):
-        step(proposer, solver, s, args, totals)
+        step(proposer, solver, offset + s, args, totals)
     wall = time.perf_counter() - start
     report = figures(totals, wall, n_params, engine, args, on_gpu)
-    for line in format_report(report):
-        print(line)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+    if collective is not None:
+        report = combine_ranks(collective.all_gather(report, "gpu check figures"), args.backend)
+    if rank == 0:
+        for line in format_report(report):
+            print(line)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
     for role in roles.values():
         close = getattr(role.engine, "close", None)
         if callable(close):
             close()
     return 0
+
+
+def start_backend(backend: str, on_gpu: bool):
+    """(collective, sharding) for `backend`; (None, None) for plain PyTorch. Without torchrun: one rank."""
+    if backend == "none":
+        return None, None
+    import os
+
+    from pasodoble.distributed import TorchDistributed
+    from pasodoble.rollout.server import free_port
+    from pasodoble.sharding import Accelerated, FullyShard
+
+    if "WORLD_SIZE" not in os.environ:  # `python bench/gpu_check.py --backend ...`: a group of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ["MASTER_PORT"] = str(free_port())
+    collective = TorchDistributed(timeout_s=600)
+    ws = collective.world_size
+    return collective, (FullyShard(ws) if backend == "fsdp2" else Accelerated("ddp", ws))
+
+
+def combine_ranks(per_rank: list[dict], backend: str) -> dict:
+    """Rank 0's report plus the backend, the world size, every rank's peak memory and tokens/s summed."""
+    out = {**per_rank[0], "backend": backend, "world_size": len(per_rank)}
+    for key in [k for k in per_rank[0] if k.endswith("tokens_per_s")]:
+        out[key] = sum(r[key] for r in per_rank)
+    for key in ("peak_gpu_mem_trainer_gib", "gpu_mem_used_device_gib"):
+        if key in per_rank[0]:
+            out[key + "_per_rank"] = [round(r[key], 2) for r in per_rank]
+    return out
 
 
 def figures(t: dict, wall: float, n_params: int, engine: str, args, on_gpu: bool) -> dict:
@@ -258,9 +323,10 @@ def figures(t: dict, wall: float, n_params: int, engine: str, args, on_gpu: bool
 def format_report(r: dict) -> list[str]:
     lines = [
         f"gpu_check: engine={r['engine']} params/model={r['params_per_model'] / 1e6:.1f}M steps={r['steps']}"
+        + (f" backend={r['backend']} ranks={r['world_size']}" if "backend" in r else "")
     ]
     for key, value in r.items():
-        if key in ("engine", "params_per_model", "steps"):
+        if key in ("engine", "params_per_model", "steps", "backend", "world_size"):
             continue
         lines.append(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
     return lines
