@@ -303,7 +303,7 @@ class Role:
         with self.gathered():  # every rank runs one update per call: one gather, no per-forward collective
             stats = self._update(samples, advantages, batch)
         sync_start = time.perf_counter()
-        self.engine.update_weights(self.model)
+        self.sharding.sync_engine(self.model, self.engine)
         return {
             **stats,
             "weight_sync_s": time.perf_counter() - sync_start,
@@ -476,7 +476,7 @@ class Role:
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
             self.updates = int(state["updates"])
-        self.engine.update_weights(self.model)
+        self.sharding.sync_engine(self.model, self.engine)
 
 
 def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:

@@ -37,8 +37,9 @@ with `full_state_dict=True`, called on every rank, rank 0 writes); the optimizer
 index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any world size and backend.
 
 Departures: none from the method. DeepSpeed is refused on several ranks (`NOT_WIRED` says what is missing), and
-FSDP2 is refused with the vLLM engines and with LoRA on several ranks (`check_roles`: both read the role's module,
-which holds only this rank's shards). A frozen role (`trainable: false`) and the reference model (`beta > 0`,
+FSDP2 with LoRA on several ranks (`check_roles`: the adapter is saved from the role's module, which holds only this
+rank's shards). A vLLM engine under FSDP2 gets the full weights after each update (`sync_engine`: one more
+full-state gather per update, on every rank). A frozen role (`trainable: false`) and the reference model (`beta > 0`,
 copied before sharding) are not sharded: every rank holds them in full.
 """
 
@@ -70,6 +71,10 @@ class Unsharded:
     def gathered(self, model: torch.nn.Module):
         """A phase (generation, scoring, update) run on the full weights: here they always are."""
         return contextlib.nullcontext()
+
+    def sync_engine(self, model: torch.nn.Module, engine) -> None:
+        """After an update (every rank calls it): the role's rollout engine samples from the new weights."""
+        engine.update_weights(model)
 
     def refresh(self, model: torch.nn.Module) -> None:
         """After optimizer.step() inside `gathered`: nothing to refresh, the module holds the stepped weights."""
@@ -182,6 +187,15 @@ class FullyShard(Unsharded):
                 for module in self._fsdp_modules(model):
                     module.reshard()
 
+    def sync_engine(self, model: torch.nn.Module, engine) -> None:
+        """An engine with its own copy of the weights (vLLM) gets the full weights, gathered on every rank (each
+        rank of a colocated layout syncs its own engine; with a shared server rank 0 alone writes them)."""
+        if id(model) not in self._sharded or not getattr(engine, "copies_weights", False):
+            return engine.update_weights(model)
+        from pasodoble.rollout.weights import FullWeights
+
+        engine.update_weights(FullWeights(model, self.full_state(model, None, all_ranks=True)["model"]))
+
     def refresh(self, model: torch.nn.Module) -> None:
         """After optimizer.step(): the gathered copy is stale, so drop it and gather the stepped shards again."""
         if self._depth.get(id(model), 0) == 0:
@@ -293,13 +307,6 @@ def check_roles(backend: str, world_size: int, roles: dict) -> None:
     from pasodoble.errors import ConfigError
 
     for name, cfg in roles.items():
-        if cfg.trainable and cfg.engine != "hf":
-            raise ConfigError(
-                f"{name}.engine",
-                f"{cfg.engine} with distributed.backend=fsdp2 on {world_size} ranks is not wired yet: the vLLM "
-                "engines sync weights by saving the role's module, which holds only this rank's shards under "
-                "FSDP2; use engine hf or distributed.backend=ddp",
-            )
         if cfg.trainable and cfg.lora is not None:
             raise ConfigError(
                 f"{name}.lora",

@@ -142,7 +142,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "torchrun --standalone --nproc_per_node 2 -m pasodoble train --config recipes/tiny-online.yaml "
     "world.model.head_dim=32 distributed.rollout=dedicated proposer.engine=vllm_server "
     "solver.engine=vllm_server": Skip(
-        "needs the vLLM venv; tests/rollout/test_dedicated_runs.py (markers vllm, distributed) runs it with few steps"
+        "needs the vLLM venv; tests/rollout/test_placement_runs.py (markers vllm, distributed) runs it with few steps"
     ),
     "pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80 "
     "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(

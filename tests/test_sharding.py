@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from pasodoble.errors import ConfigError
 from pasodoble.roles import Role, RoleConfig
+from pasodoble.rollout.weights import write_weights
 from pasodoble.sharding import FullyShard, _by_index, _by_name, _tie, build_sharding, check_roles
 from tests.loop_helpers import make_model, make_tokenizer
 from tests.test_distributed import free_port
@@ -27,9 +28,8 @@ def test_deepspeed_on_several_ranks_is_refused_with_the_reason():
         build_sharding("deepspeed", 2)
 
 
-def test_fsdp2_refuses_vllm_engines_and_lora_on_several_ranks():
-    with pytest.raises(ConfigError, match=r"^solver.engine: vllm with distributed.backend=fsdp2 on 2 ranks"):
-        check_roles("fsdp2", 2, {"solver": RoleConfig(engine="vllm")})
+def test_fsdp2_refuses_lora_on_several_ranks_and_takes_vllm_engines():
+    check_roles("fsdp2", 2, {"solver": RoleConfig(engine="vllm")})  # synced from gathered full weights
     lora = RoleConfig(lora={"rank": 8})
     with pytest.raises(ConfigError, match=r"^proposer.lora: LoRA with distributed.backend=fsdp2"):
         check_roles("fsdp2", 2, {"proposer": lora})
@@ -117,3 +117,49 @@ def test_fsdp2_offload_on_a_cpu_only_machine_trains_in_place(one_rank_group):
     role = role_with(FullyShard(1, offload=True))
     samples, advantages = sampled(role_with(None), ["a"], seed=0)
     assert role.update(samples, advantages)["grad_norm"] > 0
+
+
+class CopyingEngine:
+    """Records what a weight-copying engine (vLLM's kind) is handed after each update, as files it would load."""
+
+    copies_weights = True
+
+    def __init__(self, folder):
+        self.folder, self.synced = folder, 0
+
+    def update_weights(self, model) -> None:
+        self.synced += 1
+        write_weights(model, self.folder / f"v{self.synced}")
+
+
+def test_a_weight_copying_engine_gets_the_full_weights_of_a_sharded_role(one_rank_group, tmp_path):
+    sharded, plain = role_with(FullyShard(1)), role_with(None)
+    sharded.engine = engine = CopyingEngine(tmp_path)
+    samples, advantages = sampled(plain, ["a", "bb"], seed=0)
+    sharded.update(samples, advantages), plain.update(samples, advantages)
+    written = load_file(tmp_path / "v1" / "model.safetensors")
+    live = plain.model.state_dict()
+    assert "lm_head.weight" not in written  # tied to the embedding: written once, as save_pretrained does
+    assert set(written) == set(live) - {"lm_head.weight"}
+    assert engine.synced == 1 and all(torch.allclose(written[k], live[k], atol=1e-6) for k in written)
+    assert not torch.equal(
+        written["model.embed_tokens.weight"],
+        make_model(make_tokenizer()).state_dict()["model.embed_tokens.weight"],
+    )
+
+
+def test_weights_are_written_on_a_rank_other_than_0(tmp_path):
+    """transformers' save_pretrained writes nothing there once torch.distributed is initialised."""
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    from unittest import mock
+
+    model = make_model(make_tokenizer())
+    with mock.patch("transformers.distributed.mixin._is_torch_distributed_initialized", return_value=True), \
+         mock.patch("transformers.distributed.mixin._get_torch_distributed_rank", return_value=1):  # fmt: skip
+        model.save_pretrained(tmp_path / "hf")
+        write_weights(model, tmp_path / "ours")
+    assert not (tmp_path / "hf" / "model.safetensors").exists()  # the pitfall this module avoids
+    assert set(load_file(tmp_path / "ours" / "model.safetensors")) == set(model.state_dict()) - {
+        "lm_head.weight"
+    }

@@ -79,6 +79,10 @@ class RolloutEngine(Protocol):
         given, says that k more sequences have finished, for progress bars (an engine may never call it)."""
         ...
 
+    # True: the engine samples from its own copy of the weights (vLLM), so a sharded role hands `update_weights`
+    # its full weights (`rollout.weights.FullWeights`, read through `state_dict()`); False: it reads the live module.
+    copies_weights: bool
+
     def update_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from `model`'s current weights (called after each optimizer step). A trainable
         role's parameters are float32 master weights; an engine holding its own copy casts them to its dtype."""

@@ -76,6 +76,8 @@ class _FinishedCounter(StoppingCriteria):
 class HFEngine:
     """`RolloutEngine` over `model.generate` (see module docstring)."""
 
+    copies_weights = False  # samples from the live module
+
     def __init__(
         self,
         model: torch.nn.Module,

@@ -22,8 +22,8 @@ ranks (else they report the server as not healthy when their wait ends).
 
 Limits: the owner writes the weights under /dev/shm, so a shared server runs on rank 0's machine (other nodes reach
 it over the network: set `vllm.server_host` to an interface they can reach; the URL then carries MASTER_ADDR).
-Servers start one after another on rank 0. FSDP2 on several ranks cannot sync a vLLM engine
-(`sharding.check_roles`).
+Servers start one after another on rank 0. Under FSDP2 every rank gathers the full weights after an update
+(`sharding.FullyShard.sync_engine`) and the owner writes them.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.placement import advertised_host, device_list
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.vllm import WORKER_EXTENSION, _shm_dir, _top_k, request_seed
+from pasodoble.rollout.weights import write_weights
 
 SERVED_NAME = "base"
 LAUNCHER_ENV = (
@@ -210,6 +211,8 @@ def _cuda() -> bool:
 class VLLMServerEngine:
     """`RolloutEngine` over a vLLM server's HTTP API (see module docstring)."""
 
+    copies_weights = True  # its own copy, written by `update_weights`
+
     def __init__(
         self,
         url: str,
@@ -309,7 +312,7 @@ class VLLMServerEngine:
     def update_weights(self, model) -> None:
         folder = self._shm / f"weights-{next(self._versions)}"
         if self.owner:
-            model.save_pretrained(folder, safe_serialization=True)
+            write_weights(model, folder)
             try:
                 body = {
                     "method": "pasodoble_reload",

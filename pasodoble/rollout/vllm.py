@@ -36,6 +36,7 @@ import torch
 
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import VLLMConfig
+from pasodoble.rollout.weights import write_weights
 
 WORKER_EXTENSION = "pasodoble.rollout.vllm_worker.SyncExtension"
 _ENGINES = itertools.count()  # engines started in this process (CPU core pinning)
@@ -63,6 +64,8 @@ def completion_from_output(output, tokenizer) -> Completion:
 
 class VLLMEngine:
     """`RolloutEngine` over an in-process `vllm.LLM` (see module docstring)."""
+
+    copies_weights = True  # its own copy, written by `update_weights`
 
     def __init__(
         self,
@@ -147,7 +150,7 @@ class VLLMEngine:
         """Load `model`'s full weights into every worker (see module docstring)."""
         self._version += 1
         folder = self._shm / f"weights-{self._version}"
-        model.save_pretrained(folder, safe_serialization=True)
+        write_weights(model, folder)
         try:
             self._wake()
             self._rpc("pasodoble_reload", str(folder))
@@ -214,6 +217,8 @@ class VLLMEngine:
 
 class AdapterEngine:
     """One LoRA adapter of a shared `VLLMEngine`, as a `RolloutEngine` of its own."""
+
+    copies_weights = True  # the adapter's, written by `update_weights`
 
     def __init__(self, engine: VLLMEngine, name: str):
         self.engine, self.name = engine, name

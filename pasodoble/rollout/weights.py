@@ -1,0 +1,46 @@
+"""Weights an engine copies: written as safetensors on ANY rank, from a plain module or a sharded role's full copy.
+
+What: `write_weights(model, folder)` writes `folder/model.safetensors` from `model.state_dict()` (float tensors as
+they are: the engine casts to its dtype), one tensor for tied parameters (the embedding and a tied LM head share
+storage; vLLM re-ties the head itself). `FullWeights(model, state_dict)` is a sharded module seen with the full
+weights its sharding engine gathered (`sharding.FullyShard.sync_engine`), so an engine reads it like a module.
+
+Why not `save_pretrained`: transformers writes nothing on ranks other than 0 once torch.distributed is initialised
+(`should_save_on_this_rank`), silently; every rank of a colocated layout syncs its own engine, so each must write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+class FullWeights:
+    """A sharded module's full weights, for an engine that copies them (`state_dict()` only)."""
+
+    def __init__(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]):
+        self.model, self._state = model, state_dict
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self._state
+
+
+def write_weights(model, folder: str | Path) -> Path:
+    """`model`'s weights as `folder/model.safetensors` (see the module docstring); returns the folder."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach()
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:  # a tied parameter: its first name carries it
+            continue
+        seen.add(key)
+        out[name] = tensor.contiguous().cpu()
+    save_file(out, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+    return folder
