@@ -170,8 +170,12 @@ def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=
     (load or model.load_state_dict)(saved.state_dict())
 
 
-def build_shared_roles(proposer_cfg, solver_cfg, base_path: str, *, updates: tuple[int, int]):
-    """Proposer and Solver as two adapters of one frozen base, each with its own optimizer; one engine for both."""
+def build_shared_roles(
+    proposer_cfg, solver_cfg, base_path: str, *, updates: tuple[int, int], sharding=None, placement=None
+):
+    """Proposer and Solver as two adapters of one frozen base, each with its own optimizer; one engine for both.
+    On several ranks `sharding` wraps each adapter view (DDP reduces only that adapter's gradients) and
+    `placement` places the shared vLLM server."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pasodoble.roles import DTYPES, Role, resolve_device
@@ -192,14 +196,14 @@ def build_shared_roles(proposer_cfg, solver_cfg, base_path: str, *, updates: tup
     solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
     models = {"proposer": proposer_view, "solver": solver_view}
     engines = build_shared_engine(
-        {"proposer": proposer_cfg, "solver": solver_cfg}, models, tokenizer, base_path
+        {"proposer": proposer_cfg, "solver": solver_cfg}, models, tokenizer, base_path, placement=placement
     )
     roles = []
     for n, c, u in (("proposer", proposer_cfg, updates[0]), ("solver", solver_cfg, updates[1])):
         models[
             n
         ].activate()  # only the active adapter is trainable, and the optimizer takes trainable weights
-        roles.append(Role(n, c, models[n], tokenizer, engine=engines[n], total_updates=u))
+        roles.append(Role(n, c, models[n], tokenizer, engine=engines[n], total_updates=u, sharding=sharding))
     return tuple(roles)
 
 

@@ -165,24 +165,26 @@ def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[
     """Both roles, wrapped for `world_size` ranks by the configured engine (one sharding object for both);
     `placement` (`rollout.placement.Placement`) says where their vLLM servers run (None: one process)."""
     p_updates, s_updates = total_updates(cfg)
-    if cfg.roles.shared_base:
-        base, other = resolve(cfg.proposer.model, cfg), resolve(cfg.solver.model, cfg)
-        if Path(base).resolve() != Path(other).resolve():
-            raise ConfigError(
-                "roles.shared_base", "needs one base model; proposer.model and solver.model differ"
-            )
-        if world_size > 1:
-            raise ConfigError(
-                "roles.shared_base",
-                "runs in one process for now; launch a single process or drop shared_base",
-            )
-        return build_shared_roles(cfg.proposer, cfg.solver, base, updates=(p_updates, s_updates))
     d = cfg.distributed
     roles = {"solver": cfg.solver, **({"proposer": cfg.proposer} if cfg.schedule.mode != "oracle" else {})}
     check_roles(d.backend, world_size, roles)
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )
+    if cfg.roles.shared_base:
+        base, other = resolve(cfg.proposer.model, cfg), resolve(cfg.solver.model, cfg)
+        if Path(base).resolve() != Path(other).resolve():
+            raise ConfigError(
+                "roles.shared_base", "needs one base model; proposer.model and solver.model differ"
+            )
+        return build_shared_roles(
+            cfg.proposer,
+            cfg.solver,
+            base,
+            updates=(p_updates, s_updates),
+            sharding=sharding,
+            placement=placement,
+        )
     updates = {"proposer": p_updates, "solver": s_updates}
 
     def build(name: str) -> Role:

@@ -148,6 +148,22 @@ def test_offline_on_two_ranks_agrees(tmp_path):
     assert any("chosen" in r["decision"] for r in log)  # a Solver-phase (buffer) step ran
 
 
+def test_two_adapters_of_one_shared_base_train_on_two_ranks(tmp_path):
+    """`roles.shared_base`: DDP wraps each adapter view, so each role's optimizer sees its adapter's reduced
+    gradients; ranks that reduced nothing (or the other adapter's) would log different weight digests."""
+    out = tmp_path / "shared"
+    lora = ["roles.shared_base=true", "proposer.lora.rank=8", "solver.lora.rank=8"]
+    run(
+        accelerate(
+            2, "--config", "recipes/tiny-online.yaml", "schedule.steps=3", *lora, *SMALL, f"run_dir={out}"
+        )
+    )
+    log = assert_ranks_agree(out, 2, 3)
+    digests = [row["weights"]["solver"] for row in log]
+    assert len(set(digests)) >= 2  # the adapters moved
+    assert (out / "checkpoints" / "latest").exists()
+
+
 def spawn_ranks(world: int, args: list[str]) -> list[subprocess.Popen]:
     """The ranks as a launcher would start them, without one (so no launcher kills the survivors for us)."""
     port, procs = free_port(), []

@@ -73,7 +73,9 @@ def build_engine(
     return view
 
 
-def build_shared_engine(roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path) -> dict:
+def build_shared_engine(
+    roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path, placement=None
+) -> dict:
     """One engine for the adapters of a shared base: {role name: engine view}; `hf` gives each an HFEngine."""
     first = next(iter(roles_cfgs.values()))
     if first.engine == "hf":
@@ -108,7 +110,13 @@ def build_shared_engine(roles_cfgs: dict, models: dict, tokenizer, base_path: st
         from pasodoble.rollout.server import VLLMServerEngine
 
         core = VLLMServerEngine.for_role(
-            "shared base", first, base_path, tokenizer, adapters=tuple(roles_cfgs), max_len=max_len
+            "shared base",
+            first,
+            base_path,
+            tokenizer,
+            adapters=tuple(roles_cfgs),
+            max_len=max_len,
+            placement=placement,
         )
     views = {}
     for n in roles_cfgs:
