@@ -147,7 +147,7 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
     layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
     kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
-    reference = n * b / (ws if shard_all else 1) if role.trainable and role.beta > 0 else 0.0
+    reference = n * b / (ws if shard_all or fsdp2 else 1) if role.trainable and role.beta > 0 else 0.0
     gb = {
         "weights": weights,
         "grads": grads,

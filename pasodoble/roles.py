@@ -222,8 +222,9 @@ class Role:
         self.updates = 0
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        if cfg.trainable and cfg.beta > 0:  # copied before sharding: every rank keeps the full frozen weights
-            self.reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
+        if cfg.trainable and cfg.beta > 0:  # copied before the policy is sharded, then sharded on its own
+            reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
+            self.reference = self.sharding.prepare_reference(reference)
         if cfg.trainable:
             self._build_optimizer(total_updates)
             self.train_model, self.optimizer = self.sharding.prepare(name, model, self.optimizer)

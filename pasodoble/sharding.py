@@ -39,8 +39,8 @@ index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any 
 Departures: none from the method. DeepSpeed is refused on several ranks (`NOT_WIRED` says what is missing), and
 FSDP2 with LoRA on several ranks (`check_roles`: the adapter is saved from the role's module, which holds only this
 rank's shards). A vLLM engine under FSDP2 gets the full weights after each update (`sync_engine`: one more
-full-state gather per update, on every rank). A frozen role (`trainable: false`) and the reference model (`beta > 0`,
-copied before sharding) are not sharded: every rank holds them in full.
+full-state gather per update, on every rank). The reference model (`beta > 0`) is sharded too, gathered layer by
+layer in each of its forwards (`prepare_reference`); a frozen role (`trainable: false`) is not sharded.
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ class Unsharded:
     def sync_engine(self, model: torch.nn.Module, engine) -> None:
         """After an update (every rank calls it): the role's rollout engine samples from the new weights."""
         engine.update_weights(model)
+
+    def prepare_reference(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The frozen reference model of the KL term (`beta > 0`): it runs only inside updates."""
+        return model
 
     def refresh(self, model: torch.nn.Module) -> None:
         """After optimizer.step() inside `gathered`: nothing to refresh, the module holds the stepped weights."""
@@ -162,6 +166,16 @@ class FullyShard(Unsharded):
         self._sharded[id(model)] = [p for p in model.parameters() if p.requires_grad]
         optimizer.param_groups[0]["params"] = list(self._sharded[id(model)])
         return model, optimizer
+
+    def prepare_reference(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Sharded like the policy but gathered per forward (FSDP2's default): it runs only in updates, where
+        every rank runs the same number of micro-batches, so each of its per-layer all-gathers has every rank."""
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in getattr(getattr(model, "model", model), "layers", []):
+            fully_shard(layer, mesh=self.mesh)
+        fully_shard(model, mesh=self.mesh)
+        return model
 
     @staticmethod
     def _fsdp_modules(model: torch.nn.Module) -> list:

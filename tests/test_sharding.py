@@ -163,3 +163,16 @@ def test_weights_are_written_on_a_rank_other_than_0(tmp_path):
     assert set(load_file(tmp_path / "ours" / "model.safetensors")) == set(model.state_dict()) - {
         "lm_head.weight"
     }
+
+
+def test_the_reference_model_is_sharded_and_the_kl_update_matches(one_rank_group):
+    sharded, plain = role_with(FullyShard(1), beta=0.1), role_with(None, beta=0.1)
+    assert all(hasattr(p, "full_tensor") for p in sharded.reference.parameters())  # DTensor shards
+    assert not any(hasattr(p, "full_tensor") for p in plain.reference.parameters())
+    for step in range(2):  # the second update has a policy away from the reference: a non-zero KL term
+        samples, advantages = sampled(plain, ["a", "bb"], seed=step)
+        a, b = sharded.update(samples, advantages), plain.update(samples, advantages)
+        assert a["kl"] == pytest.approx(b["kl"], rel=1e-4, abs=1e-9)
+    assert b["kl"] > 0
+    weights = sharded.weights()
+    assert all(torch.allclose(weights[k], v, atol=1e-6) for k, v in plain.model.state_dict().items())
