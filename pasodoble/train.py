@@ -179,7 +179,7 @@ def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[
         return build_shared_roles(cfg.proposer, cfg.solver, base, updates=(p_updates, s_updates))
     d = cfg.distributed
     roles = {"solver": cfg.solver, **({"proposer": cfg.proposer} if cfg.schedule.mode != "oracle" else {})}
-    check_roles(d.backend, world_size, roles)
+    check_roles(d.backend, world_size, roles, zero_stage=d.zero_stage)
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )
