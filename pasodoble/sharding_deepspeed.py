@@ -4,8 +4,8 @@ What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `de
 engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
 the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions and the AdamW step
 live in CPU memory (DeepSpeed's offload; on a CPU-only machine they are there already, so the step stays torch's).
-Every rank holds the full weights, so generation, scoring, the vLLM weight sync and LoRA's adapter read the
-role's module as under DDP.
+Every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read the role's
+module as under DDP.
 
 Why DeepSpeed directly: Accelerate's DeepSpeed path drops DeepSpeed on a CPU machine (it needs a GPU-type run) and
 steps per `backward()` unless its accumulation is configured per update; calling `deepspeed.initialize` gives one
@@ -29,7 +29,9 @@ come from `safe_get_full_optimizer_state` (a collective, every rank calls it); l
 
 Departures: float16 roles are refused under DeepSpeed (the role's loss scaler and DeepSpeed's would both act; use
 bfloat16 or float32), and ZeRO-3 on several ranks is refused: it all-gathers parameters in every forward and ranks
-run different numbers of forwards in generation, which hangs (use zero_stage 1 or 2, or fsdp2).
+run different numbers of forwards in generation, which hangs (use zero_stage 1 or 2, or fsdp2). LoRA is refused on
+several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
+A frozen role and the reference model (`beta > 0`) are not wrapped.
 """
 
 from __future__ import annotations
@@ -215,6 +217,13 @@ def check_roles(backend: str, world_size: int, zero_stage: int, roles: dict) -> 
             "run different numbers of forwards in generation; use zero_stage 1 or 2, or distributed.backend=fsdp2",
         )
     for name, cfg in roles.items():
+        if cfg.trainable and cfg.lora is not None:
+            raise ConfigError(
+                f"{name}.lora",
+                f"LoRA with distributed.backend=deepspeed on {world_size} ranks is not wired yet (a resumed "
+                "adapter is loaded into the module, not into DeepSpeed's float32 master copy, so the next step "
+                "would undo it); use distributed.backend=ddp",
+            )
         if cfg.trainable and cfg.dtype == "float16":
             raise ConfigError(
                 f"{name}.dtype",

@@ -34,7 +34,16 @@ def test_float16_roles_are_refused_under_deepspeed_and_bfloat16_is_not():
     ):
         check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16")}, zero_stage=1)
     check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16", trainable=False)})  # never wrapped
-    check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="bfloat16", engine="vllm", lora={"rank": 8})})
+    check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="bfloat16", engine="vllm")})  # full weights
+    check_roles("ddp", 2, {"proposer": RoleConfig(dtype="float16")})
+
+
+def test_lora_is_refused_under_deepspeed_on_several_ranks():
+    with pytest.raises(
+        ConfigError, match=r"^solver.lora: LoRA with distributed.backend=deepspeed on 2 ranks"
+    ):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})})
+    check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8}, trainable=False)})
     check_roles("ddp", 2, {"proposer": RoleConfig(dtype="float16")})
 
 

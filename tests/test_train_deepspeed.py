@@ -5,10 +5,10 @@ Every rank generates, solves and trains on its share; each trainable role is one
 on its partition. The tests run the tiny online recipe on 2 ranks under DDP and under ZeRO-2 from the same seed:
 every rank's decisions log identical line by line, the same decisions under both backends, and final weights and
 AdamW moments equal within float rounding (a micro-batch's gradient lost to DeepSpeed's accumulation, or a stale
-optimizer state, moves weights by ~lr = 1e-4 a step). ZeRO-1 runs the same loop. Then checkpoints cross
-backends and world sizes: the DDP checkpoint resumes on 3 ranks under ZeRO-2 and the ZeRO-2 one on 3 ranks under
-DDP, each continuing as the DDP checkpoint does under DDP.
-"""
+optimizer state, moves weights by ~lr = 1e-4 a step). ZeRO-1, and ZeRO-2 with the optimizer offloaded (the 3B/4B
+recipes' setting), run the same loop. Then checkpoints cross backends and world sizes: the DDP checkpoint resumes
+on 3 ranks under ZeRO-2 and the ZeRO-2 one on 3 ranks under DDP, each continuing as the DDP checkpoint does under
+DDP."""
 
 from __future__ import annotations
 
@@ -48,11 +48,16 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "ddp": ["distributed.backend=ddp"],
         "zero2": ["distributed.backend=deepspeed", "distributed.zero_stage=2"],
         "zero1": ["distributed.backend=deepspeed", "distributed.zero_stage=1"],
+        "zero2_offload": [
+            "distributed.backend=deepspeed",
+            "distributed.zero_stage=2",
+            "distributed.offload_optimizer=true",
+        ],
     }
     out = {}
     for label, overrides in backends.items():
         out[label] = root / label
-        evals = EVAL if label != "zero1" else []
+        evals = EVAL if label in ("ddp", "zero2") else []
         run(accelerate(2, *RECIPE, *evals, *SMALL, *MICRO, *overrides, f"run_dir={out[label]}"))
     return out
 
@@ -72,12 +77,15 @@ def test_zero2_on_two_ranks_takes_the_ddp_run_s_decisions_and_weights(runs):
     assert '"Qwen3ForCausalLM"' in saved  # a Hugging Face folder, not a DeepSpeed checkpoint
 
 
-def test_zero1_on_two_ranks_trains_as_ddp(runs):
-    logs = {b: assert_ranks_agree(runs[b], 2, 2) for b in ("ddp", "zero1")}
-    assert [r["decision"] for r in logs["zero1"]] == [r["decision"] for r in logs["ddp"]]
-    assert "zero_stage: 1" in (runs["zero1"] / "config.yaml").read_text()
+@pytest.mark.parametrize(
+    ("label", "setting"), [("zero1", "zero_stage: 1"), ("zero2_offload", "offload_optimizer: true")]
+)
+def test_zero1_and_zero2_with_offload_on_two_ranks_train_as_ddp(runs, label, setting):
+    logs = {b: assert_ranks_agree(runs[b], 2, 2) for b in ("ddp", label)}
+    assert [r["decision"] for r in logs[label]] == [r["decision"] for r in logs["ddp"]]
+    assert setting in (runs[label] / "config.yaml").read_text()
     for step in (1, 2):
-        assert checkpoint_diff(runs["zero1"], runs["ddp"], step) <= TOLERANCE
+        assert checkpoint_diff(runs[label], runs["ddp"], step) <= TOLERANCE
 
 
 def test_checkpoints_cross_between_ddp_and_zero2_on_three_ranks(runs, tmp_path):
