@@ -3,18 +3,19 @@
 What: a `Role` trains through one of these objects, built where the roles are built (never inside the step):
   `Unsharded`     one process: the model as is, `loss.backward()`, torch's gradient clipping.
   `Accelerated`   `accelerate.Accelerator.prepare(model, optimizer)`, one role at a time: DDP on CPU (gloo) or
-                  GPU (NCCL); DeepSpeed ZeRO on GPU (one `Accelerator` holding a dict of two plugins, the active
-                  one selected before each role's prepare: Accelerate raises on one prepare with two DeepSpeed
-                  models).
+                  GPU (NCCL).
   `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), one code path for
                   CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
                   GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
+  `DeepSpeedZero` DeepSpeed ZeRO-1/2, one `deepspeed.initialize` engine per role, CPU and GPU
+                  (`pasodoble.sharding_deepspeed`: Accelerate's DeepSpeed path needs a GPU-type run too).
 The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
-and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's gradient AVERAGE over
-ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's weight in the full
-batch). Around each phase that runs the model, every rank enters `gathered(model)`; `refresh(model)` follows an
-optimizer step inside one; `full_state` / `load_weights` / `load_optimizer` move full (unsharded) state dicts in
-and out for checkpoints and weight digests.
+and `step(model, optimizer, scaler, max_norm)` (unscale, clip and step the optimizer, return the pre-clip norm;
+DeepSpeed does all three in its own step, clipping to the `max_grad_norm` given to `prepare`); `grad_scale` is the
+factor that turns the engine's gradient AVERAGE over ranks into the SUM the full-batch loss needs (each rank's loss
+already carries its share's weight in the full batch). Around each phase that runs the model, every rank enters
+`gathered(model)`; `refresh(model)` follows an optimizer step inside one; `full_state` / `load_weights` /
+`load_optimizer` move full (unsharded) state dicts in and out for checkpoints and weight digests.
 
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.
@@ -36,10 +37,10 @@ decisions log's weight digests gather full state dicts (`get_model_state_dict` /
 with `full_state_dict=True`, called on every rank, rank 0 writes); the optimizer state is re-keyed by parameter
 index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any world size and backend.
 
-Departures: none from the method. DeepSpeed is refused on several ranks (`NOT_WIRED` says what is missing), and
-FSDP2 is refused with the vLLM engines and with LoRA on several ranks (`check_roles`: both read the role's module,
-which holds only this rank's shards). A frozen role (`trainable: false`) and the reference model (`beta > 0`,
-copied before sharding) are not sharded: every rank holds them in full.
+Departures: none from the method. FSDP2 is refused with the vLLM engines and with LoRA on several ranks
+(`check_roles`: both read the role's module, which holds only this rank's shards); DeepSpeed's refusals are in
+`pasodoble.sharding_deepspeed`. A frozen role (`trainable: false`) and the reference model (`beta > 0`, copied
+before sharding) are not sharded: every rank holds them in full.
 """
 
 from __future__ import annotations
