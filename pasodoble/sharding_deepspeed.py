@@ -2,8 +2,8 @@
 
 What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `deepspeed.initialize` engine (two
 engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
-the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions and the AdamW step
-live in CPU memory (DeepSpeed's offload; on a CPU-only machine they are there already, so the step stays torch's).
+the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions live in CPU memory
+and torch's AdamW steps them there (DeepSpeed's compiled CPU Adam is not used: no op to build).
 Every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read the role's
 module as under DDP.
 
@@ -16,9 +16,11 @@ dummies, see `Role._update`); `accumulate(model, last)` marks the micro-batch as
 (`set_gradient_accumulation_boundary`: without it DeepSpeed keeps only the last micro-batch's gradient, silently),
 `backward` runs `engine.backward(loss, scale_wrt_gas=False)` (the loss already carries the micro-batch's weight in
 the full batch), which sums over micro-batches and averages over ranks (`grad_scale` = world size turns that into
-the full-batch sum), and `step` is `engine.step()`: reduction, clipping to `max_grad_norm` and AdamW on this
-rank's partition, then the updated weights are gathered into every rank's module. The returned norm is the global
-pre-clip gradient norm. No forward communicates, so ranks may run different numbers of them (generation).
+the full-batch sum; ZeRO-2 reduces each micro-batch right after its backward, ZeRO-1 at the boundary: every rank
+runs every micro-batch, so the collectives match), and `step` is `engine.step()`: clipping to `max_grad_norm` and
+AdamW on this rank's partition, then the updated weights are gathered into every rank's module. The returned norm
+is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). No forward communicates,
+so ranks may run different numbers of them (generation).
 The LR scheduler stays on the torch optimizer, whose parameter groups DeepSpeed shares.
 
 Checkpoints: the same files as DDP and FSDP2 (Hugging Face weights, AdamW state keyed by parameter index), so a
@@ -86,13 +88,14 @@ class DeepSpeedZero(Unsharded):
         self.zero_stage, self.offload_optimizer = zero_stage, offload_optimizer
         self.deepspeed = import_deepspeed()
         self._engines: dict[int, object] = {}  # id(module) and id(engine) -> engine
-        self._params: dict[
-            int, list[torch.nn.Parameter]
-        ] = {}  # id(engine) -> the optimizer's parameters, in order
+        # id(engine) -> the optimizer's parameters in their order (DeepSpeed swaps them for flat partitions)
+        self._params: dict[int, list[torch.nn.Parameter]] = {}
         self._active = None  # the engine whose micro-batch is inside `accumulate`
 
     def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if len(optimizer.param_groups) != 1:  # the checkpoint layout below indexes one group
+            raise ValueError(f"{name}: DeepSpeedZero expects one parameter group")
+        params = list(optimizer.param_groups[0]["params"])
         config = engine_config(self.zero_stage, self.offload_optimizer, max_grad_norm)
         engine, *_ = self.deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self._engines[id(model)] = self._engines[id(engine)] = engine
