@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-slow test-distributed lint format bench clean vllm-env test-vllm test-vllm-all
+.PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format bench clean vllm-env test-vllm test-vllm-all
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,19 @@ test-all: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed" $(PYTEST_ARGS)
 
-# Multi-process runs on CPU (gloo): collectives, 2- and 3-rank training, a killed rank, resume on another size.
-test-distributed: install
+# DeepSpeed (distributed.backend=deepspeed) into the venv: its CUDA/C++ ops are not prebuilt (DS_BUILD_OPS=0;
+# on CPU it compiles one small shared-memory op with the C++ compiler at first use), and the constraints keep
+# pip from replacing the venv's torch.
+$(VENV)/.installed-deepspeed: $(VENV)/.installed constraints.txt
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation -c constraints.txt deepspeed
+	$(BIN)/python -c "import torch; assert torch.__version__.startswith('$(subst torch==,,$(TORCH))'), torch.__version__"
+	touch $@
+
+deepspeed-env: $(VENV)/.installed-deepspeed
+
+# Multi-process runs on CPU (gloo): collectives, 2- and 3-rank training (DDP, FSDP2, DeepSpeed ZeRO-1/2), a killed
+# rank, resume on another size.
+test-distributed: install deepspeed-env
 	$(BIN)/python -m pytest -q -m distributed $(PYTEST_ARGS)
 
 # The vLLM CPU build in its own venv (3.4 GB), cached outside the clone and keyed on the versions below.

@@ -7,7 +7,6 @@ raises one `LayoutError` line naming the numbers (exit 2):
   - GPUs asked for (`distributed.gpus`) vs GPUs visible; training processes on a node vs training GPUs on it
     (visible minus `distributed.vllm_gpus`, the GPUs of dedicated vLLM servers);
   - vLLM tensor parallel size vs the models' attention and key/value heads, and vs the vLLM GPUs;
-  - the backend vs the hardware (DeepSpeed needs CUDA; FSDP2 runs on CPU/gloo too, see `pasodoble.sharding`);
   - the memory estimate per GPU for both roles (they live in the same processes) plus vLLM's share, vs the GPU.
 The memory estimate (GB = 1e9 bytes) per role: weights (dtype bytes x parameters), gradients (same dtype),
 AdamW states (two fp32 moments, plus an fp32 master copy when training in 16 bits: 12 or 8 bytes a parameter),
@@ -170,11 +169,6 @@ def read_architecture(model: str) -> dict | None:
 def check_layout(cfg, launch: Launch, archs: dict[str, dict | None], show=None) -> ResolvedLayout:
     """Validate `cfg.distributed` for `launch`; `show(lines)` gets the memory table (before a memory error)."""
     d = cfg.distributed
-    if d.backend == "deepspeed" and launch.world_size > 1 and launch.visible_gpus == 0:
-        raise LayoutError(
-            f"layout: distributed.backend={d.backend} needs CUDA GPUs but none is visible (Accelerate uses "
-            "DeepSpeed only for GPU runs); use distributed.backend=ddp or fsdp2 on CPU"
-        )
     if d.gpus is not None and d.gpus > launch.visible_gpus:
         raise LayoutError(
             f"layout: {d.gpus} GPUs asked for (distributed.gpus) but {launch.visible_gpus} visible; "
@@ -291,7 +285,7 @@ def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[li
     if gpu_gb and parts and total > gpu_gb:
         overflow = (
             f"layout: needs about {total:.1f} GB per GPU ({', '.join(parts)}, vLLM {vllm:.1f}; {how}) but a GPU "
-            f"has {gpu_gb:g} GB; offload the optimizer, shard (fsdp2 or deepspeed zero_stage=3), use more GPUs "
+            f"has {gpu_gb:g} GB; offload the optimizer, shard the weights (fsdp2), use more GPUs "
             "or shorter sequences / smaller micro batches"
         )
     return lines, overflow

@@ -227,7 +227,9 @@ class Role:
             self.reference = self.sharding.prepare_reference(reference)
         if cfg.trainable:
             self._build_optimizer(total_updates)
-            self.train_model, self.optimizer = self.sharding.prepare(name, model, self.optimizer)
+            self.train_model, self.optimizer = self.sharding.prepare(
+                name, model, self.optimizer, max_grad_norm=cfg.max_grad_norm
+            )
 
     @classmethod
     def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, placement=None, **kwargs) -> Role:
@@ -367,10 +369,8 @@ class Role:
 
     def _clip_and_step(self) -> float:
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
-        self.scaler.unscale_(self.optimizer)  # float16 only: clip the true gradient, not the scaled one
-        grad_norm = self.sharding.clip_grad_norm(self.train_model, max_norm)
-        self.scaler.step(self.optimizer)  # skips the step if a float16 gradient overflowed
-        self.scaler.update()
+        # the sharding engine steps: unscale (float16), clip, optimizer step (skipped on a float16 overflow)
+        grad_norm = self.sharding.step(self.train_model, self.optimizer, self.scaler, max_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm

@@ -3,18 +3,19 @@
 What: a `Role` trains through one of these objects, built where the roles are built (never inside the step):
   `Unsharded`     one process: the model as is, `loss.backward()`, torch's gradient clipping.
   `Accelerated`   `accelerate.Accelerator.prepare(model, optimizer)`, one role at a time: DDP on CPU (gloo) or
-                  GPU (NCCL); DeepSpeed ZeRO on GPU (one `Accelerator` holding a dict of two plugins, the active
-                  one selected before each role's prepare: Accelerate raises on one prepare with two DeepSpeed
-                  models).
+                  GPU (NCCL).
   `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), one code path for
                   CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
                   GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
+  `DeepSpeedZero` DeepSpeed ZeRO-1/2, one `deepspeed.initialize` engine per role, CPU and GPU
+                  (`pasodoble.sharding_deepspeed`: Accelerate's DeepSpeed path needs a GPU-type run too).
 The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
-and `clip_grad_norm(model, max_norm)`; `grad_scale` is the factor that turns the engine's gradient AVERAGE over
-ranks into the SUM the full-batch loss needs (each rank's loss already carries its share's weight in the full
-batch). Around each phase that runs the model, every rank enters `gathered(model)`; `refresh(model)` follows an
-optimizer step inside one; `full_state` / `load_weights` / `load_optimizer` move full (unsharded) state dicts in
-and out for checkpoints and weight digests.
+and `step(model, optimizer, scaler, max_norm)` (unscale, clip and step the optimizer, return the pre-clip norm;
+DeepSpeed does all three in its own step, clipping to the `max_grad_norm` given to `prepare`); `grad_scale` is the
+factor that turns the engine's gradient AVERAGE over ranks into the SUM the full-batch loss needs (each rank's loss
+already carries its share's weight in the full batch). Around each phase that runs the model, every rank enters
+`gathered(model)`; `refresh(model)` follows an optimizer step inside one; `full_state` / `load_weights` /
+`load_optimizer` move full (unsharded) state dicts in and out for checkpoints and weight digests.
 
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.
@@ -36,11 +37,12 @@ decisions log's weight digests gather full state dicts (`get_model_state_dict` /
 with `full_state_dict=True`, called on every rank, rank 0 writes); the optimizer state is re-keyed by parameter
 index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any world size and backend.
 
-Departures: none from the method. DeepSpeed is refused on several ranks (`NOT_WIRED` says what is missing), and
-FSDP2 with LoRA on several ranks (`check_roles`: the adapter is saved from the role's module, which holds only this
-rank's shards). A vLLM engine under FSDP2 gets the full weights after each update (`sync_engine`: one more
-full-state gather per update, on every rank). The reference model (`beta > 0`) is sharded too, gathered layer by
-layer in each of its forwards (`prepare_reference`); a frozen role (`trainable: false`) is not sharded.
+Departures: none from the method. FSDP2 is refused with LoRA on several ranks (`check_roles`: the adapter is saved
+from the role's module, which holds only this rank's shards); DeepSpeed's refusals are in
+`pasodoble.sharding_deepspeed`. A vLLM engine under FSDP2 gets the full weights after each update (`sync_engine`:
+one more full-state gather per update, on every rank). Under FSDP2 the reference model (`beta > 0`) is sharded
+too, gathered layer by layer in each of its forwards (`prepare_reference`); a frozen role (`trainable: false`), and
+the reference under the other backends, are not sharded: every rank holds them in full.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ class Unsharded:
 
     grad_scale = 1.0
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer):
+    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+        """The model the loss runs through and the optimizer to step (`max_grad_norm`: for engines that clip
+        inside their own step)."""
         return model, optimizer
 
     def accumulate(self, model: torch.nn.Module, last: bool):
@@ -67,6 +71,14 @@ class Unsharded:
     def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
         params = [p for p in model.parameters() if p.grad is not None]
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+
+    def step(self, model: torch.nn.Module, optimizer, scaler, max_norm: float) -> float:
+        """One optimizer step on the accumulated gradients; returns the pre-clip gradient norm."""
+        scaler.unscale_(optimizer)  # float16 only: clip the true gradient, not the scaled one
+        grad_norm = self.clip_grad_norm(model, max_norm)
+        scaler.step(optimizer)  # skips the step if a float16 gradient overflowed
+        scaler.update()
+        return grad_norm
 
     def gathered(self, model: torch.nn.Module):
         """A phase (generation, scoring, update) run on the full weights: here they always are."""
@@ -96,34 +108,17 @@ class Unsharded:
 
 
 class Accelerated(Unsharded):
-    """Both roles prepared by Accelerate in the same processes, one `prepare` call per role; every rank holds the
-    full weights (DDP) or DeepSpeed's own partitioning."""
+    """DDP: both roles prepared by Accelerate in the same processes, one `prepare` call per role; every rank holds
+    the full weights."""
 
-    def __init__(
-        self, backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False
-    ):
+    def __init__(self, backend: str, world_size: int):
         from accelerate import Accelerator
 
         self.backend, self.world_size = backend, world_size
-        self.grad_scale = float(world_size)  # DDP / ZeRO average gradients over ranks
-        kwargs: dict = {"cpu": not torch.cuda.is_available()}
-        if backend == "deepspeed":
-            from accelerate import DeepSpeedPlugin
+        self.grad_scale = float(world_size)  # DDP averages gradients over ranks
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
 
-            def plugin() -> DeepSpeedPlugin:
-                return DeepSpeedPlugin(
-                    zero_stage=zero_stage,
-                    offload_optimizer_device="cpu" if offload_optimizer else "none",
-                    gradient_accumulation_steps=1,
-                    gradient_clipping=None,
-                )
-
-            kwargs["deepspeed_plugins"] = {"proposer": plugin(), "solver": plugin()}
-        self.accelerator = Accelerator(**kwargs)
-
-    def prepare(self, name: str, model: torch.nn.Module, optimizer):
-        if self.backend == "deepspeed":
-            self.accelerator.state.select_deepspeed_plugin(name)
+    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
         return self.accelerator.prepare(model, optimizer)
 
     def accumulate(self, model: torch.nn.Module, last: bool):
@@ -151,7 +146,7 @@ class FullyShard(Unsharded):
         self._sharded: dict[int, list[torch.nn.Parameter]] = {}  # id(model) -> its sharded parameters
         self._depth: dict[int, int] = {}  # id(model) -> nesting depth of `gathered`
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer):
+    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
         kwargs = {"mesh": self.mesh, **({"offload_policy": CPUOffloadPolicy()} if self.offload else {})}
@@ -308,14 +303,12 @@ def _by_name(state: dict, order: list[str]) -> dict:
     }
 
 
-NOT_WIRED = {
-    "deepspeed": "Accelerate's DeepSpeed wrapper steps the optimizer inside backward() unless its gradient "
-    "accumulation is configured per update, which the per-micro-batch loss weighting does not do yet",
-}
+def check_roles(backend: str, world_size: int, roles: dict, *, zero_stage: int = 2) -> None:
+    """Refuse, before any model loads, the settings the backend on several ranks does not train with yet."""
+    if backend == "deepspeed":
+        from pasodoble.sharding_deepspeed import check_roles as check_deepspeed
 
-
-def check_roles(backend: str, world_size: int, roles: dict) -> None:
-    """Refuse, before any model loads, the role settings FSDP2 on several ranks does not train with yet."""
+        return check_deepspeed(backend, world_size, zero_stage, roles)
     if backend != "fsdp2" or world_size <= 1:
         return
     from pasodoble.errors import ConfigError
@@ -330,17 +323,13 @@ def check_roles(backend: str, world_size: int, roles: dict) -> None:
 
 
 def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
-    """`Unsharded` on one rank; `FullyShard` for fsdp2; else Accelerate with the configured backend."""
+    """`Unsharded` on one rank; `FullyShard` for fsdp2; `DeepSpeedZero` for deepspeed; else Accelerate (DDP)."""
     if world_size <= 1:
         return Unsharded()
-    if backend in NOT_WIRED:
-        from pasodoble.errors import ConfigError
-
-        raise ConfigError(
-            "distributed.backend",
-            f"{backend} on {world_size} ranks is validated by `pasodoble layout` but not trained with yet: "
-            f"{NOT_WIRED[backend]}; use distributed.backend=ddp or fsdp2",
-        )
     if backend == "fsdp2":
         return FullyShard(world_size, offload=offload_optimizer)
-    return Accelerated(backend, world_size, zero_stage=zero_stage, offload_optimizer=offload_optimizer)
+    if backend == "deepspeed":
+        from pasodoble.sharding_deepspeed import DeepSpeedZero
+
+        return DeepSpeedZero(world_size, zero_stage=zero_stage, offload_optimizer=offload_optimizer)
+    return Accelerated(backend, world_size)

@@ -15,17 +15,10 @@ from safetensors.torch import load_file
 from pasodoble.errors import ConfigError
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.rollout.weights import write_weights
-from pasodoble.sharding import FullyShard, _by_index, _by_name, _tie, build_sharding, check_roles
+from pasodoble.sharding import FullyShard, _by_index, _by_name, _tie, check_roles
 from tests.loop_helpers import make_model, make_tokenizer
 from tests.test_distributed import free_port
 from tests.test_roles import sampled
-
-
-def test_deepspeed_on_several_ranks_is_refused_with_the_reason():
-    with pytest.raises(
-        ConfigError, match=r"^distributed.backend: deepspeed on 2 ranks .* steps the optimizer"
-    ):
-        build_sharding("deepspeed", 2)
 
 
 def test_fsdp2_refuses_lora_on_several_ranks_and_takes_vllm_engines():

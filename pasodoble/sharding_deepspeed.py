@@ -1,0 +1,235 @@
+"""DeepSpeed ZeRO stage 1 and 2 behind the sharding interface of `pasodoble.sharding`.
+
+What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `deepspeed.initialize` engine (two
+engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
+the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions live in CPU memory
+and torch's AdamW steps them there (DeepSpeed's compiled CPU Adam is not used: no op to build).
+Every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read the role's
+module as under DDP.
+
+Why DeepSpeed directly: Accelerate's DeepSpeed path drops DeepSpeed on a CPU machine (it needs a GPU-type run) and
+steps per `backward()` unless its accumulation is configured per update; calling `deepspeed.initialize` gives one
+code path for CPU and GPU with the accumulation set per micro-batch.
+
+How one update runs: every rank runs the same number of micro-batches (ranks with a shorter share run zero-weight
+dummies, see `Role._update`); `accumulate(model, last)` marks the micro-batch as the accumulation boundary or not
+(`set_gradient_accumulation_boundary`: without it DeepSpeed keeps only the last micro-batch's gradient, silently),
+`backward` runs `engine.backward(loss, scale_wrt_gas=False)` (the loss already carries the micro-batch's weight in
+the full batch), which sums over micro-batches and averages over ranks (`grad_scale` = world size turns that into
+the full-batch sum; ZeRO-2 reduces each micro-batch right after its backward, ZeRO-1 at the boundary: every rank
+runs every micro-batch, so the collectives match), and `step` is `engine.step()`: clipping to `max_grad_norm` and
+AdamW on this rank's partition, then the updated weights are gathered into every rank's module. The returned norm
+is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). No forward communicates,
+so ranks may run different numbers of them (generation).
+The LR scheduler stays on the torch optimizer, whose parameter groups DeepSpeed shares.
+
+Checkpoints: the same files as DDP and FSDP2 (Hugging Face weights, AdamW state keyed by parameter index), so a
+DeepSpeed run resumes on any number of ranks and under any backend, and theirs resume here. The full AdamW moments
+come from `safe_get_full_optimizer_state` (a collective, every rank calls it); loading goes through
+`safe_set_full_fp32_param` / `safe_set_full_optimizer_state`, because ZeRO keeps its own float32 master partitions
+(loading the module alone would be overwritten by the next step).
+
+Departures: float16 roles are refused under DeepSpeed (the role's loss scaler and DeepSpeed's would both act; use
+bfloat16 or float32), and ZeRO-3 on several ranks is refused: it all-gathers parameters in every forward and ranks
+run different numbers of forwards in generation, which hangs (use zero_stage 1 or 2, or fsdp2). LoRA is refused on
+several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
+A frozen role and the reference model (`beta > 0`) are not wrapped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from pasodoble.sharding import Unsharded, _tie
+
+
+def import_deepspeed():
+    """deepspeed, with its CPU accelerator selected when no GPU is visible (it would probe for CUDA)."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed
+    except ImportError as e:
+        from pasodoble.errors import ConfigError
+
+        raise ConfigError(
+            "distributed.backend",
+            f"deepspeed is not installed ({e}); install the extra: pip install 'pasodoble[deepspeed]'",
+        ) from None
+
+    return deepspeed
+
+
+def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float | None) -> dict:
+    """DeepSpeed's config for one role: accumulation is driven per micro-batch by `accumulate`, so 1 here."""
+    zero: dict = {"stage": zero_stage}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": float(max_grad_norm) if max_grad_norm is not None else 0.0,
+        "zero_optimization": zero,
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,  # offload steps torch's AdamW on the CPU partitions
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedZero(Unsharded):
+    """One DeepSpeed ZeRO-1/2 engine per trainable role; see the module docstring."""
+
+    def __init__(self, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
+        self.grad_scale = float(world_size)  # ZeRO averages gradients over ranks
+        self.zero_stage, self.offload_optimizer = zero_stage, offload_optimizer
+        self.deepspeed = import_deepspeed()
+        self._engines: dict[int, object] = {}  # id(module) and id(engine) -> engine
+        # id(engine) -> the optimizer's parameters in their order (DeepSpeed swaps them for flat partitions)
+        self._params: dict[int, list[torch.nn.Parameter]] = {}
+        self._active = None  # the engine whose micro-batch is inside `accumulate`
+
+    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+        if len(optimizer.param_groups) != 1:  # the checkpoint layout below indexes one group
+            raise ValueError(f"{name}: DeepSpeedZero expects one parameter group")
+        params = list(optimizer.param_groups[0]["params"])
+        config = engine_config(self.zero_stage, self.offload_optimizer, max_grad_norm)
+        engine, *_ = self.deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        self._engines[id(model)] = self._engines[id(engine)] = engine
+        self._params[id(engine)] = params
+        # The role zeroes gradients through DeepSpeed's optimizer (torch's would drop its partition buffers);
+        # the scheduler stays on torch's, whose parameter groups DeepSpeed shares.
+        return engine, engine.optimizer
+
+    def _engine(self, model: torch.nn.Module):
+        return self._engines.get(id(model))
+
+    @contextlib.contextmanager
+    def accumulate(self, model: torch.nn.Module, last: bool):
+        engine = self._engine(model)
+        engine.set_gradient_accumulation_boundary(last)
+        self._active = engine
+        try:
+            yield
+        finally:
+            self._active = None
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self._active.backward(loss, scale_wrt_gas=False)
+
+    def step(self, model: torch.nn.Module, optimizer, scaler, max_norm: float) -> float:
+        """Reduction, clipping (configured at `prepare`) and AdamW, all DeepSpeed's; the pre-clip global norm."""
+        engine = self._engine(model)
+        engine.step()
+        norm = engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    def _named(self, model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+        engine = self._engine(model)
+        names = {id(p): n for n, p in engine.module.named_parameters()}
+        return [(names[id(p)], p) for p in self._params[id(engine)]]
+
+    def _link_states(self, engine) -> None:
+        """ZeRO links each parameter's fragment to its AdamW state at the first step; after a load (the state
+        made here) and before that step, link them now so the state can be read and written."""
+        opt = engine.optimizer
+        if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and _stepped(opt.optimizer):
+            opt._hp_optimizer_states_linked = False
+            opt._lazy_init_hp_params_optimizer_state()
+
+    def full_state(self, model: torch.nn.Module, optimizer, *, all_ranks: bool = False) -> dict | None:
+        """Full weights (every rank's module holds them) and the AdamW state gathered from the partitions (a
+        collective; every rank gets it), keyed by parameter index as `Optimizer.state_dict()` of an unsharded
+        model."""
+        from deepspeed.utils import safe_get_full_optimizer_state
+
+        engine = self._engine(model)
+        if engine is None:  # a frozen role: never wrapped
+            return None
+        out = {
+            "model": _tie(engine.module, {k: v.detach().cpu() for k, v in engine.module.state_dict().items()})
+        }
+        if optimizer is None:
+            return out
+        adamw = engine.optimizer.optimizer  # torch's, stepping this rank's flat partitions
+        named = self._named(model)
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in adamw.param_groups]
+        groups[0]["params"] = list(range(len(named)))
+        state: dict = {}
+        if _stepped(adamw):  # before any step there is nothing to gather: the hyperparameters only
+            self._link_states(engine)
+            step = next(s["step"] for s in adamw.state.values() if "step" in s)
+            for i, (_, param) in enumerate(named):
+                state[i] = {"step": step.detach().cpu().clone()}
+                for key in ("exp_avg", "exp_avg_sq"):
+                    state[i][key] = safe_get_full_optimizer_state(param, key).detach().cpu()
+        out["optimizer"] = {"state": state, "param_groups": groups}
+        return out
+
+    def load_weights(self, model: torch.nn.Module, state_dict: dict) -> None:
+        """Full weights into the module and into DeepSpeed's float32 master partitions (each rank its slice)."""
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        engine = self._engine(model)
+        if engine is None:
+            return super().load_weights(model, state_dict)
+        engine.module.load_state_dict(state_dict)
+        for name, param in self._named(model):
+            safe_set_full_fp32_param(param, state_dict[name].to(param.device, torch.float32))
+
+    def load_optimizer(self, model: torch.nn.Module, optimizer, state: dict) -> None:
+        """An index-keyed full AdamW state (what every backend saves) into this rank's partitions."""
+        from deepspeed.utils import safe_set_full_optimizer_state
+
+        engine = self._engine(model)
+        adamw = engine.optimizer.optimizer
+        for group, saved in zip(adamw.param_groups, state["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        if not state["state"]:  # saved before the first step: only the hyperparameters
+            return
+        step = state["state"][0]["step"]
+        for group in adamw.param_groups:  # the flat partitions: the state AdamW makes at its first step
+            for flat in group["params"]:
+                if not adamw.state.get(flat):
+                    zeros = torch.zeros_like(flat, memory_format=torch.preserve_format)
+                    adamw.state[flat] = {"exp_avg": zeros, "exp_avg_sq": zeros.clone()}
+                adamw.state[flat]["step"] = step.detach().clone().to(torch.float32).cpu()
+        self._link_states(engine)
+        for i, (_, param) in enumerate(self._named(model)):
+            for key in ("exp_avg", "exp_avg_sq"):
+                safe_set_full_optimizer_state(param, state["state"][i][key].to(param.device), key)
+
+
+def _stepped(adamw: torch.optim.Optimizer) -> bool:
+    return any(adamw.state.get(p) for g in adamw.param_groups for p in g["params"])
+
+
+def check_roles(backend: str, world_size: int, zero_stage: int, roles: dict) -> None:
+    """Refuse, before any model loads, the settings DeepSpeed on several ranks does not train with."""
+    if backend != "deepspeed" or world_size <= 1:
+        return
+    from pasodoble.errors import ConfigError
+
+    if zero_stage == 3:
+        raise ConfigError(
+            "distributed.zero_stage",
+            f"3 on {world_size} ranks would hang: ZeRO-3 all-gathers the parameters in every forward and ranks "
+            "run different numbers of forwards in generation; use zero_stage 1 or 2, or distributed.backend=fsdp2",
+        )
+    for name, cfg in roles.items():
+        if cfg.trainable and cfg.lora is not None:
+            raise ConfigError(
+                f"{name}.lora",
+                f"LoRA with distributed.backend=deepspeed on {world_size} ranks is not wired yet (a resumed "
+                "adapter is loaded into the module, not into DeepSpeed's float32 master copy, so the next step "
+                "would undo it); use distributed.backend=ddp",
+            )
+        if cfg.trainable and cfg.dtype == "float16":
+            raise ConfigError(
+                f"{name}.dtype",
+                "float16 with distributed.backend=deepspeed is not supported (the role's loss scaler and "
+                "DeepSpeed's would both act); use bfloat16 or float32",
+            )
