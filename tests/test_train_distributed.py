@@ -164,6 +164,31 @@ def test_two_adapters_of_one_shared_base_train_on_two_ranks(tmp_path):
     assert (out / "checkpoints" / "latest").exists()
 
 
+def test_two_nodes_on_loopback_make_one_run(tmp_path):
+    """The documented multi-node torchrun launch, both "nodes" on this machine (one process each, so LOCAL_RANK is
+    0 on both ranks): one run of 2 ranks, not two runs."""
+    out, port = tmp_path / "nodes", free_port()
+    args = ["--config", "recipes/tiny-online.yaml", "schedule.steps=2", *SMALL, f"run_dir={out}"]
+    nodes = [
+        subprocess.Popen(
+            [str(BIN / "torchrun"), "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1"]
+            + ["--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "pasodoble", "train", *args],
+            cwd=ROOT,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=900)
+        assert node.returncode == 0, err[-3000:]
+    assert_ranks_agree(out, 2, 2)
+    assert_rank0_wrote_the_run(out, 2)
+    assert "world_size: 2" in (out / "config.yaml").read_text()
+
+
 def spawn_ranks(world: int, args: list[str]) -> list[subprocess.Popen]:
     """The ranks as a launcher would start them, without one (so no launcher kills the survivors for us)."""
     port, procs = free_port(), []
