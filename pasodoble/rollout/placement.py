@@ -114,10 +114,11 @@ class Placement:
         return getattr(self.collective, "world_size", 1)
 
     def shared(self, role_cfg) -> bool:
-        """Every rank talks to one server for this role (so rank 0 alone syncs its weights)."""
-        if self.world_size <= 1:
-            return False
-        return self.mode == "dedicated" or role_cfg.vllm.server_url is not None
+        """Rank 0 starts (or was given) the role's one server and syncs it; every rank talks to it. A dedicated
+        layout on one process takes this path too, so its server still goes to the dedicated GPUs."""
+        if self.mode == "dedicated" and role_cfg.vllm.server_url is None:
+            return True
+        return self.world_size > 1 and role_cfg.vllm.server_url is not None
 
     def server_for(self, name: str, role_cfg, start: Callable[..., object]) -> SharedServer:
         """This rank's view of `name`'s server. `start(devices=, port=, host=, wait=)` starts one (a `VLLMServer`)."""
@@ -146,7 +147,7 @@ class Placement:
             if self.say is not None:
                 where = f"GPU {','.join(map(str, gpus))}" if gpus else "the CPU"
                 self.say(
-                    f"{name}: dedicated vLLM server at {url} on {where}, shared by {self.world_size} ranks "
+                    f"{name}: dedicated vLLM server at {url} on {where} for {self.world_size} rank(s) "
                     f"(log {server.log_path})"
                 )
         else:
@@ -158,5 +159,7 @@ class Placement:
 
     def _wait(self, role_cfg) -> dict:
         if not self.shared(role_cfg):
+            return {}
+        if self.world_size <= 1:
             return {}
         return {"after_sync": lambda: self.collective.barrier("vLLM weight sync")}

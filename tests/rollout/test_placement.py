@@ -141,3 +141,17 @@ def test_a_non_owner_pushes_nothing_but_waits_and_tracks_adapter_names(tmp_path)
     assert waits == [1, 1, 1]
     assert engine._lora == {"solver": "solver-v3"}  # the owner serves the same name: versions count alike
     engine.close()
+
+
+def test_a_dedicated_layout_on_one_process_still_puts_its_server_on_the_dedicated_gpus():
+    started = []
+
+    def start(**where):
+        started.append(where)
+        return SimpleNamespace(url=f"http://127.0.0.1:{where['port']}", log_path="log")
+
+    lines = []
+    placement = Placement("dedicated", ScriptedCollective(0, 1), gpus={"solver": [7]}, say=lines.append)
+    shared = placement.server_for("solver", role(), start)
+    assert started[0]["devices"] == [7] and shared.owner and shared.after_sync is None
+    assert lines and "on GPU 7 for 1 rank(s)" in lines[0]

@@ -66,7 +66,7 @@ def test_two_ranks_share_one_dedicated_server_per_role(tmp_path):
     done = torchrun(2, "--config", "recipes/tiny-online.yaml", *WORLD, *RUN, f"run_dir={run_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rollouts from dedicated vLLM servers (proposer on the CPU, solver on the CPU)" in done.stdout
-    started = re.findall(r"^(\w+): dedicated vLLM server at http://127\.0\.0\.1:(\d+) on the CPU, shared by 2 ranks",
+    started = re.findall(r"^(\w+): dedicated vLLM server at http://127\.0\.0\.1:(\d+) on the CPU for 2 rank\(s\)",
                          done.stdout, flags=re.M)  # fmt: skip
     assert sorted(name for name, _ in started) == ["proposer", "solver"]  # one server per role, not per rank
     ports = {port for _, port in started}
