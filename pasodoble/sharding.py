@@ -84,6 +84,11 @@ class Unsharded:
         """A phase (generation, scoring, update) run on the full weights: here they always are."""
         return contextlib.nullcontext()
 
+    def updating(self, model: torch.nn.Module):
+        """The update phase's context (every rank enters it once per update): the phase-wide gather of
+        `gathered`, except where the engine gathers per forward in updates (DeepSpeed ZeRO-3)."""
+        return self.gathered(model)
+
     def sync_engine(self, model: torch.nn.Module, engine) -> None:
         """After an update (every rank calls it): the role's rollout engine samples from the new weights."""
         engine.update_weights(model)

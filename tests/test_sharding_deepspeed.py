@@ -18,14 +18,12 @@ from tests.test_roles import sampled
 from tests.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixture)
 
 
-def test_zero3_on_several_ranks_is_refused_with_the_reason():
-    with pytest.raises(
-        ConfigError,
-        match=r"^distributed.zero_stage: 3 on 2 ranks would hang: .* different numbers of forwards",
-    ):
-        check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=3)
-    check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=2)
-    check_roles("deepspeed", 1, {"solver": RoleConfig()}, zero_stage=3)  # one rank trains with plain PyTorch
+def test_zero3_on_several_ranks_is_accepted_and_its_refusals_remain():
+    check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=3)  # phases gather once, see gathered()
+    with pytest.raises(ConfigError, match=r"^solver.dtype: float16 with distributed.backend=deepspeed"):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(dtype="float16")}, zero_stage=3)
+    with pytest.raises(ConfigError, match=r"^solver.lora: LoRA with distributed.backend=deepspeed on 2"):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})}, zero_stage=3)
 
 
 def test_float16_roles_are_refused_under_deepspeed_and_bfloat16_is_not():
@@ -61,6 +59,7 @@ def test_engine_config_carries_clipping_accumulation_and_offload():
     assert cfg["gradient_clipping"] == 1.0 and cfg["gradient_accumulation_steps"] == 1
     assert engine_config(1, False, None)["gradient_clipping"] == 0.0  # DeepSpeed's "off"
     assert "offload_optimizer" not in engine_config(1, False, None)["zero_optimization"]
+    assert engine_config(3, False, None)["zero_optimization"]["stage3_param_persistence_threshold"] == 0
 
 
 @pytest.fixture
@@ -79,9 +78,9 @@ def max_diff(a: dict, b: dict) -> float:
 
 @pytest.mark.distributed
 def test_a_zero_role_trains_saves_and_loads_as_an_unsharded_one(zero, tmp_path):
-    """ZeRO-2, and ZeRO-1 with the optimizer offloaded, in one process group (DeepSpeed keeps the group it first
+    """ZeRO-2, ZeRO-1 with the optimizer offloaded, and ZeRO-3, in one process group (DeepSpeed keeps the group it first
     saw for the life of the process); then a bfloat16 forward under DeepSpeed's float32 engine."""
-    for stage, offload in [(2, False), (1, True)]:
+    for stage, offload in [(2, False), (1, True), (3, False)]:
         trains_saves_and_loads(zero, tmp_path / f"zero{stage}", stage, offload, "float32")
     ds, plain = (role_with(s, dtype="bfloat16") for s in (zero(1, zero_stage=2), None))
     samples, advantages = sampled(plain, ["a", "bb"], seed=0)
@@ -99,7 +98,9 @@ def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
         samples, advantages = sampled(plain, ["a", "bb"], seed=step)
         a, b = ds.update(samples, advantages), plain.update(samples, advantages)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
-    assert max_diff(ds.weights(), plain.model.state_dict()) <= 1e-6
+    # ZeRO-3 sums the tied embedding/LM-head gradient in another order (measured 1.2e-6 after two lr-1e-2 steps)
+    tolerance = 1e-6 if stage < 3 else 5e-6
+    assert max_diff(ds.weights(), plain.model.state_dict()) <= tolerance
     ds.save(tmp_path / "ds", ds.full_state())
     plain.save(tmp_path / "plain")
     ta, tb = (torch.load(tmp_path / d / "trainer_state.pt", weights_only=True) for d in ("ds", "plain"))
@@ -123,4 +124,4 @@ def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
         fresh.update(
             samples, advantages
         )  # the loaded master weights and moments take the step, not stale ones
-        assert max_diff(fresh.weights(), plain.model.state_dict()) <= 1e-6
+        assert max_diff(fresh.weights(), plain.model.state_dict()) <= tolerance

@@ -42,12 +42,13 @@ MICRO = ["proposer.micro_batch_size=2", "solver.micro_batch_size=3"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """The same 2-rank run under DDP, ZeRO-2 and ZeRO-1, through the documented accelerate launch."""
+    """The same 2-rank run under DDP, ZeRO-2, ZeRO-1 and ZeRO-3, through the documented accelerate launch."""
     root = tmp_path_factory.mktemp("deepspeed")
     backends = {
         "ddp": ["distributed.backend=ddp"],
         "zero2": ["distributed.backend=deepspeed", "distributed.zero_stage=2"],
         "zero1": ["distributed.backend=deepspeed", "distributed.zero_stage=1"],
+        "zero3": ["distributed.backend=deepspeed", "distributed.zero_stage=3"],
         "zero2_offload": [
             "distributed.backend=deepspeed",
             "distributed.zero_stage=2",
@@ -57,7 +58,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for label, overrides in backends.items():
         out[label] = root / label
-        evals = EVAL if label in ("ddp", "zero2") else []
+        evals = EVAL if label in ("ddp", "zero2", "zero3") else []
         run(accelerate(2, *RECIPE, *evals, *SMALL, *MICRO, *overrides, f"run_dir={out[label]}"))
     return out
 
@@ -75,6 +76,20 @@ def test_zero2_on_two_ranks_takes_the_ddp_run_s_decisions_and_weights(runs):
         assert checkpoint_diff(runs["zero2"], runs["ddp"], step) <= TOLERANCE
     saved = (runs["zero2"] / "checkpoints" / "step-2" / "solver" / "model" / "config.json").read_text()
     assert '"Qwen3ForCausalLM"' in saved  # a Hugging Face folder, not a DeepSpeed checkpoint
+
+
+def test_zero3_on_two_ranks_takes_the_ddp_run_s_decisions_weights_and_evaluations(runs):
+    """ZeRO-3 partitions the weights too: each generation phase gathers them once (ranks make different numbers
+    of generate() calls, and the evaluation runs on rank 0 alone), updates gather per forward."""
+    logs = {b: assert_ranks_agree(runs[b], 2, 2) for b in ("ddp", "zero3")}
+    assert [r["decision"] for r in logs["zero3"]] == [r["decision"] for r in logs["ddp"]]
+    assert_rank0_wrote_the_run(runs["zero3"], 2)
+    evals = {b: [m for m in rows(runs[b] / "metrics.jsonl") if "phase" not in m] for b in ("ddp", "zero3")}
+    assert [m["step"] for m in evals["zero3"]] == [0, 2]
+    assert evals["zero3"] == evals["ddp"]
+    assert "zero_stage: 3" in (runs["zero3"] / "config.yaml").read_text()
+    for step in (1, 2):
+        assert checkpoint_diff(runs["zero3"], runs["ddp"], step) <= TOLERANCE
 
 
 @pytest.mark.parametrize(
