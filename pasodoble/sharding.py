@@ -7,15 +7,16 @@ What: a `Role` trains through one of these objects, built where the roles are bu
   `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), one code path for
                   CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
                   GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
-  `DeepSpeedZero` DeepSpeed ZeRO-1/2, one `deepspeed.initialize` engine per role, CPU and GPU
+  `DeepSpeedZero` DeepSpeed ZeRO-1/2/3, one `deepspeed.initialize` engine per role, CPU and GPU
                   (`pasodoble.sharding_deepspeed`: Accelerate's DeepSpeed path needs a GPU-type run too).
 The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
 and `step(model, optimizer, scaler, max_norm)` (unscale, clip and step the optimizer, return the pre-clip norm;
 DeepSpeed does all three in its own step, clipping to the `max_grad_norm` given to `prepare`); `grad_scale` is the
 factor that turns the engine's gradient AVERAGE over ranks into the SUM the full-batch loss needs (each rank's loss
 already carries its share's weight in the full batch). Around each phase that runs the model, every rank enters
-`gathered(model)`; `refresh(model)` follows an optimizer step inside one; `full_state` / `load_weights` /
-`load_optimizer` move full (unsharded) state dicts in and out for checkpoints and weight digests.
+`gathered(model)` (`updating(model)` for an update: the same, except under ZeRO-3, which gathers per forward
+there); `refresh(model)` follows an optimizer step inside one; `full_state` / `load_weights` / `load_optimizer`
+move full (unsharded) state dicts in and out for checkpoints and weight digests.
 
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.

@@ -1,11 +1,22 @@
-"""DeepSpeed ZeRO stage 1 and 2 behind the sharding interface of `pasodoble.sharding`.
+"""DeepSpeed ZeRO stages 1, 2 and 3 behind the sharding interface of `pasodoble.sharding`.
 
 What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `deepspeed.initialize` engine (two
 engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
 the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions live in CPU memory
 and torch's AdamW steps them there (DeepSpeed's compiled CPU Adam is not used: no op to build).
-Every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read the role's
-module as under DDP.
+Under ZeRO-1/2 every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read
+the role's module as under DDP. ZeRO-3 partitions the weights too (every parameter: the persistence threshold is
+0) and normally all-gathers each module's parameters in its forward through hooks; ranks run DIFFERENT numbers of
+forwards in generation (ragged shares, decode lengths, the evaluation on rank 0 alone), so those per-forward
+gathers would hang. Instead `gathered` (every rank enters it around each phase that runs the model) gathers every
+parameter once (`GatheredParameters`) and removes ZeRO-3's module hooks, including the start-of-forward one that
+checks the forward trace against the other ranks, so forwards inside run locally; on exit the hooks come back and
+the weights are partitioned again. The update phase (`updating`) keeps the hooks: every rank runs every
+micro-batch, so the per-forward gathers and the per-backward gradient reduce-scatters match. In memory terms
+ZeRO-3 holds full weights inside a generation phase (like FSDP2) and partitioned weights, gradients and AdamW
+states in updates and between phases. Checkpoints, weight digests and a weight-copying (vLLM) engine's sync get
+the weights gathered (a collective, every rank calls it), and loading writes the module's partitions as well as
+the float32 master ones.
 
 Why DeepSpeed directly: Accelerate's DeepSpeed path drops DeepSpeed on a CPU machine (it needs a GPU-type run) and
 steps per `backward()` unless its accumulation is configured per update; calling `deepspeed.initialize` gives one
@@ -19,8 +30,8 @@ the full batch), which sums over micro-batches and averages over ranks (`grad_sc
 the full-batch sum; ZeRO-2 reduces each micro-batch right after its backward, ZeRO-1 at the boundary: every rank
 runs every micro-batch, so the collectives match), and `step` is `engine.step()`: clipping to `max_grad_norm` and
 AdamW on this rank's partition, then the updated weights are gathered into every rank's module. The returned norm
-is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). No forward communicates,
-so ranks may run different numbers of them (generation).
+is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). Under ZeRO-1/2 no forward
+communicates, so ranks may run different numbers of them (generation); under ZeRO-3 see above.
 The LR scheduler stays on the torch optimizer, whose parameter groups DeepSpeed shares.
 
 Checkpoints: the same files as DDP and FSDP2 (Hugging Face weights, AdamW state keyed by parameter index), so a
@@ -30,9 +41,7 @@ come from `safe_get_full_optimizer_state` (a collective, every rank calls it); l
 (loading the module alone would be overwritten by the next step).
 
 Departures: float16 roles are refused under DeepSpeed (the role's loss scaler and DeepSpeed's would both act; use
-bfloat16 or float32), and ZeRO-3 on several ranks is refused: it all-gathers parameters in every forward and ranks
-run different numbers of forwards in generation, which hangs (use zero_stage 1 or 2, or fsdp2). LoRA is refused on
-several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
+bfloat16 or float32). LoRA is refused on several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
 A frozen role and the reference model (`beta > 0`) are not wrapped.
 """
 
@@ -85,7 +94,7 @@ def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float
 
 
 class DeepSpeedZero(Unsharded):
-    """One DeepSpeed ZeRO-1/2 engine per trainable role; see the module docstring."""
+    """One DeepSpeed ZeRO-1/2/3 engine per trainable role; see the module docstring."""
 
     def __init__(self, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
         self.grad_scale = float(world_size)  # ZeRO averages gradients over ranks
