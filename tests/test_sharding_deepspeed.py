@@ -1,5 +1,6 @@
-"""DeepSpeed ZeRO behind `Role`: the refusals (default suite) and, on a one-rank gloo group in this process, a
-ZeRO-2 role that trains, checkpoints and loads as an unsharded one (`distributed`: it needs the deepspeed extra).
+"""DeepSpeed ZeRO behind `Role`: the refusals (default suite) and, on a one-rank gloo group in this process, ZeRO-1,
+2 and 3 roles that train, checkpoint and load as an unsharded one, and ZeRO-3's once-per-phase gather
+(`distributed`: it needs the deepspeed extra).
 Several ranks run in tests/test_train_deepspeed.py.
 """
 
@@ -78,15 +79,38 @@ def max_diff(a: dict, b: dict) -> float:
 
 @pytest.mark.distributed
 def test_a_zero_role_trains_saves_and_loads_as_an_unsharded_one(zero, tmp_path):
-    """ZeRO-2, ZeRO-1 with the optimizer offloaded, and ZeRO-3, in one process group (DeepSpeed keeps the group it first
+    """ZeRO-2, ZeRO-1 with the optimizer offloaded, and ZeRO-3 (with and without), in one process group (DeepSpeed keeps the group it first
     saw for the life of the process); then a bfloat16 forward under DeepSpeed's float32 engine."""
-    for stage, offload in [(2, False), (1, True), (3, False)]:
-        trains_saves_and_loads(zero, tmp_path / f"zero{stage}", stage, offload, "float32")
+    for stage, offload in [(2, False), (1, True), (3, False), (3, True)]:
+        trains_saves_and_loads(zero, tmp_path / f"zero{stage}{offload}", stage, offload, "float32")
+    zero3_gathers_once_per_phase(zero)
     ds, plain = (role_with(s, dtype="bfloat16") for s in (zero(1, zero_stage=2), None))
     samples, advantages = sampled(plain, ["a", "bb"], seed=0)
     a, b = ds.update(samples, advantages), plain.update(samples, advantages)
     # the same autocast gradient up to summation order (AdamW at lr 1e-2 then amplifies such differences)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["loss"] == b["loss"]
+
+
+def zero3_gathers_once_per_phase(zero):
+    """Between phases a ZeRO-3 module's parameters are empty (partitioned); inside `gathered` they are full,
+    ZeRO-3's hooks are off (no forward communicates) and the module computes what the plain one does; nested
+    entries gather once, and the weights read inside and outside a phase are the same."""
+    ds, plain = role_with(zero(1, zero_stage=3)), role_with(None)
+    offload = ds.train_model.optimizer.parameter_offload
+    assert all(p.numel() == 0 for p in ds.model.parameters()) and offload.forward_hooks
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with ds.gathered():
+        with ds.gathered():
+            assert not offload.forward_hooks and not offload.backward_hooks
+            logits = ds.model(ids).logits
+        assert all(p.numel() > 0 for p in ds.model.parameters())
+        inside = ds.weights()
+    assert all(p.numel() == 0 for p in ds.model.parameters()) and offload.forward_hooks
+    assert torch.equal(logits, plain.model(ids).logits)
+    assert max_diff(ds.weights(), inside) == 0 and max_diff(inside, plain.model.state_dict()) == 0
+    samples, advantages = sampled(plain, ["a", "bb"], seed=0)
+    a, b = ds.update(samples, advantages), plain.update(samples, advantages)  # the hooks train again
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
 
 
 def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
