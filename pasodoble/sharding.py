@@ -188,19 +188,14 @@ class FullyShard(Unsharded):
     def gathered(self, model: torch.nn.Module):
         """Every rank enters (a collective: one all-gather per FSDP module); inside, the full weights are
         registered and no forward or backward communicates. Nested entries gather once."""
-        key = id(model)
-        outer = self._depth.get(key, 0) == 0
-        if outer:
-            for module in self._fsdp_modules(model):
-                module.unshard()
-        self._depth[key] = self._depth.get(key, 0) + 1
-        try:
+        modules = self._fsdp_modules(model)
+        with nested_once(
+            self._depth,
+            id(model),
+            lambda: [module.unshard() for module in modules],
+            lambda: [module.reshard() for module in modules],
+        ):
             yield
-        finally:
-            self._depth[key] -= 1
-            if outer:
-                for module in self._fsdp_modules(model):
-                    module.reshard()
 
     def sync_engine(self, model: torch.nn.Module, engine) -> None:
         """An engine with its own copy of the weights (vLLM) gets the full weights, gathered on every rank (each
@@ -275,6 +270,21 @@ class FullyShard(Unsharded):
         # Hyperparameters as saved: torch's loader turns tuples (AdamW's betas) into lists.
         for group, saved in zip(optimizer.param_groups, state["param_groups"]):
             group.update({k: v for k, v in saved.items() if k != "params"})
+
+
+@contextlib.contextmanager
+def nested_once(depth: dict[int, int], key: int, enter, leave):
+    """`enter()` on the outermost of nested entries under `key` (`depth` counts them), `leave()` when it exits."""
+    outer = depth.get(key, 0) == 0
+    if outer:
+        enter()
+    depth[key] = depth.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        depth[key] -= 1
+        if outer:
+            leave()
 
 
 def _tie(model: torch.nn.Module, state_dict: dict) -> dict:

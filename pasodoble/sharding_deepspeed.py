@@ -52,7 +52,7 @@ import os
 
 import torch
 
-from pasodoble.sharding import Unsharded, _tie
+from pasodoble.sharding import Unsharded, _tie, nested_once
 
 
 def import_deepspeed():
@@ -138,17 +138,10 @@ class DeepSpeedZero(Unsharded):
         if engine is None:
             yield
             return
-        key = id(engine)
-        outer = self._depth.get(key, 0) == 0
-        if outer:
-            self._gather(engine)
-        self._depth[key] = self._depth.get(key, 0) + 1
-        try:
+        with nested_once(
+            self._depth, id(engine), lambda: self._gather(engine), lambda: self._release(engine)
+        ):
             yield
-        finally:
-            self._depth[key] -= 1
-            if outer:
-                self._release(engine)
 
     def _gather(self, engine) -> None:
         gather = self.deepspeed.zero.GatheredParameters(list(engine.module.parameters()))
