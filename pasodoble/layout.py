@@ -11,8 +11,8 @@ raises one `LayoutError` line naming the numbers (exit 2):
 The memory estimate (GB = 1e9 bytes) per role: weights (dtype bytes x parameters), gradients (same dtype),
 AdamW states (two fp32 moments, plus an fp32 master copy when training in 16 bits: 12 or 8 bytes a parameter),
 divided by the world size where the backend shards them (ZeRO-1: states; ZeRO-2: states and gradients; ZeRO-3:
-all three; FSDP2: states, plus the weights' shard AND their full copy, gathered for each phase, and full gradients,
-accumulated over micro-batches before one reduce-scatter), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
+states, gradients and the weights' shard AND their full copy, gathered for each generation phase; FSDP2: states,
+the weights' shard and full copy, and full gradients, accumulated over micro-batches before one reduce-scatter), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
 prompt + completion tokens (with gradient checkpointing one hidden state per layer plus one layer's working set,
 else every layer's) plus the fp32 logits of the loss; a frozen reference model when beta > 0. It is an estimate
 to catch impossible layouts early (a 4B model fully fine-tuned without offload on a 24 GB GPU), not a profiler.
@@ -129,12 +129,13 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
     if world_size <= 1:  # one rank trains with plain PyTorch: nothing sharded, nothing offloaded
         dist = DistributedConfig(backend="ddp")
     fsdp2 = dist.backend == "fsdp2" and role.trainable  # a frozen role is not sharded
-    shard_all = dist.backend == "deepspeed" and dist.zero_stage == 3
-    shard_grads = shard_all or (dist.backend == "deepspeed" and dist.zero_stage >= 2)
+    zero3 = dist.backend == "deepspeed" and dist.zero_stage == 3 and role.trainable
+    shard_grads = zero3 or (dist.backend == "deepspeed" and dist.zero_stage >= 2)
     shard_states = shard_grads or dist.backend == "deepspeed" or fsdp2
     ws = max(world_size, 1)
-    # FSDP2 holds its shard and, inside a phase, the gathered full copy (an upper bound: one role at a time).
-    weights = n * b * (1 + 1 / ws) if fsdp2 else n * b / (ws if shard_all else 1)
+    # FSDP2 and ZeRO-3 hold their shard and, inside a generation phase, the gathered full copy (an upper bound:
+    # one role at a time).
+    weights = n * b * (1 + 1 / ws) if fsdp2 or zero3 else n * b
     grads = states = 0.0
     if role.trainable:
         grads = n * b / (ws if shard_grads else 1)
@@ -146,7 +147,8 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
     layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
     kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
-    reference = n * b / (ws if shard_all or fsdp2 else 1) if role.trainable and role.beta > 0 else 0.0
+    # the reference: sharded under FSDP2, a full copy under every other backend (DeepSpeed does not wrap it)
+    reference = n * b / (ws if fsdp2 else 1) if role.trainable and role.beta > 0 else 0.0
     gb = {
         "weights": weights,
         "grads": grads,

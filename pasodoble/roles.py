@@ -303,7 +303,7 @@ class Role:
         if len(samples) != len(advantages) or (not samples and batch is None):
             raise ValueError("update() needs one advantage per sample and at least one sample")
         start = time.perf_counter()
-        with self.gathered():  # every rank runs one update per call: one gather, no per-forward collective
+        with self.sharding.updating(self.model):  # every rank enters once per update (FSDP2: one gather)
             stats = self._update(samples, advantages, batch)
         sync_start = time.perf_counter()
         self.sharding.sync_engine(self.model, self.engine)

@@ -7,15 +7,16 @@ What: a `Role` trains through one of these objects, built where the roles are bu
   `FullyShard`    torch's FSDP2 (`fully_shard` on each decoder layer, then on the whole model), one code path for
                   CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
                   GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
-  `DeepSpeedZero` DeepSpeed ZeRO-1/2, one `deepspeed.initialize` engine per role, CPU and GPU
+  `DeepSpeedZero` DeepSpeed ZeRO-1/2/3, one `deepspeed.initialize` engine per role, CPU and GPU
                   (`pasodoble.sharding_deepspeed`: Accelerate's DeepSpeed path needs a GPU-type run too).
 The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
 and `step(model, optimizer, scaler, max_norm)` (unscale, clip and step the optimizer, return the pre-clip norm;
 DeepSpeed does all three in its own step, clipping to the `max_grad_norm` given to `prepare`); `grad_scale` is the
 factor that turns the engine's gradient AVERAGE over ranks into the SUM the full-batch loss needs (each rank's loss
 already carries its share's weight in the full batch). Around each phase that runs the model, every rank enters
-`gathered(model)`; `refresh(model)` follows an optimizer step inside one; `full_state` / `load_weights` /
-`load_optimizer` move full (unsharded) state dicts in and out for checkpoints and weight digests.
+`gathered(model)` (`updating(model)` for an update: the same, except under ZeRO-3, which gathers per forward
+there); `refresh(model)` follows an optimizer step inside one; `full_state` / `load_weights` / `load_optimizer`
+move full (unsharded) state dicts in and out for checkpoints and weight digests.
 
 Why: the sharding engine is chosen in config (`distributed.backend`); the loop and the role code never test which
 one they have.
@@ -83,6 +84,11 @@ class Unsharded:
     def gathered(self, model: torch.nn.Module):
         """A phase (generation, scoring, update) run on the full weights: here they always are."""
         return contextlib.nullcontext()
+
+    def updating(self, model: torch.nn.Module):
+        """The update phase's context (every rank enters it once per update): the phase-wide gather of
+        `gathered`, except where the engine gathers per forward in updates (DeepSpeed ZeRO-3)."""
+        return self.gathered(model)
 
     def sync_engine(self, model: torch.nn.Module, engine) -> None:
         """After an update (every rank calls it): the role's rollout engine samples from the new weights."""
@@ -182,19 +188,14 @@ class FullyShard(Unsharded):
     def gathered(self, model: torch.nn.Module):
         """Every rank enters (a collective: one all-gather per FSDP module); inside, the full weights are
         registered and no forward or backward communicates. Nested entries gather once."""
-        key = id(model)
-        outer = self._depth.get(key, 0) == 0
-        if outer:
-            for module in self._fsdp_modules(model):
-                module.unshard()
-        self._depth[key] = self._depth.get(key, 0) + 1
-        try:
+        modules = self._fsdp_modules(model)
+        with nested_once(
+            self._depth,
+            id(model),
+            lambda: [module.unshard() for module in modules],
+            lambda: [module.reshard() for module in modules],
+        ):
             yield
-        finally:
-            self._depth[key] -= 1
-            if outer:
-                for module in self._fsdp_modules(model):
-                    module.reshard()
 
     def sync_engine(self, model: torch.nn.Module, engine) -> None:
         """An engine with its own copy of the weights (vLLM) gets the full weights, gathered on every rank (each
@@ -269,6 +270,21 @@ class FullyShard(Unsharded):
         # Hyperparameters as saved: torch's loader turns tuples (AdamW's betas) into lists.
         for group, saved in zip(optimizer.param_groups, state["param_groups"]):
             group.update({k: v for k, v in saved.items() if k != "params"})
+
+
+@contextlib.contextmanager
+def nested_once(depth: dict[int, int], key: int, enter, leave):
+    """`enter()` on the outermost of nested entries under `key` (`depth` counts them), `leave()` when it exits."""
+    outer = depth.get(key, 0) == 0
+    if outer:
+        enter()
+    depth[key] = depth.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        depth[key] -= 1
+        if outer:
+            leave()
 
 
 def _tie(model: torch.nn.Module, state_dict: dict) -> dict:

@@ -1,11 +1,22 @@
-"""DeepSpeed ZeRO stage 1 and 2 behind the sharding interface of `pasodoble.sharding`.
+"""DeepSpeed ZeRO stages 1, 2 and 3 behind the sharding interface of `pasodoble.sharding`.
 
 What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `deepspeed.initialize` engine (two
 engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
 the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions live in CPU memory
 and torch's AdamW steps them there (DeepSpeed's compiled CPU Adam is not used: no op to build).
-Every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read the role's
-module as under DDP.
+Under ZeRO-1/2 every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read
+the role's module as under DDP. ZeRO-3 partitions the weights too (every parameter: the persistence threshold is
+0) and normally all-gathers each module's parameters in its forward through hooks; ranks run DIFFERENT numbers of
+forwards in generation (ragged shares, decode lengths, the evaluation on rank 0 alone), so those per-forward
+gathers would hang. Instead `gathered` (every rank enters it around each phase that runs the model) gathers every
+parameter once (`GatheredParameters`) and removes ZeRO-3's module hooks, including the start-of-forward one that
+checks the forward trace against the other ranks, so forwards inside run locally; on exit the hooks come back and
+the weights are partitioned again. The update phase (`updating`) keeps the hooks: every rank runs every
+micro-batch, so the per-forward gathers and the per-backward gradient reduce-scatters match. In memory terms
+ZeRO-3 holds full weights inside a generation phase (like FSDP2) and partitioned weights, gradients and AdamW
+states in updates and between phases. Checkpoints, weight digests and a weight-copying (vLLM) engine's sync get
+the weights gathered (a collective, every rank calls it), and loading writes the module's partitions as well as
+the float32 master ones.
 
 Why DeepSpeed directly: Accelerate's DeepSpeed path drops DeepSpeed on a CPU machine (it needs a GPU-type run) and
 steps per `backward()` unless its accumulation is configured per update; calling `deepspeed.initialize` gives one
@@ -19,8 +30,8 @@ the full batch), which sums over micro-batches and averages over ranks (`grad_sc
 the full-batch sum; ZeRO-2 reduces each micro-batch right after its backward, ZeRO-1 at the boundary: every rank
 runs every micro-batch, so the collectives match), and `step` is `engine.step()`: clipping to `max_grad_norm` and
 AdamW on this rank's partition, then the updated weights are gathered into every rank's module. The returned norm
-is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). No forward communicates,
-so ranks may run different numbers of them (generation).
+is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). Under ZeRO-1/2 no forward
+communicates, so ranks may run different numbers of them (generation); under ZeRO-3 see above.
 The LR scheduler stays on the torch optimizer, whose parameter groups DeepSpeed shares.
 
 Checkpoints: the same files as DDP and FSDP2 (Hugging Face weights, AdamW state keyed by parameter index), so a
@@ -30,9 +41,7 @@ come from `safe_get_full_optimizer_state` (a collective, every rank calls it); l
 (loading the module alone would be overwritten by the next step).
 
 Departures: float16 roles are refused under DeepSpeed (the role's loss scaler and DeepSpeed's would both act; use
-bfloat16 or float32), and ZeRO-3 on several ranks is refused: it all-gathers parameters in every forward and ranks
-run different numbers of forwards in generation, which hangs (use zero_stage 1 or 2, or fsdp2). LoRA is refused on
-several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
+bfloat16 or float32). LoRA is refused on several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
 A frozen role and the reference model (`beta > 0`) are not wrapped.
 """
 
@@ -43,7 +52,7 @@ import os
 
 import torch
 
-from pasodoble.sharding import Unsharded, _tie
+from pasodoble.sharding import Unsharded, _tie, nested_once
 
 
 def import_deepspeed():
@@ -66,6 +75,10 @@ def import_deepspeed():
 def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float | None) -> dict:
     """DeepSpeed's config for one role: accumulation is driven per micro-batch by `accumulate`, so 1 here."""
     zero: dict = {"stage": zero_stage}
+    if (
+        zero_stage == 3
+    ):  # every parameter partitioned (DeepSpeed's default keeps small ones whole on each rank)
+        zero["stage3_param_persistence_threshold"] = 0
     if offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
     return {
@@ -81,7 +94,7 @@ def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float
 
 
 class DeepSpeedZero(Unsharded):
-    """One DeepSpeed ZeRO-1/2 engine per trainable role; see the module docstring."""
+    """One DeepSpeed ZeRO-1/2/3 engine per trainable role; see the module docstring."""
 
     def __init__(self, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
         self.grad_scale = float(world_size)  # ZeRO averages gradients over ranks
@@ -91,6 +104,9 @@ class DeepSpeedZero(Unsharded):
         # id(engine) -> the optimizer's parameters in their order (DeepSpeed swaps them for flat partitions)
         self._params: dict[int, list[torch.nn.Parameter]] = {}
         self._active = None  # the engine whose micro-batch is inside `accumulate`
+        self._depth: dict[int, int] = {}  # id(engine) -> nesting depth of `gathered` (ZeRO-3)
+        self._gathers: dict[int, object] = {}  # id(engine) -> the open GatheredParameters (ZeRO-3)
+        self._start_hooks: dict[int, object] = {}  # id(engine) -> ZeRO-3's removed start-of-forward hook
 
     def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
         if len(optimizer.param_groups) != 1:  # the checkpoint layout below indexes one group
@@ -106,6 +122,73 @@ class DeepSpeedZero(Unsharded):
 
     def _engine(self, model: torch.nn.Module):
         return self._engines.get(id(model))
+
+    def _partitioned(self, model: torch.nn.Module):
+        """The role's engine when its weights are partitioned (ZeRO-3), else None."""
+        engine = self._engine(model)
+        return engine if engine is not None and self.zero_stage == 3 else None
+
+    @contextlib.contextmanager
+    def gathered(self, model: torch.nn.Module):
+        """ZeRO-3: every rank enters (one all-gather of every parameter); inside, the full weights are in the
+        module and ZeRO-3's forward/backward hooks are removed, so no forward communicates (ranks run different
+        numbers of them). On exit the hooks come back and the weights are partitioned again. Nested entries
+        gather once. ZeRO-1/2: the module holds the full weights, nothing to do."""
+        engine = self._partitioned(model)
+        if engine is None:
+            yield
+            return
+        with nested_once(
+            self._depth, id(engine), lambda: self._gather(engine), lambda: self._release(engine)
+        ):
+            yield
+
+    def _gather(self, engine) -> None:
+        gather = self.deepspeed.zero.GatheredParameters(list(engine.module.parameters()))
+        gather.__enter__()
+        self._gathers[id(engine)] = gather
+        offload = _offload(engine)
+        # The start-of-forward hook checks the forward trace against the other ranks (a collective) too.
+        self._start_hooks[id(engine)] = offload.module._forward_pre_hooks[offload.fwd_pre_hook.id]
+        offload.fwd_pre_hook.remove()
+        for hook in offload.forward_hooks + offload.backward_hooks:
+            hook.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        for param in engine.module.parameters():
+            param.ds_active_sub_modules.clear()
+
+    def _release(self, engine) -> None:
+        offload = _offload(engine)
+        offload.fwd_pre_hook = offload.module.register_forward_pre_hook(self._start_hooks.pop(id(engine)))
+        offload._register_deepspeed_module(offload.module)
+        self._gathers.pop(id(engine)).__exit__(None, None, None)
+
+    def updating(self, model: torch.nn.Module):
+        """ZeRO-3's update keeps its hooks (each forward gathers, each backward partitions the gradients; every
+        rank runs every micro-batch, so the collectives match): no phase-wide gather."""
+        if self._partitioned(model) is not None:
+            return contextlib.nullcontext()
+        return self.gathered(model)
+
+    def sync_engine(self, model: torch.nn.Module, engine) -> None:
+        """ZeRO-3: an engine with its own copy of the weights (vLLM) gets the full weights, gathered on every
+        rank; an engine that runs the module reads it inside `gathered`."""
+        if self._partitioned(model) is None or not getattr(engine, "copies_weights", False):
+            return engine.update_weights(model)
+        from pasodoble.rollout.weights import FullWeights
+
+        engine.update_weights(FullWeights(model, self._full_weights(self._engine(model))))
+
+    def _full_weights(self, engine) -> dict:
+        """The module's full state dict (under ZeRO-3 gathered: a collective, every rank calls it)."""
+        module = engine.module
+        if self.zero_stage != 3:  # every rank's module holds the full weights
+            return _tie(module, {k: v.detach().cpu() for k, v in module.state_dict().items()})
+        # copies: the gathered tensors are freed when the weights are partitioned again
+        if self._depth.get(id(engine), 0) > 0:  # inside `gathered`: already full
+            return _tie(module, {k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
+        with self.deepspeed.zero.GatheredParameters(list(module.parameters())):
+            return _tie(module, {k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
 
     @contextlib.contextmanager
     def accumulate(self, model: torch.nn.Module, last: bool):
@@ -136,7 +219,7 @@ class DeepSpeedZero(Unsharded):
         """ZeRO links each parameter's fragment to its AdamW state at the first step; after a load (the state
         made here) and before that step, link them now so the state can be read and written."""
         opt = engine.optimizer
-        if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and _stepped(opt.optimizer):
+        if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and _stepped(engine):
             opt._hp_optimizer_states_linked = False
             opt._lazy_init_hp_params_optimizer_state()
 
@@ -149,9 +232,7 @@ class DeepSpeedZero(Unsharded):
         engine = self._engine(model)
         if engine is None:  # a frozen role: never wrapped
             return None
-        out = {
-            "model": _tie(engine.module, {k: v.detach().cpu() for k, v in engine.module.state_dict().items()})
-        }
+        out = {"model": self._full_weights(engine)}
         if optimizer is None:
             return out
         adamw = engine.optimizer.optimizer  # torch's, stepping this rank's flat partitions
@@ -159,9 +240,9 @@ class DeepSpeedZero(Unsharded):
         groups = [{k: v for k, v in g.items() if k != "params"} for g in adamw.param_groups]
         groups[0]["params"] = list(range(len(named)))
         state: dict = {}
-        if _stepped(adamw):  # before any step there is nothing to gather: the hyperparameters only
+        if _stepped(engine):  # before any step there is nothing to gather: the hyperparameters only
             self._link_states(engine)
-            step = next(s["step"] for s in adamw.state.values() if "step" in s)
+            step = next(adamw.state[p]["step"] for p in _flats(engine) if "step" in adamw.state.get(p, {}))
             for i, (_, param) in enumerate(named):
                 state[i] = {"step": step.detach().cpu().clone()}
                 for key in ("exp_avg", "exp_avg_sq"):
@@ -176,7 +257,11 @@ class DeepSpeedZero(Unsharded):
         engine = self._engine(model)
         if engine is None:
             return super().load_weights(model, state_dict)
-        engine.module.load_state_dict(state_dict)
+        if self.zero_stage == 3:  # the module's partitions too: generation reads them before the next step
+            with self.deepspeed.zero.GatheredParameters(list(engine.module.parameters()), modifier_rank=0):
+                engine.module.load_state_dict(state_dict)
+        else:
+            engine.module.load_state_dict(state_dict)
         for name, param in self._named(model):
             safe_set_full_fp32_param(param, state_dict[name].to(param.device, torch.float32))
 
@@ -191,20 +276,31 @@ class DeepSpeedZero(Unsharded):
         if not state["state"]:  # saved before the first step: only the hyperparameters
             return
         step = state["state"][0]["step"]
-        for group in adamw.param_groups:  # the flat partitions: the state AdamW makes at its first step
-            for flat in group["params"]:
-                if not adamw.state.get(flat):
-                    zeros = torch.zeros_like(flat, memory_format=torch.preserve_format)
-                    adamw.state[flat] = {"exp_avg": zeros, "exp_avg_sq": zeros.clone()}
-                adamw.state[flat]["step"] = step.detach().clone().to(torch.float32).cpu()
+        for flat in _flats(engine):  # the flat partitions: the state AdamW makes at its first step
+            if not adamw.state.get(flat):
+                zeros = torch.zeros_like(flat, memory_format=torch.preserve_format)
+                adamw.state[flat] = {"exp_avg": zeros, "exp_avg_sq": zeros.clone()}
+            adamw.state[flat]["step"] = step.detach().clone().to(torch.float32).cpu()
         self._link_states(engine)
         for i, (_, param) in enumerate(self._named(model)):
             for key in ("exp_avg", "exp_avg_sq"):
                 safe_set_full_optimizer_state(param, state["state"][i][key].to(param.device), key)
 
 
-def _stepped(adamw: torch.optim.Optimizer) -> bool:
-    return any(adamw.state.get(p) for g in adamw.param_groups for p in g["params"])
+def _offload(engine):
+    """ZeRO-3's parameter coordinator, which holds the module hooks."""
+    return getattr(engine.optimizer, "parameter_offload", engine.optimizer)
+
+
+def _flats(engine) -> list[torch.Tensor]:
+    """The float32 partitions AdamW steps (ZeRO-3 lists them in AdamW's groups only during its step)."""
+    if hasattr(engine.optimizer, "fp32_partitioned_groups_flat"):
+        return list(engine.optimizer.fp32_partitioned_groups_flat)
+    return [p for g in engine.optimizer.optimizer.param_groups for p in g["params"]]
+
+
+def _stepped(engine) -> bool:
+    return any(engine.optimizer.optimizer.state.get(p) for p in _flats(engine))
 
 
 def check_roles(backend: str, world_size: int, zero_stage: int, roles: dict) -> None:
@@ -213,12 +309,6 @@ def check_roles(backend: str, world_size: int, zero_stage: int, roles: dict) -> 
         return
     from pasodoble.errors import ConfigError
 
-    if zero_stage == 3:
-        raise ConfigError(
-            "distributed.zero_stage",
-            f"3 on {world_size} ranks would hang: ZeRO-3 all-gathers the parameters in every forward and ranks "
-            "run different numbers of forwards in generation; use zero_stage 1 or 2, or distributed.backend=fsdp2",
-        )
     for name, cfg in roles.items():
         if cfg.trainable and cfg.lora is not None:
             raise ConfigError(

@@ -180,6 +180,16 @@ def test_fsdp2_counts_the_gathered_weights_and_shards_the_optimizer(tmp_path):
     assert optimizer == pytest.approx(parameter_count(QWEN3_4B) * 12 / 8 / 1e9, abs=0.01)
 
 
+def test_zero3_counts_the_gathered_weights_and_shards_gradients_and_optimizer(tmp_path):
+    cfg = config(tmp_path, QWEN3_4B, "distributed.backend=deepspeed", "distributed.zero_stage=3")
+    lines, _ = memory_table(cfg, Launch(world_size=8, visible_gpus=8), model_architectures(cfg))
+    weights, grads, optimizer = (float(x) for x in lines[1].split()[1:4])
+    n_gb = parameter_count(QWEN3_4B) * 2 / 1e9  # bf16
+    assert weights == pytest.approx(n_gb * (1 + 1 / 8), abs=0.01)  # the shard + the copy gathered per phase
+    assert grads == pytest.approx(n_gb / 8, abs=0.01)
+    assert optimizer == pytest.approx(parameter_count(QWEN3_4B) * 12 / 8 / 1e9, abs=0.01)
+
+
 def dedicated(cfg, *roles):
     """`cfg` with a dedicated placement and `roles` on vLLM servers (set after loading: the config check would
     ask for an importable vllm, which the default test environment does not have)."""

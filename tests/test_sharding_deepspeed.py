@@ -1,5 +1,6 @@
-"""DeepSpeed ZeRO behind `Role`: the refusals (default suite) and, on a one-rank gloo group in this process, a
-ZeRO-2 role that trains, checkpoints and loads as an unsharded one (`distributed`: it needs the deepspeed extra).
+"""DeepSpeed ZeRO behind `Role`: the refusals (default suite) and, on a one-rank gloo group in this process, ZeRO-1,
+2 and 3 roles that train, checkpoint and load as an unsharded one, and ZeRO-3's once-per-phase gather
+(`distributed`: it needs the deepspeed extra).
 Several ranks run in tests/test_train_deepspeed.py.
 """
 
@@ -18,14 +19,12 @@ from tests.test_roles import sampled
 from tests.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixture)
 
 
-def test_zero3_on_several_ranks_is_refused_with_the_reason():
-    with pytest.raises(
-        ConfigError,
-        match=r"^distributed.zero_stage: 3 on 2 ranks would hang: .* different numbers of forwards",
-    ):
-        check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=3)
-    check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=2)
-    check_roles("deepspeed", 1, {"solver": RoleConfig()}, zero_stage=3)  # one rank trains with plain PyTorch
+def test_zero3_on_several_ranks_is_accepted_and_its_refusals_remain():
+    check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=3)  # phases gather once, see gathered()
+    with pytest.raises(ConfigError, match=r"^solver.dtype: float16 with distributed.backend=deepspeed"):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(dtype="float16")}, zero_stage=3)
+    with pytest.raises(ConfigError, match=r"^solver.lora: LoRA with distributed.backend=deepspeed on 2"):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})}, zero_stage=3)
 
 
 def test_float16_roles_are_refused_under_deepspeed_and_bfloat16_is_not():
@@ -61,6 +60,7 @@ def test_engine_config_carries_clipping_accumulation_and_offload():
     assert cfg["gradient_clipping"] == 1.0 and cfg["gradient_accumulation_steps"] == 1
     assert engine_config(1, False, None)["gradient_clipping"] == 0.0  # DeepSpeed's "off"
     assert "offload_optimizer" not in engine_config(1, False, None)["zero_optimization"]
+    assert engine_config(3, False, None)["zero_optimization"]["stage3_param_persistence_threshold"] == 0
 
 
 @pytest.fixture
@@ -79,15 +79,38 @@ def max_diff(a: dict, b: dict) -> float:
 
 @pytest.mark.distributed
 def test_a_zero_role_trains_saves_and_loads_as_an_unsharded_one(zero, tmp_path):
-    """ZeRO-2, and ZeRO-1 with the optimizer offloaded, in one process group (DeepSpeed keeps the group it first
+    """ZeRO-2, ZeRO-1 with the optimizer offloaded, and ZeRO-3 (with and without), in one process group (DeepSpeed keeps the group it first
     saw for the life of the process); then a bfloat16 forward under DeepSpeed's float32 engine."""
-    for stage, offload in [(2, False), (1, True)]:
-        trains_saves_and_loads(zero, tmp_path / f"zero{stage}", stage, offload, "float32")
+    for stage, offload in [(2, False), (1, True), (3, False), (3, True)]:
+        trains_saves_and_loads(zero, tmp_path / f"zero{stage}{offload}", stage, offload, "float32")
+    zero3_gathers_once_per_phase(zero)
     ds, plain = (role_with(s, dtype="bfloat16") for s in (zero(1, zero_stage=2), None))
     samples, advantages = sampled(plain, ["a", "bb"], seed=0)
     a, b = ds.update(samples, advantages), plain.update(samples, advantages)
     # the same autocast gradient up to summation order (AdamW at lr 1e-2 then amplifies such differences)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["loss"] == b["loss"]
+
+
+def zero3_gathers_once_per_phase(zero):
+    """Between phases a ZeRO-3 module's parameters are empty (partitioned); inside `gathered` they are full,
+    ZeRO-3's hooks are off (no forward communicates) and the module computes what the plain one does; nested
+    entries gather once, and the weights read inside and outside a phase are the same."""
+    ds, plain = role_with(zero(1, zero_stage=3)), role_with(None)
+    offload = ds.train_model.optimizer.parameter_offload
+    assert all(p.numel() == 0 for p in ds.model.parameters()) and offload.forward_hooks
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with ds.gathered():
+        with ds.gathered():
+            assert not offload.forward_hooks and not offload.backward_hooks
+            logits = ds.model(ids).logits
+        assert all(p.numel() > 0 for p in ds.model.parameters())
+        inside = ds.weights()
+    assert all(p.numel() == 0 for p in ds.model.parameters()) and offload.forward_hooks
+    assert torch.equal(logits, plain.model(ids).logits)
+    assert max_diff(ds.weights(), inside) == 0 and max_diff(inside, plain.model.state_dict()) == 0
+    samples, advantages = sampled(plain, ["a", "bb"], seed=0)
+    a, b = ds.update(samples, advantages), plain.update(samples, advantages)  # the hooks train again
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
 
 
 def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
@@ -99,7 +122,9 @@ def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
         samples, advantages = sampled(plain, ["a", "bb"], seed=step)
         a, b = ds.update(samples, advantages), plain.update(samples, advantages)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
-    assert max_diff(ds.weights(), plain.model.state_dict()) <= 1e-6
+    # ZeRO-3 sums the tied embedding/LM-head gradient in another order (measured 1.2e-6 after two lr-1e-2 steps)
+    tolerance = 1e-6 if stage < 3 else 5e-6
+    assert max_diff(ds.weights(), plain.model.state_dict()) <= tolerance
     ds.save(tmp_path / "ds", ds.full_state())
     plain.save(tmp_path / "plain")
     ta, tb = (torch.load(tmp_path / d / "trainer_state.pt", weights_only=True) for d in ("ds", "plain"))
@@ -123,4 +148,4 @@ def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
         fresh.update(
             samples, advantages
         )  # the loaded master weights and moments take the step, not stale ones
-        assert max_diff(fresh.weights(), plain.model.state_dict()) <= 1e-6
+        assert max_diff(fresh.weights(), plain.model.state_dict()) <= tolerance
