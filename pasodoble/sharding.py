@@ -319,22 +319,32 @@ def _by_name(state: dict, order: list[str]) -> dict:
     }
 
 
-def check_roles(backend: str, world_size: int, roles: dict, *, zero_stage: int = 2) -> None:
+def check_roles(backend: str, world_size: int, roles: dict) -> None:
     """Refuse, before any model loads, the settings the backend on several ranks does not train with yet."""
     if backend == "deepspeed":
         from pasodoble.sharding_deepspeed import check_roles as check_deepspeed
 
-        return check_deepspeed(backend, world_size, zero_stage, roles)
+        return check_deepspeed(backend, world_size, roles)
     if backend != "fsdp2" or world_size <= 1:
         return
+    refuse_lora(
+        backend,
+        world_size,
+        roles,
+        "the adapter is saved and synced from the wrapped module, not from gathered shards",
+    )
+
+
+def refuse_lora(backend: str, world_size: int, roles: dict, why: str) -> None:
+    """A trainable LoRA role on a backend that does not train adapters on several ranks: one line saying why."""
     from pasodoble.errors import ConfigError
 
     for name, cfg in roles.items():
         if cfg.trainable and cfg.lora is not None:
             raise ConfigError(
                 f"{name}.lora",
-                f"LoRA with distributed.backend=fsdp2 on {world_size} ranks is not wired yet (the adapter is "
-                "saved and synced from the wrapped module, not from gathered shards); use distributed.backend=ddp",
+                f"LoRA with distributed.backend={backend} on {world_size} ranks is not wired yet ({why}); "
+                "use distributed.backend=ddp",
             )
 
 

@@ -303,20 +303,16 @@ def _stepped(engine) -> bool:
     return any(engine.optimizer.optimizer.state.get(p) for p in _flats(engine))
 
 
-def check_roles(backend: str, world_size: int, zero_stage: int, roles: dict) -> None:
+def check_roles(backend: str, world_size: int, roles: dict) -> None:
     """Refuse, before any model loads, the settings DeepSpeed on several ranks does not train with."""
     if backend != "deepspeed" or world_size <= 1:
         return
     from pasodoble.errors import ConfigError
+    from pasodoble.sharding import refuse_lora
 
+    why = "a resumed adapter is loaded into the module, not into DeepSpeed's float32 master copy, so the next step would undo it"
+    refuse_lora(backend, world_size, roles, why)
     for name, cfg in roles.items():
-        if cfg.trainable and cfg.lora is not None:
-            raise ConfigError(
-                f"{name}.lora",
-                f"LoRA with distributed.backend=deepspeed on {world_size} ranks is not wired yet (a resumed "
-                "adapter is loaded into the module, not into DeepSpeed's float32 master copy, so the next step "
-                "would undo it); use distributed.backend=ddp",
-            )
         if cfg.trainable and cfg.dtype == "float16":
             raise ConfigError(
                 f"{name}.dtype",

@@ -167,7 +167,7 @@ def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[
     p_updates, s_updates = total_updates(cfg)
     d = cfg.distributed
     roles = {"solver": cfg.solver, **({"proposer": cfg.proposer} if cfg.schedule.mode != "oracle" else {})}
-    check_roles(d.backend, world_size, roles, zero_stage=d.zero_stage)
+    check_roles(d.backend, world_size, roles)
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )

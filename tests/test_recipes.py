@@ -128,7 +128,9 @@ def test_the_papers_dedicated_layout_resolves_for_the_8_gpu_config(tmp_path):
     )
     folder = model_dir(tmp_path, "m", ARCHS[cfg.proposer.model])
     cfg.proposer.model = cfg.solver.model = folder
-    cfg.proposer.engine = cfg.solver.engine = "vllm_server"  # set after loading: the default test venv has no vllm
+    cfg.proposer.engine = cfg.solver.engine = (
+        "vllm_server"  # set after loading: the default test venv has no vllm
+    )
     launch = Launch(world_size=6, local_world_size=6, visible_gpus=8, gpu_memory_gb=80)
     resolved = check_layout(cfg, launch, model_architectures(cfg))
     assert resolved.vllm_servers == {"proposer": [6], "solver": [7]} and len(resolved.solver_shares) == 6

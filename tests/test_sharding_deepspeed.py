@@ -20,18 +20,18 @@ from tests.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixtu
 
 
 def test_zero3_on_several_ranks_is_accepted_and_its_refusals_remain():
-    check_roles("deepspeed", 2, {"solver": RoleConfig()}, zero_stage=3)  # phases gather once, see gathered()
+    check_roles("deepspeed", 2, {"solver": RoleConfig()})  # ZeRO-3 included: phases gather once (gathered())
     with pytest.raises(ConfigError, match=r"^solver.dtype: float16 with distributed.backend=deepspeed"):
-        check_roles("deepspeed", 2, {"solver": RoleConfig(dtype="float16")}, zero_stage=3)
+        check_roles("deepspeed", 2, {"solver": RoleConfig(dtype="float16")})
     with pytest.raises(ConfigError, match=r"^solver.lora: LoRA with distributed.backend=deepspeed on 2"):
-        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})}, zero_stage=3)
+        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})})
 
 
 def test_float16_roles_are_refused_under_deepspeed_and_bfloat16_is_not():
     with pytest.raises(
         ConfigError, match=r"^proposer.dtype: float16 with distributed.backend=deepspeed .* bfloat16"
     ):
-        check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16")}, zero_stage=1)
+        check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16")})
     check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16", trainable=False)})  # never wrapped
     check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="bfloat16", engine="vllm")})  # full weights
     check_roles("ddp", 2, {"proposer": RoleConfig(dtype="float16")})
