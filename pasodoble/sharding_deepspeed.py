@@ -133,7 +133,8 @@ class DeepSpeedZero(Unsharded):
         """ZeRO-3: every rank enters (one all-gather of every parameter); inside, the full weights are in the
         module and ZeRO-3's forward/backward hooks are removed, so no forward communicates (ranks run different
         numbers of them). On exit the hooks come back and the weights are partitioned again. Nested entries
-        gather once. ZeRO-1/2: the module holds the full weights, nothing to do."""
+        gather once. ZeRO-1/2: the module holds the full weights, nothing to do. The hooks are DeepSpeed
+        internals (checked against the pinned 0.19.8), as in TRL's generation under ZeRO-3."""
         engine = self._partitioned(model)
         if engine is None:
             yield
