@@ -333,4 +333,6 @@ def format_report(r: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    collectives = sys.modules.get("pasodoble.distributed")  # with --backend: end without torch's teardown
+    sys.exit(collectives.end_process(code) if collectives is not None else code)

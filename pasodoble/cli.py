@@ -76,16 +76,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except UserError as e:
         print(f"pasodoble {args.command}: error: {e}", file=sys.stderr)
-        return e.exit_code
+        code = e.exit_code
     except KeyboardInterrupt:
         print(f"pasodoble {args.command}: interrupted", file=sys.stderr)
-        return 130
+        code = 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 141
+    collectives = sys.modules.get(
+        "pasodoble.distributed"
+    )  # loaded only by commands that may run several ranks
+    return (
+        collectives.end_process(code) if collectives is not None else code
+    )  # a rank ends here (end_process)
 
 
 if __name__ == "__main__":

@@ -340,6 +340,12 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
     collective = from_env(cfg.distributed.timeout_s)
     try:
         return _train(cfg, collective, resume, strict_resume)
+    except (
+        RuntimeError,
+        OSError,
+    ) as e:  # a sharding engine's own collective (DDP, FSDP2, DeepSpeed) lost a peer
+        collective.fail_on_peer_loss(e, "training")
+        raise
     finally:
         collective.close()
 

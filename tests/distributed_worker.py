@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from pasodoble.distributed import from_env
+from pasodoble.distributed import end_process, from_env
 
 
 def ddp_update_vs_one_rank(
@@ -89,4 +89,4 @@ def main(scenario: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(end_process(main(sys.argv[1])))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pasodoble.distributed import SingleProcess, from_env
+from pasodoble.distributed import SingleProcess, from_env, peer_lost
 from pasodoble.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_single_process_collectives_are_identities():
     c = SingleProcess()
     assert c.broadcast(3) == 3 and c.all_gather("x") == ["x"] and c.barrier() is None
+
+
+def test_a_lost_peer_is_told_apart_from_other_errors():
+    """DDP's all-reduce reports a dead peer as a RuntimeError of gloo's; `pasodoble train` turns that into its
+    one-line error (the other errors keep their traceback)."""
+    gloo = RuntimeError(
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:62610: "
+        "Connection reset by peer. This is typically caused by a remote worker hanging"
+    )
+    assert peer_lost(gloo) and peer_lost(RuntimeError("NCCL communicator was aborted on rank 1"))
+    assert not peer_lost(RuntimeError("CUDA out of memory")) and not peer_lost(ValueError("gloo"))
+    SingleProcess().fail_on_peer_loss(gloo, "training")  # one rank: nothing to do, the caller re-raises
 
 
 def test_no_launcher_means_one_process(monkeypatch):
