@@ -137,7 +137,12 @@ class VLLMServer:
         log_path = log_dir / f"vllm-server-{port}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - the child writes to it for its whole life
         process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         server = cls(process, f"http://{advertised_host(host)}:{port}", log_path)
         if wait:
@@ -173,6 +178,18 @@ class VLLMServer:
             self.process.wait(timeout_s)
         except ProcessLookupError:
             pass
+
+
+def die_with_parent() -> None:
+    """In the server's process before it runs (Linux): SIGTERM when the process that started it ends, however it
+    ends. A rank that exits at once on a collective failure (`TorchDistributed.fail`), is killed, or fails while
+    building its second role would otherwise leave the server it started running in its own session."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def wait_until_healthy(

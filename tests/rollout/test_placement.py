@@ -155,3 +155,31 @@ def test_a_dedicated_layout_on_one_process_still_puts_its_server_on_the_dedicate
     shared = placement.server_for("solver", role(), start)
     assert started[0]["devices"] == [7] and shared.owner and shared.after_sync is None
     assert lines and "on GPU 7 for 1 rank(s)" in lines[0]
+
+
+def test_a_started_server_process_ends_when_its_starter_dies(tmp_path):
+    """The starter exits with os._exit (as a rank does on a collective failure): its child gets SIGTERM."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    pid_file = tmp_path / "child.pid"
+    starter = f"""
+import os, subprocess, sys, time
+from pasodoble.rollout.server import die_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                         preexec_fn=die_with_parent)
+open({str(pid_file)!r}, "w").write(str(child.pid))
+time.sleep(0.5)
+os._exit(1)
+"""
+    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2])}
+    subprocess.run([sys.executable, "-c", starter], env=env, timeout=60)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the child outlived its starter"
+        time.sleep(0.1)
