@@ -166,8 +166,7 @@ def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[
     `placement` (`rollout.placement.Placement`) says where their vLLM servers run (None: one process)."""
     p_updates, s_updates = total_updates(cfg)
     d = cfg.distributed
-    roles = {"solver": cfg.solver, **({"proposer": cfg.proposer} if cfg.schedule.mode != "oracle" else {})}
-    check_roles(d.backend, world_size, roles)
+    check_roles(d.backend, world_size, generating_roles(cfg))
     sharding = build_sharding(
         d.backend, world_size, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer
     )

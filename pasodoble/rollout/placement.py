@@ -67,6 +67,11 @@ def device_list(indices: Sequence[int], env: dict | None = None) -> str:
     return ",".join(parent[i] if i < len(parent) else str(i) for i in indices)
 
 
+def bind_host(host: str) -> str:
+    """The address to probe for a free port on: the interface itself, or all of them."""
+    return "0.0.0.0" if host in ANY_INTERFACE else host
+
+
 def advertised_host(host: str, env: dict | None = None) -> str:
     """The address other ranks use for a server listening on `host` (all interfaces: the rendezvous address)."""
     env = os.environ if env is None else env
@@ -135,9 +140,7 @@ class Placement:
 
         port = None
         if self.rank == 0:
-            port = cfg.server_port or free_port(
-                cfg.server_host if cfg.server_host not in ANY_INTERFACE else "0.0.0.0"
-            )
+            port = cfg.server_port or free_port(bind_host(cfg.server_host))
         port = self.collective.broadcast(port, f"{name} vLLM server port")
         url = f"http://{advertised_host(cfg.server_host)}:{port}"
         server = None

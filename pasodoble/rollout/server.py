@@ -42,7 +42,7 @@ from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.placement import advertised_host, device_list
+from pasodoble.rollout.placement import advertised_host, bind_host, device_list
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.vllm import WORKER_EXTENSION, _shm_dir, _top_k, request_seed
 from pasodoble.rollout.weights import write_weights
@@ -94,7 +94,7 @@ class VLLMServer:
         wait: bool = True,
     ) -> VLLMServer:
         """Start a server; `devices`: indices of this process's visible GPUs it may use (None: inherited)."""
-        port = port or cfg.server_port or free_port(host if host not in ("0.0.0.0", "::") else "0.0.0.0")
+        port = port or cfg.server_port or free_port(bind_host(host))
         on_cpu = not _cuda()
         args = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
