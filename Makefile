@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format bench clean vllm-env test-vllm test-vllm-all
+.PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
+	ci-fresh test-reversed
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +87,18 @@ test-vllm: vllm-env
 
 test-vllm-all: vllm-env
 	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -m vllm $(PYTEST_ARGS)
+
+# CI as a new machine runs it: a fresh clone of HEAD with HOME, the model cache, pip's cache and the vLLM venv
+# empty; prints each stage's time (see .ci/fresh).
+ci-fresh:
+	bash .ci/fresh
+
+# The distributed and slow suites with their test files in reverse order: no test may rely on another module
+# having built a world or filled a cache first.
+REVERSED = $(shell find tests -name 'test_*.py' | sort -r)
+test-reversed: install deepspeed-env
+	$(BIN)/python -m pytest -q -m distributed $(REVERSED) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed" $(REVERSED) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

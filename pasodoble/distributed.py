@@ -25,6 +25,8 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
 import torch
@@ -70,6 +72,11 @@ class Collective(Protocol):
         """End this rank with one error line when `error` is a lost peer seen by another engine's collective."""
         ...
 
+    def rank0_first(self, what: str, work: Callable[[], Any], budget_s: float) -> None:
+        """Rank 0 runs `work` (a one-time preparation such as the tiny world's build); the other ranks wait for
+        it for up to `budget_s` seconds, with progress lines, outside any collective timeout."""
+        ...
+
 
 class SingleProcess:
     """One rank: every collective is an identity."""
@@ -93,6 +100,9 @@ class SingleProcess:
 
     def fail_on_peer_loss(self, error: BaseException, where: str) -> None:
         return None
+
+    def rank0_first(self, what: str, work: Callable[[], Any], budget_s: float) -> None:
+        work()
 
 
 _STARTED = False  # a TorchDistributed was made in this process (see `end_process`)
@@ -138,6 +148,7 @@ class TorchDistributed:
         _STARTED = True
 
         self.dist, self.timeout_s = dist, float(timeout_s)
+        self._rank0_first_calls = 0
         timeout = datetime.timedelta(seconds=self.timeout_s)
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         if not dist.is_initialized():
@@ -207,6 +218,65 @@ class TorchDistributed:
                 f"rank {self.rank} of {self.world_size}: a collective in {where} failed (timeout "
                 f"{self.timeout_s:g}s): a peer rank died or stopped answering [{first[:300]}]"
             )
+
+    def rank0_first(self, what: str, work: Callable[[], Any], budget_s: float) -> None:
+        """Through the launcher's key-value store, not a collective: a build may outlast `timeout_s`, which bounds
+        every collective. Rank 0 posts "ok" or its error's first line; the others poll the key, saying every
+        `WAIT_NOTE_S` seconds that they wait, and end with one line on rank 0's failure or past `budget_s`."""
+        key = f"pasodoble/rank0_first/{self._rank0_first_calls}"
+        self._rank0_first_calls += 1
+        store = self.dist.distributed_c10d._get_default_store()
+        if self.rank == 0:
+            try:
+                work()
+            except BaseException as e:
+                store.set(key, f"failed: {_first_line(e)}")
+                deadline = time.monotonic() + FAILURE_ACK_S  # the store may live in this process: let them read
+                while store.add(f"{key}/read", 0) < self.world_size - 1 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                raise
+            store.set(key, "ok")
+            return
+        who = f"rank {self.rank} of {self.world_size}"
+        start, poll_s = time.monotonic(), WAIT_FIRST_NOTE_S
+        while True:
+            waited = time.monotonic() - start
+            if waited >= budget_s:
+                self.fail(
+                    f"{who}: rank 0's {what} took longer than {budget_s:g}s; raise distributed.prepare_timeout_s "
+                    "or run the preparation once on one process first"
+                )
+            try:
+                store.wait([key], datetime.timedelta(seconds=min(poll_s, budget_s - waited)))
+                break
+            except (
+                Exception
+            ) as e:  # a timeout of this poll, or the store's host gone (a launcher ending the run)
+                if "timeout" not in str(e).lower():
+                    self.fail(
+                        f"{who}: lost the run while waiting for rank 0's {what} [{_first_line(e)[:300]}]"
+                    )
+            print(
+                f"{who}: waiting for rank 0's {what} ({time.monotonic() - start:.0f} s so far, at most "
+                f"{budget_s:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            poll_s = WAIT_NOTE_S
+        answer = store.get(key).decode()
+        store.add(f"{key}/read", 1)
+        if answer != "ok":
+            self.fail(f"{who}: rank 0's {what} {answer}")
+
+
+WAIT_FIRST_NOTE_S = 2.0  # a quiet wait when rank 0 finds its preparation already done
+WAIT_NOTE_S = 30.0  # then one progress line this often
+FAILURE_ACK_S = 10.0  # a failed rank 0 waits this long for the others to read its error line
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _accelerate_cpu_single_launch() -> bool:

@@ -61,6 +61,9 @@ class DistributedConfig:
     timeout_s: float = (
         600.0  # every collective fails with a clear line after this long (a dead or stuck rank)
     )
+    prepare_timeout_s: float = (
+        7200.0  # ranks 1..N wait this long for rank 0's one-time build (the tiny world)
+    )
     gpus: int | None = None  # GPUs the layout needs on each node, vLLM's included (None: not checked)
     rollout: str = (
         "colocated"  # "colocated" (each rank generates on its device) | "dedicated" (shared vLLM servers)
@@ -83,6 +86,8 @@ class DistributedConfig:
             raise ConfigError("distributed.zero_stage", "use 1, 2 or 3")
         if self.timeout_s <= 0:
             raise ConfigError("distributed.timeout_s", "must be > 0 seconds")
+        if self.prepare_timeout_s <= 0:
+            raise ConfigError("distributed.prepare_timeout_s", "must be > 0 seconds")
         if self.vllm_gpus < 0 or self.tensor_parallel_size < 1 or (self.gpus is not None and self.gpus < 1):
             raise ConfigError("distributed.gpus", "gpus >= 1, vllm_gpus >= 0 and tensor_parallel_size >= 1")
         if self.rollout not in PLACEMENTS:

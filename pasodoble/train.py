@@ -386,9 +386,10 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
         if (warning := busy_warning(threads)) is not None:
             print(warning, flush=True)
     if collective.world_size > 1 and any(m.startswith(TINY) for m in (cfg.proposer.model, cfg.solver.model)):
-        if rank0:  # one rank builds the tiny world's cache; the others then find it
-            _tiny_models(cfg)
-        collective.barrier("tiny world build (run once on one process if this times out)")
+        # one rank builds the tiny world's cache (minutes, the first time); the others then find it
+        collective.rank0_first(
+            "tiny world build", lambda: _tiny_models(cfg), cfg.distributed.prepare_timeout_s
+        )
     say = (lambda line: print(line, flush=True)) if rank0 and not cfg.logging.quiet else None
     placement = Placement.for_run(
         cfg.distributed, collective, generating_roles(cfg), launch.visible_gpus, say=say

@@ -1,7 +1,13 @@
-"""Shared test fixtures: a tiny random Qwen3 and a character tokenizer with a chat template.
+"""Shared test fixtures: a tiny random Qwen3 and a character tokenizer with a chat template, and the tiny worlds.
 
 Real Hugging Face classes (built locally, saved and reloaded with `from_pretrained`), only untrained: for tests of
 shapes, log-probs and plumbing that do not need a trained model. The trained tiny world lives in `pasodoble.world`.
+
+Every cached tiny world a test needs comes from one session-scoped fixture here (`tiny_world`,
+`tiny_world_vllm`), built into the shared model cache on first use and found there afterwards. A test module that
+launches subprocesses on `tiny:` models asks for the fixture (`pytest.mark.usefixtures`) so that no order of the
+modules, and no state of the cache, makes a rank wait on a build. Modules that may build it take a time budget
+covering a build (`tests.worlds.BUILD_BUDGET_S`; a build is about 5 minutes on a free core).
 """
 
 from __future__ import annotations
@@ -12,7 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from tests.worlds import VLLM_WORLD, recipe_world
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -63,3 +72,15 @@ def tiny_lm(tmp_path_factory):
     tokenizer.save_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     return model, AutoTokenizer.from_pretrained(path), path
+
+
+@pytest.fixture(scope="session")
+def tiny_world():
+    """The default tiny world's SFT-warmed models (`tiny:proposer`, `tiny:solver` of recipes/tiny-online.yaml)."""
+    return recipe_world([])
+
+
+@pytest.fixture(scope="session")
+def tiny_world_vllm():
+    """The tiny world the vLLM tests use (`VLLM_WORLD` over recipes/tiny-online.yaml)."""
+    return recipe_world(VLLM_WORLD)

@@ -85,6 +85,19 @@ def main(scenario: str) -> int:
                 os._exit(3)
             time.sleep(120)
         collective.all_gather(rank, "solver answers")
+    elif scenario.startswith("prepare"):  # prepare-slow | prepare-failed | prepare-over-budget
+        budget_s = 4.0 if scenario == "prepare-over-budget" else 120.0
+
+        def build():
+            if scenario == "prepare-failed":
+                raise RuntimeError("no space left on device")
+            time.sleep(10.0)  # past the collectives' timeout (TEST_TIMEOUT_S)
+
+        try:
+            collective.rank0_first("test build", build, budget_s)
+        except RuntimeError:
+            return 4
+        print(json.dumps({"gather": collective.all_gather(rank, "after the build")}), flush=True)
     return 0
 
 

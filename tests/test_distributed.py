@@ -159,3 +159,32 @@ def test_a_silent_rank_times_out_naming_the_operation():
     procs[1].wait()
     assert rc == 1 and "rank 0 of 2: all_gather(solver answers) failed (timeout 4s)" in line, line
     assert 3.5 <= after_s < 100
+
+
+@pytest.mark.distributed
+def test_ranks_wait_for_rank0_s_preparation_past_the_collective_timeout():
+    """A one-time build longer than `timeout_s` (10 s against 3 s): rank 1 waits through the store, saying so, and
+    the collectives after it work."""
+    procs = launch("prepare-slow", world=2, timeout_s=3)
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[1][1][-2000:]
+    for out, _ in outs:
+        assert json.loads(out.splitlines()[-1]) == {"gather": [0, 1]}
+    assert "rank 1 of 2: waiting for rank 0's test build" in outs[1][1]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "scenario, line",
+    [
+        ("prepare-failed", "rank 1 of 2: rank 0's test build failed: no space left on device"),
+        ("prepare-over-budget", "rank 1 of 2: rank 0's test build took longer than 4s; raise"),
+    ],
+)
+def test_a_failed_or_endless_preparation_ends_the_waiting_rank_with_one_line(scenario, line):
+    procs = launch(scenario, world=2, timeout_s=3)
+    _, err = procs[1].communicate(timeout=300)
+    procs[0].kill()
+    procs[0].wait()
+    assert procs[1].returncode == 1
+    assert err.strip().splitlines()[-1].startswith(f"pasodoble: error: {line}"), err[-2000:]

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.worlds import BUILD_BUDGET_S
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(bash|sh|shell)\s*$")
@@ -379,13 +381,14 @@ def test_fast_documented_commands_run(command, fast_work, tiny_lm, monkeypatch, 
 
 
 @pytest.fixture(scope="module")
-def slow_work(tmp_path_factory):
+def slow_work(tmp_path_factory, tiny_world):
     work = tmp_path_factory.mktemp("docs-slow")
     _data_files(work)
     return work
 
 
 @pytest.mark.slow  # minutes: tiny-world training, evaluation and experiments (builds the SFT caches they use)
+@pytest.mark.timeout(BUILD_BUDGET_S)
 @pytest.mark.parametrize("command", IN_ORDER)
 def test_documented_commands_run_in_order(command, slow_work, monkeypatch, capsys):
     from pasodoble.cli import main

@@ -28,10 +28,15 @@ from tests.test_train_distributed import (
     run,
 )
 from tests.test_train_fsdp2 import EVAL, RECIPE, checkpoint_diff, torchrun
+from tests.worlds import BUILD_BUDGET_S
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed (make deepspeed-env)")
 
-pytestmark = pytest.mark.distributed
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.usefixtures("tiny_world"),
+    pytest.mark.timeout(BUILD_BUDGET_S),
+]
 
 # Float rounding carried through a few AdamW steps of the tiny models: ZeRO-2 reduces each micro-batch's gradient
 # and sums the reduced ones, DDP sums locally and reduces once (measured: 1.4e-7; ZeRO-1 matches DDP bit for bit).

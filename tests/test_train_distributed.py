@@ -23,8 +23,13 @@ from pathlib import Path
 import pytest
 
 from tests.test_distributed import free_port, rank_env
+from tests.worlds import BUILD_BUDGET_S
 
-pytestmark = pytest.mark.distributed
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.usefixtures("tiny_world"),
+    pytest.mark.timeout(BUILD_BUDGET_S),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -38,15 +43,6 @@ SMALL = [
     "distributed.timeout_s=120",
     "logging.quiet=true",
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def tiny_models():
-    """Build (or find) the tiny world's cached models in this process, so no rank waits on the build."""
-    from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig, _tiny_models
-
-    _tiny_models(load_config(TrainConfig, ROOT / "recipes" / "tiny-online.yaml", ["logging.quiet=true"]))
 
 
 def env() -> dict:

@@ -29,8 +29,13 @@ from tests.test_train_distributed import (
     rows,
     run,
 )
+from tests.worlds import BUILD_BUDGET_S
 
-pytestmark = pytest.mark.distributed
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.usefixtures("tiny_world"),
+    pytest.mark.timeout(BUILD_BUDGET_S),
+]
 
 BIN = Path(sys.executable).parent
 RECIPE = ["--config", "recipes/tiny-online.yaml", "schedule.steps=2", "schedule.keep_last=null"]

@@ -15,18 +15,20 @@ import math
 
 import pytest
 
+from tests.worlds import VLLM_WORLD
+
 pytest.importorskip("vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(5400)]  # 20-step runs: 10-20 min each
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("tiny_world_vllm"),
+    pytest.mark.timeout(5400),
+]  # 20-step runs: 10-20 min each
 
 from pasodoble.config import load_config  # noqa: E402
 from pasodoble.train import TrainConfig, run_train  # noqa: E402
 
-WORLD = [
-    "world.model.head_dim=32",
-    "world.select.every=0",
-    "sft.max_steps=800",
-    "world.next_tier_share=0.14",
-]  # the default world, 32-wide heads, 800 SFT steps (cached once)
+WORLD = VLLM_WORLD  # cached once (tests/conftest.py `tiny_world_vllm`)
 CHEAP = [
     "schedule.passages_per_step=1",
     "proposer.num_generations=4",

@@ -5,7 +5,8 @@ Solver. Building them takes minutes on a CPU, so they are built once per (world,
 
 How: `ensure_sft_models` builds in `cache_dir/.tmp-<key>-<pid>/` and renames it to `cache_dir/<key>/` when done, so a
 killed build never leaves a half cache entry and two concurrent builders cannot mix files (the loser's rename
-fails and its copy is removed). `<key>` hashes both configs and the world's format version.
+fails and its copy is removed). A file lock per key (`build_lock`) makes concurrent processes wait for one builder,
+with progress lines, instead of building twice. `<key>` hashes both configs and the world's format version.
 
 Warm-up: with `sft.roles == "joint"` (the default) one model is fine-tuned on the union of both roles' SFT data and
 both roles start from it (`proposer_dir == solver_dir`); with "separate" each role gets its own fine-tune of the
@@ -17,10 +18,14 @@ Usage: `resolve_model("tiny:solver", cache_dir=None)` -> a local model directory
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +140,15 @@ def ensure_sft_models(
     final = cache_dir / cache_key(world, sft)
     if (final / "done").is_file():
         return _entry(final)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with build_lock(cache_dir / f".lock-{final.name}", f"the tiny world {final.name}"):
+        if (final / "done").is_file():  # another process built it while this one waited
+            return _entry(final)
+        return _build(final, world, sft, progress)
+
+
+def _build(final: Path, world: WorldConfig, sft: SFTConfig, progress: bool) -> TinyModels:
+    cache_dir = final.parent
     tmp = cache_dir / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -150,6 +164,35 @@ def ensure_sft_models(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _entry(final)
+
+
+LOCK_NOTE_S = 30.0  # a waiting process says so this often
+
+
+@contextlib.contextmanager
+def build_lock(path: Path, what: str):
+    """Hold an exclusive lock on `path` while building `what`: concurrent processes (ranks on one node, parallel
+    test runs) wait for the builder instead of building twice, with a progress line every `LOCK_NOTE_S`. The
+    kernel drops the lock when its holder dies, so a killed builder never blocks the next one."""
+    with open(path, "a") as handle:
+        start, next_note = time.monotonic(), 0.0
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited >= next_note:
+                    print(
+                        f"waiting for another process building {what} ({waited:.0f} s so far)",
+                        file=sys.stderr,
+                    )
+                    next_note = waited + LOCK_NOTE_S
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def resolve_model(spec: str, cache_dir: Path | None = None) -> str:

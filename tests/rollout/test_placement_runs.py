@@ -21,8 +21,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.worlds import BUILD_BUDGET_S
+
 pytest.importorskip("vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.distributed, pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.distributed,
+    pytest.mark.usefixtures("tiny_world_vllm"),
+    pytest.mark.timeout(BUILD_BUDGET_S),
+]
 
 from tests.test_train_fsdp2 import torchrun as torchrun_command  # noqa: E402
 from tests.test_vllm_runs import WORLD  # noqa: E402

@@ -12,8 +12,14 @@ import time
 import psutil
 import pytest
 
+from tests.worlds import BUILD_BUDGET_S
+
 pytest.importorskip("vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # a server start takes 1-2 min on 2 cores
+pytestmark = [  # a server start takes 1-2 min on 2 cores
+    pytest.mark.vllm,
+    pytest.mark.usefixtures("tiny_world_vllm"),
+    pytest.mark.timeout(BUILD_BUDGET_S),
+]
 
 from pasodoble import checkpoint  # noqa: E402
 from pasodoble.config import load_config  # noqa: E402

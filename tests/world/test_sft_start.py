@@ -1,4 +1,5 @@
-"""The default tiny world's SFT start meets its floors (slow: builds it from nothing, about 5 minutes on 2 cores).
+"""The default tiny world's SFT start meets its floors (slow: the shared `tiny_world` fixture builds it from nothing
+on a machine that has none, about 5 minutes on a free core; elsewhere it checks the cached one).
 
 The floors are what dual-play needs from the start (METHOD.md step 10: the Solver learns from pass rates in
 (0.2, 1)): the SFT tiers learned, and the next tier half-learned, with a good share of its problems in that band.
@@ -10,9 +11,6 @@ from __future__ import annotations
 import pytest
 
 from pasodoble.demo import DemoEvalConfig, evaluate_solver
-from pasodoble.sft import SFTConfig
-from pasodoble.world import WorldConfig
-from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.tiers import load_tier_problems
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -22,8 +20,8 @@ T3_GREEDY = (0.3, 0.97)  # greedy t3: half-learned, not solved
 T3_BAND_FLOOR = 0.3  # share of t3 problems whose sampled pass rate is in (0.2, 1)
 
 
-def test_default_sft_start_meets_the_floors(tmp_path):
-    models = ensure_sft_models(tmp_path / "cache", WorldConfig(), SFTConfig(), progress=False)
+def test_default_sft_start_meets_the_floors(tiny_world, tmp_path):
+    models = tiny_world
     problems = load_tier_problems(models.world.tiers)
     summary = evaluate_solver(
         models.solver_dir, problems, DemoEvalConfig(), tmp_path / "eval", progress=False
