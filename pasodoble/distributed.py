@@ -231,7 +231,9 @@ class TorchDistributed:
                 work()
             except BaseException as e:
                 store.set(key, f"failed: {_first_line(e)}")
-                deadline = time.monotonic() + FAILURE_ACK_S  # the store may live in this process: let them read
+                deadline = (
+                    time.monotonic() + FAILURE_ACK_S
+                )  # the store may live in this process: let them read
                 while store.add(f"{key}/read", 0) < self.world_size - 1 and time.monotonic() < deadline:
                     time.sleep(0.1)
                 raise
