@@ -221,8 +221,9 @@ class TorchDistributed:
 
     def rank0_first(self, what: str, work: Callable[[], Any], budget_s: float) -> None:
         """Through the launcher's key-value store, not a collective: a build may outlast `timeout_s`, which bounds
-        every collective. Rank 0 posts "ok" or its error's first line; the others poll the key, saying every
-        `WAIT_NOTE_S` seconds that they wait, and end with one line on rank 0's failure or past `budget_s`."""
+        every collective. Rank 0 posts "ok" or its error's first line; the others poll the key (`store.check`,
+        which never times out), saying every `WAIT_NOTE_S` seconds that they wait, and end with one line on rank
+        0's failure, on losing the store, or past `budget_s`."""
         key = f"pasodoble/rank0_first/{self._rank0_first_calls}"
         self._rank0_first_calls += 1
         store = self.dist.distributed_c10d._get_default_store()
@@ -240,37 +241,31 @@ class TorchDistributed:
             store.set(key, "ok")
             return
         who = f"rank {self.rank} of {self.world_size}"
-        start, poll_s = time.monotonic(), WAIT_FIRST_NOTE_S
+        start, next_note = time.monotonic(), WAIT_FIRST_NOTE_S
         while True:
+            try:
+                if store.check([key]):
+                    break
+            except Exception as e:  # the store's host is gone: the launcher is ending the run
+                self.fail(f"{who}: lost the run while waiting for rank 0's {what} [{_first_line(e)[:300]}]")
             waited = time.monotonic() - start
             if waited >= budget_s:
                 self.fail(
                     f"{who}: rank 0's {what} took longer than {budget_s:g}s; raise distributed.prepare_timeout_s "
                     "or run the preparation once on one process first"
                 )
-            try:
-                store.wait([key], datetime.timedelta(seconds=min(poll_s, budget_s - waited)))
-                break
-            except (
-                Exception
-            ) as e:  # a timeout of this poll, or the store's host gone (a launcher ending the run)
-                if "timeout" not in str(e).lower():
-                    self.fail(
-                        f"{who}: lost the run while waiting for rank 0's {what} [{_first_line(e)[:300]}]"
-                    )
-            print(
-                f"{who}: waiting for rank 0's {what} ({time.monotonic() - start:.0f} s so far, at most "
-                f"{budget_s:g} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-            poll_s = WAIT_NOTE_S
+            if waited >= next_note:
+                print(f"{who}: waiting for rank 0's {what} ({waited:.0f} s so far, at most {budget_s:g} s)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                next_note = waited + WAIT_NOTE_S
+            time.sleep(WAIT_POLL_S)
         answer = store.get(key).decode()
         store.add(f"{key}/read", 1)
         if answer != "ok":
             self.fail(f"{who}: rank 0's {what} {answer}")
 
 
+WAIT_POLL_S = 0.5  # how often a waiting rank looks at the store
 WAIT_FIRST_NOTE_S = 2.0  # a quiet wait when rank 0 finds its preparation already done
 WAIT_NOTE_S = 30.0  # then one progress line this often
 FAILURE_ACK_S = 10.0  # a failed rank 0 waits this long for the others to read its error line
