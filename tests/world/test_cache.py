@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from transformers import AutoModelForCausalLM
 
@@ -9,7 +11,14 @@ from pasodoble.errors import UserError
 from pasodoble.io import read_jsonl
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
-from pasodoble.world.cache import cache_key, default_cache_dir, ensure_sft_models, resolve_model
+from pasodoble.world.cache import (
+    _build,
+    build_lock,
+    cache_key,
+    default_cache_dir,
+    ensure_sft_models,
+    resolve_model,
+)
 
 
 def test_built_once_then_reused(tmp_path):
@@ -19,7 +28,8 @@ def test_built_once_then_reused(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(models.solver_dir) is not None
     assert [r["step"] for r in read_jsonl(models.sft_metrics)] == [1, 2]
     assert models.world.tiers.is_file()
-    assert [p.name for p in tmp_path.iterdir()] == [cache_key(world, sft)]  # no temp dir left behind
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == [f".lock-{cache_key(world, sft)}", cache_key(world, sft)]  # no temp dir left behind
     stamp = (models.solver_dir / "model.safetensors").stat().st_mtime_ns
     assert ensure_sft_models(tmp_path, world, sft, progress=False) == models
     assert (models.solver_dir / "model.safetensors").stat().st_mtime_ns == stamp
@@ -47,3 +57,25 @@ def test_resolve_model_passes_other_specs_through(monkeypatch, tmp_path):
         resolve_model("tiny:teacher")
     monkeypatch.setenv("PASODOBLE_CACHE", str(tmp_path))
     assert default_cache_dir() == tmp_path
+
+
+def test_a_second_builder_waits_for_the_first_and_reuses_its_entry(tmp_path, capsys):
+    """Two processes (here: threads, each with its own lock handle) needing one entry: the second waits on the
+    first's lock, says so, and then finds the finished entry instead of building it again."""
+    world, sft = WorldConfig.minimal(), SFTConfig(max_steps=1, batch_size=8, num_threads=None)
+    final = tmp_path / cache_key(world, sft)
+    held, built = threading.Event(), []
+
+    def first():
+        with build_lock(tmp_path / f".lock-{final.name}", "the test world"):
+            held.set()
+            built.append(_build(final, world, sft, progress=False))
+
+    builder = threading.Thread(target=first)
+    builder.start()
+    held.wait(timeout=60)
+    models = ensure_sft_models(tmp_path, world, sft, progress=False)
+    builder.join(timeout=600)
+    assert models == built[0]
+    assert "waiting for another process building the tiny world" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".lock-{final.name}", final.name]
