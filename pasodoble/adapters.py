@@ -148,15 +148,42 @@ def add_adapter(view: AdapterView, adapter: str, cfg: LoraConfig) -> AdapterView
     return AdapterView(view.peft, adapter)
 
 
+def shape_problem(err: Exception) -> str:
+    """The first line of a `load_state_dict` error that names a parameter (a size mismatch, a missing key)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))]
+    return (named or lines or [type(err).__name__])[0].rstrip(".")
+
+
+def _check_lora_rank(model: AdapterView, folder: Path) -> None:
+    import json
+
+    try:
+        saved = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("r")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return  # the weights' own shapes are checked when they load
+    rank = model.peft.peft_config[model.adapter].r
+    if saved != rank:
+        raise UserError(
+            f"{folder}: the checkpoint's LoRA rank is {saved}, {model.adapter}.lora.rank is {rank}; "
+            "resume with the run's rank"
+        )
+
+
 def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=None) -> None:
     """Restore what `Role.save` wrote into `model`, in place: an adapter for a view, else the full weights
-    (through `load(state_dict)` when given: a sharded model keeps its slice)."""
+    (through `load(state_dict)` when given: a sharded model keeps its slice). Weights of another shape (LoRA
+    rank, model size) are one `UserError` line naming the first parameter that differs."""
     if isinstance(model, AdapterView):
         if not (folder / ADAPTER_FILE).is_file():
             raise UserError(
                 f"{folder}: no {ADAPTER_FILE}; this checkpoint holds a full model, not a LoRA adapter"
             )
-        model.load_adapter_file(folder)
+        _check_lora_rank(model, folder)
+        try:
+            model.load_adapter_file(folder)
+        except RuntimeError as err:
+            raise UserError(f"{folder}: the adapter does not fit this model ({shape_problem(err)})") from None
         return
     from transformers import AutoModelForCausalLM
 
@@ -167,7 +194,13 @@ def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=
     except OSError as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{folder}: cannot load the saved weights ({reason})") from err
-    (load or model.load_state_dict)(saved.state_dict())
+    try:
+        (load or model.load_state_dict)(saved.state_dict())
+    except RuntimeError as err:
+        raise UserError(
+            f"{folder}: the saved model's shape differs from this role's model ({shape_problem(err)}); "
+            "resume with the model the run was trained from"
+        ) from None
 
 
 def build_shared_roles(
