@@ -17,7 +17,12 @@ import yaml
 from pasodoble.cli import main
 from pasodoble.errors import UserError
 from pasodoble.folders import OWNER_FILE, check_folder, claim_folder, folder_owner
-from tests.test_resume_changes import trained, train_argv  # noqa: F401 (a fixture and the run's argv)
+from tests.test_resume_changes import make_trained, train_argv
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return make_trained(tmp_path_factory.mktemp("folders"))
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

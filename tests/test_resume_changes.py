@@ -54,9 +54,8 @@ def train_argv(work: Path, run_dir: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    work = tmp_path_factory.mktemp("resume-changes")
+def make_trained(work: Path) -> Path:
+    """`work` with base/ and wide/ models, corpus.txt and run/ (one trained step); returns `work`."""
     save_tiny(work / "base", seed=0)
     _save_wide(work / "wide")
     (work / "corpus.txt").write_text(
@@ -64,6 +63,11 @@ def trained(tmp_path_factory):
     )
     assert main(train_argv(work, work / "run")) == 0
     return work
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return make_trained(tmp_path_factory.mktemp("resume-changes"))
 
 
 def _copy(trained: Path, tmp_path: Path) -> Path:
