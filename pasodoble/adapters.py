@@ -22,12 +22,16 @@ Departures: none from the method; the reference code trained full models only.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from pasodoble import checkpoint
 from pasodoble.errors import ConfigError, UserError
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -242,13 +246,13 @@ def build_shared_roles(
 
 # ---------------------------------------------------------------------- export
 def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> str:
-    """One role folder of a checkpoint -> a Hugging Face folder at `out`; returns what was written."""
+    """One role folder of a checkpoint -> a new Hugging Face folder at `out`; returns what was written."""
     src = role_dir / "model"
     if not (src / ADAPTER_FILE).is_file():
-        shutil.copytree(src, out, dirs_exist_ok=True)
+        shutil.copytree(src, out)
         return "full model"
     if not merge:
-        shutil.copytree(src, out, dirs_exist_ok=True)
+        shutil.copytree(src, out)
         return "LoRA adapter (peft format; --merge for a plain model)"
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -264,22 +268,61 @@ def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> 
     return "merged LoRA model"
 
 
-def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
-    from pasodoble import checkpoint
-    from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig, resolve
+def verified_latest(run_dir: Path) -> Path:
+    """The run's newest checkpoint after the manifest check resume makes; a damaged one is one `UserError`."""
 
     ckpt = checkpoint.latest_checkpoint(run_dir)
     if ckpt is None:
         raise UserError(f"{run_dir}: no complete checkpoint to export")
+    problem, verified = checkpoint.verify_checkpoint(ckpt)
+    if problem is not None:
+        raise UserError(
+            f"checkpoint {ckpt} is damaged ({problem}); nothing exported: restore it from a copy, or let "
+            f"`pasodoble train --resume {run_dir}` set it aside and export the intact one before it"
+        )
+    if not verified:
+        print(
+            f"warning: checkpoint {ckpt} has no {checkpoint.MANIFEST} (an older format); exported unverified",
+            file=sys.stderr,
+        )
+    return ckpt
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Put the finished folder `tmp` at `out`; a previous `out` is moved aside first and then removed."""
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+        os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, out)
+
+
+def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
+    """Each role of the run's newest verified checkpoint as a folder under `out`, written into a fresh temporary
+    folder beside it and swapped in whole: a previous export in `out` leaves nothing behind."""
+    from pasodoble.config import load_config
+    from pasodoble.folders import check_folder, mark_folder
+    from pasodoble.train import TrainConfig, resolve
+
+    check_folder(out, "export", "--out")
+    ckpt = verified_latest(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
-    written = {}
-    for role in ("proposer", "solver"):
-        if not (ckpt / role / "model").is_dir():
-            continue
-        spec = getattr(cfg, role).model if cfg is not None else None
-        base = resolve(spec, cfg) if spec is not None else None
-        written[role] = export_role(ckpt / role, base, out / role, merge=merge)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        written = {}
+        for role in ("proposer", "solver"):
+            if not (ckpt / role / "model").is_dir():
+                continue
+            spec = getattr(cfg, role).model if cfg is not None else None
+            base = resolve(spec, cfg) if spec is not None else None
+            written[role] = export_role(ckpt / role, base, tmp / role, merge=merge)
+        mark_folder(tmp, "export")
+        _swap_in(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return written
 
 
