@@ -8,8 +8,9 @@ What:
   hold a view of the same peft model (one frozen base in memory, adapters `proposer` and `solver`).
 - `save_adapter` / `load_weights`: a LoRA role's checkpoint holds its adapter in peft format (adapter_config.json +
   adapter_model.safetensors), a full role's holds the Hugging Face model; `load_weights` restores either in place.
-- `export_run` (`pasodoble export RUN_DIR [--merge] --out DIR`): each role of a run's last checkpoint as a plain
-  Hugging Face model folder (merged into its base for a LoRA role with --merge; the adapter folder without).
+- `export_run` (`pasodoble export RUN_DIR [--merge] --out DIR`): each role of a run's last checkpoint, verified
+  against its manifest, as a plain Hugging Face model folder (merged into its base for a LoRA role with --merge;
+  the adapter folder without), written into a fresh folder and swapped in whole.
 
 Why: a shared base halves the memory of dual play, and one vLLM engine can serve both adapters (`max_loras=2`).
 

@@ -17,9 +17,11 @@ only after that are checkpoints beyond `keep_last` removed (renamed to `*.del` f
 looks like a checkpoint). A writer that fails (a full disk included) removes its `step-N.tmp/`; leftovers of a
 killed process are cleaned on the next start. On resume `select_for_resume` verifies checkpoints newest first
 against their manifests: a damaged one is named in one warning line and moved aside to `step-N.damaged/`, and the
-newest intact one is used (with `strict`, the first damaged one stops the resume with a one-line error). Torch files
-are read by `load_torch_state` with `weights_only=True`, which refuses anything but tensors and plain values. Logs
-written after the checkpoint (metrics.jsonl, samples.jsonl) are cut back to its step on resume (`truncate_jsonl`).
+newest intact one is used (with `strict`, the first damaged one stops the resume with a one-line error); a
+symbolic link inside a checkpoint is damage, and `latest` may name only a `step-N` child of `checkpoints/`.
+Torch files are read by `load_torch_state` with `weights_only=True`, which refuses anything but tensors and plain
+values. Logs written after the checkpoint (metrics.jsonl, samples.jsonl) are cut back to its step on resume
+(`truncate_jsonl`).
 
 Departures: checkpoints written before manifests existed (a `state.json` and no `manifest.json`) are still resumed,
 unverified, with a warning line.

@@ -14,7 +14,8 @@ sampler, grader, evaluator and tracker into `DualPlay`, and writes the run direc
 Resume: `pasodoble train --resume RUN_DIR [overrides]` loads RUN_DIR/config.yaml, restores the newest checkpoint
 that passes its manifest check (a damaged newer one is named in a warning line; `--strict-resume` stops there
 instead), cuts metrics.jsonl / samples.jsonl back to its step and continues; on CPU the result equals an
-uninterrupted run with the same seed (tests/test_resume.py).
+uninterrupted run with the same seed (tests/test_resume.py). config.yaml is rewritten only once the checkpoint has
+loaded; overrides that change weight shapes are refused first (`resume_changes`).
 
 Run: `pasodoble train --config recipes/tiny-online.yaml schedule.steps=20 solver.lr=1e-5`.
 
