@@ -8,8 +8,9 @@ What:
   hold a view of the same peft model (one frozen base in memory, adapters `proposer` and `solver`).
 - `save_adapter` / `load_weights`: a LoRA role's checkpoint holds its adapter in peft format (adapter_config.json +
   adapter_model.safetensors), a full role's holds the Hugging Face model; `load_weights` restores either in place.
-- `export_run` (`pasodoble export RUN_DIR [--merge] --out DIR`): each role of a run's last checkpoint as a plain
-  Hugging Face model folder (merged into its base for a LoRA role with --merge; the adapter folder without).
+- `export_run` (`pasodoble export RUN_DIR [--merge] --out DIR`): each role of a run's last checkpoint, verified
+  against its manifest, as a plain Hugging Face model folder (merged into its base for a LoRA role with --merge;
+  the adapter folder without), written into a fresh folder and swapped in whole.
 
 Why: a shared base halves the memory of dual play, and one vLLM engine can serve both adapters (`max_loras=2`).
 
@@ -22,12 +23,16 @@ Departures: none from the method; the reference code trained full models only.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from pasodoble import checkpoint
 from pasodoble.errors import ConfigError, UserError
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -148,15 +153,42 @@ def add_adapter(view: AdapterView, adapter: str, cfg: LoraConfig) -> AdapterView
     return AdapterView(view.peft, adapter)
 
 
+def shape_problem(err: Exception) -> str:
+    """The first line of a `load_state_dict` error that names a parameter (a size mismatch, a missing key)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))]
+    return (named or lines or [type(err).__name__])[0].rstrip(".")
+
+
+def _check_lora_rank(model: AdapterView, folder: Path) -> None:
+    import json
+
+    try:
+        saved = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("r")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return  # the weights' own shapes are checked when they load
+    rank = model.peft.peft_config[model.adapter].r
+    if saved != rank:
+        raise UserError(
+            f"{folder}: the checkpoint's LoRA rank is {saved}, {model.adapter}.lora.rank is {rank}; "
+            "resume with the run's rank"
+        )
+
+
 def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=None) -> None:
     """Restore what `Role.save` wrote into `model`, in place: an adapter for a view, else the full weights
-    (through `load(state_dict)` when given: a sharded model keeps its slice)."""
+    (through `load(state_dict)` when given: a sharded model keeps its slice). Weights of another shape (LoRA
+    rank, model size) are one `UserError` line naming the first parameter that differs."""
     if isinstance(model, AdapterView):
         if not (folder / ADAPTER_FILE).is_file():
             raise UserError(
                 f"{folder}: no {ADAPTER_FILE}; this checkpoint holds a full model, not a LoRA adapter"
             )
-        model.load_adapter_file(folder)
+        _check_lora_rank(model, folder)
+        try:
+            model.load_adapter_file(folder)
+        except RuntimeError as err:
+            raise UserError(f"{folder}: the adapter does not fit this model ({shape_problem(err)})") from None
         return
     from transformers import AutoModelForCausalLM
 
@@ -167,7 +199,13 @@ def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=
     except OSError as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{folder}: cannot load the saved weights ({reason})") from err
-    (load or model.load_state_dict)(saved.state_dict())
+    try:
+        (load or model.load_state_dict)(saved.state_dict())
+    except RuntimeError as err:
+        raise UserError(
+            f"{folder}: the saved model's shape differs from this role's model ({shape_problem(err)}); "
+            "resume with the model the run was trained from"
+        ) from None
 
 
 def build_shared_roles(
@@ -209,13 +247,13 @@ def build_shared_roles(
 
 # ---------------------------------------------------------------------- export
 def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> str:
-    """One role folder of a checkpoint -> a Hugging Face folder at `out`; returns what was written."""
+    """One role folder of a checkpoint -> a new Hugging Face folder at `out`; returns what was written."""
     src = role_dir / "model"
     if not (src / ADAPTER_FILE).is_file():
-        shutil.copytree(src, out, dirs_exist_ok=True)
+        shutil.copytree(src, out)
         return "full model"
     if not merge:
-        shutil.copytree(src, out, dirs_exist_ok=True)
+        shutil.copytree(src, out)
         return "LoRA adapter (peft format; --merge for a plain model)"
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -231,22 +269,61 @@ def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> 
     return "merged LoRA model"
 
 
-def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
-    from pasodoble import checkpoint
-    from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig, resolve
+def verified_latest(run_dir: Path) -> Path:
+    """The run's newest checkpoint after the manifest check resume makes; a damaged one is one `UserError`."""
 
     ckpt = checkpoint.latest_checkpoint(run_dir)
     if ckpt is None:
         raise UserError(f"{run_dir}: no complete checkpoint to export")
+    problem, verified = checkpoint.verify_checkpoint(ckpt)
+    if problem is not None:
+        raise UserError(
+            f"checkpoint {ckpt} is damaged ({problem}); nothing exported: restore it from a copy, or let "
+            f"`pasodoble train --resume {run_dir}` set it aside and export the intact one before it"
+        )
+    if not verified:
+        print(
+            f"warning: checkpoint {ckpt} has no {checkpoint.MANIFEST} (an older format); exported unverified",
+            file=sys.stderr,
+        )
+    return ckpt
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Put the finished folder `tmp` at `out`; a previous `out` is moved aside first and then removed."""
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+        os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, out)
+
+
+def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
+    """Each role of the run's newest verified checkpoint as a folder under `out`, written into a fresh temporary
+    folder beside it and swapped in whole: a previous export in `out` leaves nothing behind."""
+    from pasodoble.config import load_config
+    from pasodoble.folders import check_folder, mark_folder
+    from pasodoble.train import TrainConfig, resolve
+
+    check_folder(out, "export", "--out")
+    ckpt = verified_latest(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
-    written = {}
-    for role in ("proposer", "solver"):
-        if not (ckpt / role / "model").is_dir():
-            continue
-        spec = getattr(cfg, role).model if cfg is not None else None
-        base = resolve(spec, cfg) if spec is not None else None
-        written[role] = export_role(ckpt / role, base, out / role, merge=merge)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        written = {}
+        for role in ("proposer", "solver"):
+            if not (ckpt / role / "model").is_dir():
+                continue
+            spec = getattr(cfg, role).model if cfg is not None else None
+            base = resolve(spec, cfg) if spec is not None else None
+            written[role] = export_role(ckpt / role, base, tmp / role, merge=merge)
+        mark_folder(tmp, "export")
+        _swap_in(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return written
 
 

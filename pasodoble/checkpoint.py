@@ -17,9 +17,11 @@ only after that are checkpoints beyond `keep_last` removed (renamed to `*.del` f
 looks like a checkpoint). A writer that fails (a full disk included) removes its `step-N.tmp/`; leftovers of a
 killed process are cleaned on the next start. On resume `select_for_resume` verifies checkpoints newest first
 against their manifests: a damaged one is named in one warning line and moved aside to `step-N.damaged/`, and the
-newest intact one is used (with `strict`, the first damaged one stops the resume with a one-line error). Torch files
-are read by `load_torch_state` with `weights_only=True`, which refuses anything but tensors and plain values. Logs
-written after the checkpoint (metrics.jsonl, samples.jsonl) are cut back to its step on resume (`truncate_jsonl`).
+newest intact one is used (with `strict`, the first damaged one stops the resume with a one-line error); a
+symbolic link inside a checkpoint is damage, and `latest` may name only a `step-N` child of `checkpoints/`.
+Torch files are read by `load_torch_state` with `weights_only=True`, which refuses anything but tensors and plain
+values. Logs written after the checkpoint (metrics.jsonl, samples.jsonl) are cut back to its step on resume
+(`truncate_jsonl`).
 
 Departures: checkpoints written before manifests existed (a `state.json` and no `manifest.json`) are still resumed,
 unverified, with a warning line.
@@ -100,10 +102,26 @@ def write_manifest(folder: Path) -> None:
         os.fsync(fh.fileno())
 
 
+def _first_link(folder: Path) -> str | None:
+    """The first symbolic link at or under `folder` (relative path), never following one."""
+    if folder.is_symlink():
+        return "."
+    for parent, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(parent, name)):
+                return Path(parent, name).relative_to(folder).as_posix()
+    return None
+
+
 def verify_checkpoint(folder: str | Path) -> tuple[str | None, bool]:
     """(problem, verified): problem is None when the checkpoint is usable; verified is False for a checkpoint
-    without a manifest (written before manifests existed), which is only checked for a readable state.json."""
+    without a manifest (written before manifests existed), which is only checked for a readable state.json.
+    A symbolic link anywhere in it is a problem: a checkpoint holds regular files only, and links are not
+    followed out of it."""
     folder = Path(folder)
+    link = _first_link(folder)
+    if link is not None:
+        return f"{link} is a symbolic link (a checkpoint holds regular files only)", False
     if not (folder / MANIFEST).is_file():
         if not (folder / STATE).is_file():
             return f"{MANIFEST} and {STATE} are missing", False
@@ -157,7 +175,7 @@ def _step_folders(run_dir: str | Path) -> list[tuple[int, Path]]:
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and child.is_dir():
+        if match and child.is_dir() and not child.is_symlink():
             found.append((int(match.group(1)), child))
     return sorted(found)
 
@@ -202,12 +220,22 @@ def save_checkpoint(
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The folder named by `latest`, else the highest complete `step-N`; None when there is none (unverified:
-    resume goes through `select_for_resume`)."""
+    resume goes through `select_for_resume`). `latest` may name only a `step-N` child of `checkpoints/`: a path
+    or a link out of it is ignored."""
     root = Path(run_dir) / CHECKPOINTS
     pointer = root / "latest"
-    if pointer.exists():
-        candidate = root / pointer.read_text(encoding="utf-8").strip()
-        if _STEP_DIR.match(candidate.name) and candidate.is_dir() and _complete(candidate):
+    if pointer.is_file() and not pointer.is_symlink():
+        try:
+            name = pointer.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            name = ""
+        candidate = root / name
+        if (
+            _STEP_DIR.match(name)
+            and candidate.is_dir()
+            and not candidate.is_symlink()
+            and _complete(candidate)
+        ):
             return candidate
     found = list_checkpoints(run_dir)
     return found[-1][1] if found else None

@@ -36,10 +36,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from pasodoble import adapters, grpo, precision
-from pasodoble.adapters import LoraConfig
+from pasodoble.adapters import LoraConfig, shape_problem
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.data_parallel import GlobalBatch
-from pasodoble.errors import ConfigError
+from pasodoble.errors import ConfigError, UserError
 from pasodoble.precision import DTYPES
 from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
 from pasodoble.rollout.factory import build_engine
@@ -472,7 +472,12 @@ class Role:
         if self.optimizer is not None and state_path.exists():
             device = next(self.model.parameters()).device
             state = load_torch_state(state_path, map_location=device)
-            self.sharding.load_optimizer(self.model, self.optimizer, state["optimizer"])
+            try:
+                self.sharding.load_optimizer(self.model, self.optimizer, state["optimizer"])
+            except (RuntimeError, ValueError) as err:
+                raise UserError(
+                    f"{state_path}: the optimizer state does not fit {self.name}'s model ({shape_problem(err)})"
+                ) from None
             self.scheduler.load_state_dict(state["scheduler"])
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])

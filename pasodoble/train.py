@@ -14,7 +14,8 @@ sampler, grader, evaluator and tracker into `DualPlay`, and writes the run direc
 Resume: `pasodoble train --resume RUN_DIR [overrides]` loads RUN_DIR/config.yaml, restores the newest checkpoint
 that passes its manifest check (a damaged newer one is named in a warning line; `--strict-resume` stops there
 instead), cuts metrics.jsonl / samples.jsonl back to its step and continues; on CPU the result equals an
-uninterrupted run with the same seed (tests/test_resume.py).
+uninterrupted run with the same seed (tests/test_resume.py). config.yaml is rewritten only once the checkpoint has
+loaded; overrides that change weight shapes are refused first (`resume_changes`).
 
 Run: `pasodoble train --config recipes/tiny-online.yaml schedule.steps=20 solver.lr=1e-5`.
 
@@ -42,6 +43,7 @@ from pasodoble.distributed import from_env
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
+from pasodoble.folders import check_folder, claim_folder, folder_owner, mark_folder
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.layout import (
@@ -350,21 +352,25 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
 
 
 def _prepare_run_dir(cfg: TrainConfig, collective, resume: bool) -> Path:
-    """Rank 0 checks and creates the run directory and its config.yaml; every rank learns the outcome."""
+    """Rank 0 checks and creates the run directory and its config.yaml (on resume config.yaml is rewritten only
+    after the checkpoint has loaded: `_run_loop`); every rank learns the outcome."""
     name = cfg.run_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(collective.broadcast(name, "run_dir"))
     problem = None
-    if collective.rank == 0 and not resume:
-        if (run_dir / "metrics.jsonl").exists():
-            problem = f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run_dir"
-        else:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, run_dir / "config.yaml")
+    if collective.rank == 0:
+        try:
+            if resume:
+                check_folder(run_dir, "train", "--resume")
+            elif (run_dir / "metrics.jsonl").exists() and folder_owner(run_dir) == "train":
+                problem = f"{run_dir} already holds a run; pass --resume {run_dir} or choose another run_dir"
+            else:
+                claim_folder(run_dir, "train", "run_dir")
+                save_config(cfg, run_dir / "config.yaml")
+        except UserError as err:
+            problem = str(err)
     problem = collective.broadcast(problem, "run_dir check")
     if problem:
         raise UserError(problem)
-    if resume and collective.rank == 0:
-        save_config(cfg, run_dir / "config.yaml")  # the resolved layout of this launch
     return run_dir
 
 
@@ -438,6 +444,9 @@ def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, res
         )
         if resume:
             at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)
+            if rank0:  # only now: a resume that fails to load keeps the run's config for the next try
+                save_config(cfg, run_dir / "config.yaml")
+                mark_folder(run_dir, "train")
             if rank0 and not cfg.logging.quiet:
                 print(f"resuming {run_dir} at step {loop.state.step} (inner step {at})", flush=True)
         with stop_on_interrupt(loop, run_dir):
@@ -477,6 +486,38 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_train_cmd)
 
 
+def _lora_shape(role: RoleConfig):
+    return None if role.lora is None else (role.lora.rank, sorted(role.lora.target_modules))
+
+
+def resume_changes(saved: TrainConfig, cfg: TrainConfig) -> tuple[str | None, list[str]]:
+    """(refusal, notes) for a resume of the run `saved` with the config `cfg`: a change of what a checkpoint's
+    weight shapes follow (LoRA rank or target modules, LoRA on or off, a shared base) is refused in one line;
+    a change of `num_generations` is named in a note (the resumed run no longer repeats an uninterrupted one)."""
+    if saved.roles.shared_base != cfg.roles.shared_base:
+        return (
+            f"roles.shared_base={str(cfg.roles.shared_base).lower()} differs from the run's "
+            f"{str(saved.roles.shared_base).lower()}",
+            [],
+        )
+    notes = []
+    for name in ("proposer", "solver"):
+        old, new = getattr(saved, name), getattr(cfg, name)
+        if _lora_shape(old) != _lora_shape(new):
+            if old.lora is None or new.lora is None:
+                was = "a full model" if old.lora is None else "a LoRA adapter"
+                return f"{name}.lora differs: the run's checkpoints hold {was}", []
+            field_ = "rank" if old.lora.rank != new.lora.rank else "target_modules"
+            was, now = getattr(old.lora, field_), getattr(new.lora, field_)
+            return f"{name}.lora.{field_}={now} differs from the run's {was} (the LoRA shape)", []
+        if old.num_generations != new.num_generations:
+            notes.append(
+                f"note: {name}.num_generations changes from {old.num_generations} to {new.num_generations} "
+                "on resume; the run goes on with the new group size"
+            )
+    return None, notes
+
+
 def run_train_cmd(args: argparse.Namespace) -> int:
     if args.resume is not None:
         saved = args.resume / "config.yaml"
@@ -487,6 +528,14 @@ def run_train_cmd(args: argparse.Namespace) -> int:
         if args.config is not None:
             raise UserError("--resume reads RUN_DIR/config.yaml; give overrides instead of --config")
         cfg = load_config(TrainConfig, saved, args.overrides)
+        refusal, notes = resume_changes(load_config(TrainConfig, saved), cfg)
+        if refusal is not None:
+            raise UserError(
+                f"--resume {args.resume}: {refusal}; a checkpoint loads only into the shapes it was saved "
+                "with: drop that override, or start a new run_dir"
+            )
+        for line in notes:
+            print(line, file=sys.stderr, flush=True)
         cfg.run_dir = str(args.resume)
         run_train(cfg, resume=True, strict_resume=args.strict_resume)
         return 0

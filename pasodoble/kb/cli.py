@@ -58,6 +58,20 @@ def run_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_out(corpus: Path, out: Path) -> None:
+    """`--out` must be a file path outside the corpus: the corpus itself would be replaced, and a file inside a
+    corpus folder would be read back as input by the next run."""
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a folder; give a file path, e.g. {out / 'clean.jsonl'}")
+    if out.resolve() == corpus.resolve():
+        raise UserError("--out is the corpus itself; write the deduplicated corpus to another file")
+    if corpus.is_dir() and out.resolve().is_relative_to(corpus.resolve()):
+        raise UserError(
+            f"--out {out}: is inside the corpus folder {corpus}, where the next run would read it as input; "
+            "write it outside that folder"
+        )
+
+
 def run_dedup(args: argparse.Namespace) -> int:
     dedup = DedupConfig(
         exact=not args.no_exact,
@@ -66,8 +80,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         num_perm=args.num_perm,
         shingle_words=args.shingle_words,
     )
-    if Path(args.out).resolve() == Path(args.corpus).resolve():
-        raise UserError("--out is the corpus itself; write the deduplicated corpus to another file")
+    check_out(Path(args.corpus), Path(args.out))
+    dedup.validate()  # before the corpus is opened
     counts = dedup_corpus(
         _knowledge(args),
         _filter(args),

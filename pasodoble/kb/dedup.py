@@ -1,23 +1,21 @@
 """Exact and near-duplicate removal for corpora (`pasodoble kb dedup CORPUS --out FILE`).
 
 What: `dedup_corpus` streams a corpus once and writes the records that survive the length filter and are neither an
-exact duplicate (same text after lower-casing and collapsing white space) nor a near duplicate (estimated Jaccard
-similarity of word 5-gram shingles above about `threshold`) of a record kept before them. The first record of each
+exact duplicate (same text after lower-casing and collapsing white space) nor a near duplicate (Jaccard
+similarity of word 5-gram shingles at or above `threshold`) of a record kept before them. The first record of each
 group wins, so the result is deterministic.
 
 Why: web corpora repeat pages (mirrors, boilerplate, templated exercises); a Proposer drawing the same passage
 again and again learns to repeat questions, which the diversity reward then punishes.
 
-How: MinHash (Broder 1997) with `num_perm` universal hashes h(x) = (a x + b) mod p over 32-bit shingle hashes,
-computed with numpy per record; locality-sensitive hashing splits each signature into `bands` bands, and a record is
-a near duplicate when one of its bands equals a band of a kept record. The index keeps one 64-bit key per band per
-kept record (plus one per distinct text for the exact test): memory grows with the number of kept records, never
-with their length, and nothing else is held. The band count follows from the threshold: with r rows per band the
-S-curve 1 - (1 - s^r)^b crosses 1/2 near s = (1/b)^(1/r).
-
-Departure from common pipelines (datasketch, text-dedup): candidate pairs are not re-checked against full
-signatures, which would mean storing every signature; a band collision alone marks a duplicate. Records shorter
-than one shingle are compared as one shingle of all their words.
+How: MinHash (Broder 1997) with `num_perm` universal hashes over 32-bit shingle hashes (numpy, per record); LSH
+splits each signature into b bands of r rows, and a record sharing a band with kept records is a candidate (a pair
+of similarity s is one with probability 1 - (1 - s^r)^b; r is the largest that misses a pair at `threshold` at
+most `MAX_MISS` of the time). It is dropped only when its true
+shingle Jaccard with one of them (those sharing the most bands first, at most `MAX_CANDIDATES`) reaches
+`threshold`: shingles are compared as 64-bit hashes, exact up to a hash collision. Memory: one key per band per
+kept record (a key remembers at most `MAX_PER_BAND` records), one per distinct text, and 8 bytes per distinct
+shingle of the kept records. Records shorter than one shingle are compared as one shingle of all their words.
 """
 
 from __future__ import annotations
@@ -38,6 +36,10 @@ from pasodoble.errors import ConfigError
 from pasodoble.kb.stream import LengthFilter, filtered
 from pasodoble.knowledge import KnowledgeConfig
 
+MAX_NUM_PERM = 4096  # past this, signatures cost memory and time for no better estimate
+MAX_MISS = 0.01  # the chance that a pair at the threshold is never a candidate
+MAX_PER_BAND = 32  # kept records remembered per band key (near-identical corpora share bands widely)
+MAX_CANDIDATES = 32  # band candidates verified per record, those sharing the most bands first
 PRIME = 4_294_967_291  # largest prime below 2**32: (a x + b) stays below 2**64 for 32-bit x, a, b
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 _SPACE_RE = re.compile(r"\s+")
@@ -46,8 +48,8 @@ _SPACE_RE = re.compile(r"\s+")
 @dataclass
 class DedupConfig:
     exact: bool = True  # drop records whose normalised text was kept before
-    near: bool = True  # drop records whose MinHash bands collide with a kept record's
-    threshold: float = 0.8  # Jaccard similarity around which a pair counts as near-duplicate
+    near: bool = True  # drop records at or above `threshold` Jaccard with a kept record (MinHash candidates)
+    threshold: float = 0.8  # word-shingle Jaccard similarity from which a pair is a near duplicate
     num_perm: int = 128  # MinHash permutations (signature length)
     shingle_words: int = 5  # words per shingle
     seed: int = 1  # seeds the hash functions
@@ -55,21 +57,19 @@ class DedupConfig:
     def validate(self) -> None:
         if not 0.0 < self.threshold < 1.0:
             raise ConfigError("--threshold", f"must be in (0, 1), got {self.threshold}")
-        if self.num_perm < 2:
-            raise ConfigError("--num-perm", f"must be at least 2, got {self.num_perm}")
+        if not 2 <= self.num_perm <= MAX_NUM_PERM:
+            raise ConfigError("--num-perm", f"must be in [2, {MAX_NUM_PERM}], got {self.num_perm}")
         if self.shingle_words < 1:
             raise ConfigError("--shingle-words", f"must be at least 1, got {self.shingle_words}")
 
     def bands_rows(self) -> tuple[int, int]:
-        """(bands, rows) with bands * rows <= num_perm whose S-curve midpoint is closest to `threshold`."""
-        best = None
-        for bands in range(1, self.num_perm + 1):
-            rows = self.num_perm // bands
-            midpoint = (1.0 / bands) ** (1.0 / rows)
-            score = abs(midpoint - self.threshold)
-            if best is None or score < best[0]:
-                best = (score, bands, rows)
-        return best[1], best[2]
+        """(bands, rows) with bands * rows <= num_perm and the most rows per band for which a pair at `threshold`
+        shares no band with probability at most `MAX_MISS`: candidates are verified, so recall comes first."""
+        for rows in range(self.num_perm, 0, -1):
+            bands = self.num_perm // rows
+            if (1.0 - self.threshold**rows) ** bands <= MAX_MISS:
+                return bands, rows
+        return self.num_perm, 1
 
 
 def normalise(text: str) -> str:
@@ -102,6 +102,12 @@ def _key(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Jaccard similarity of two sorted arrays of distinct shingle hashes."""
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter)
+
+
 class Deduplicator:
     """Decides record by record whether a text repeats one kept before (exact or near)."""
 
@@ -111,7 +117,18 @@ class Deduplicator:
         self.bands, self.rows = cfg.bands_rows()
         self.hasher = MinHasher(cfg.num_perm, cfg.seed)
         self.exact_keys: set[int] = set()
-        self.band_keys: set[int] = set()
+        self.band_records: dict[int, list[int]] = {}  # band key -> kept records with that band
+        self.kept_shingles: list[np.ndarray] = []  # per kept record: sorted distinct shingle hashes
+        self.below_threshold = 0  # band candidates whose true Jaccard fell short (kept)
+
+    def _near(self, keys: list[int], hashes: np.ndarray) -> bool:
+        votes = Counter(i for k in keys for i in self.band_records.get(k, ()))
+        found = any(
+            jaccard(hashes, self.kept_shingles[i]) >= self.cfg.threshold
+            for i, _ in votes.most_common(MAX_CANDIDATES)
+        )
+        self.below_threshold += bool(votes) and not found
+        return found
 
     def check(self, text: str) -> str | None:
         """None if `text` is new (and remember it); else "exact_duplicate" / "near_duplicate"."""
@@ -120,14 +137,23 @@ class Deduplicator:
             return "exact_duplicate"
         keys: list[int] = []
         if self.cfg.near:
-            sig = self.hasher.signature(shingles(text, self.cfg.shingle_words))
+            items = shingles(text, self.cfg.shingle_words)
+            sig = self.hasher.signature(items)
             for band in range(self.bands):
                 rows = sig[band * self.rows : (band + 1) * self.rows]
                 keys.append(_key(band.to_bytes(2, "little") + rows.tobytes()))
-            if any(k in self.band_keys for k in keys):
+            hashes = np.unique(
+                np.fromiter((_key(s.encode()) for s in items), dtype=np.uint64, count=len(items))
+            )
+            if self._near(keys, hashes):
                 return "near_duplicate"
+            record = len(self.kept_shingles)
+            self.kept_shingles.append(hashes)
+            for k in keys:
+                ids = self.band_records.setdefault(k, [])
+                if len(ids) < MAX_PER_BAND:
+                    ids.append(record)
         self.exact_keys.add(exact_key)
-        self.band_keys.update(keys)
         return None
 
 
@@ -162,4 +188,10 @@ def dedup_corpus(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return {"out": str(out), "bands": deduper.bands, "rows_per_band": deduper.rows, **counts}
+    return {
+        "out": str(out),
+        "bands": deduper.bands,
+        "rows_per_band": deduper.rows,
+        **counts,
+        "near_below_threshold": deduper.below_threshold,
+    }

@@ -23,6 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.folders import check_folder, claim_folder
 from pasodoble.grader import Grader
 from pasodoble.models import check_model_spec
 from pasodoble.precision import DTYPES
@@ -116,6 +117,7 @@ def _local_path(cfg: TeacherConfig) -> str | None:
 
 def run_sft_data(args: argparse.Namespace) -> int:
     cfg = load_config(SFTDataConfig, args.config, args.overrides)
+    check_folder(Path(cfg.out_dir), "sft-data", "out_dir")  # before a local teacher loads
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
     models = [c.model for c in (cfg.teacher, cfg.checker) if c is not None and c.kind == "local"]
@@ -146,6 +148,7 @@ def run_sft(args: argparse.Namespace) -> int:
     ]
     cfg = load_config(SFTRunConfig, args.config, [*args.overrides, *flags])
     check_model_spec(cfg.model, "model")
+    check_folder(Path(cfg.out), "sft", "--out")  # every process, before the rendezvous of `_accelerator`
     examples = load_examples(Path(cfg.data))
     eval_examples = None
     if cfg.eval_data:
@@ -168,7 +171,7 @@ def run_sft(args: argparse.Namespace) -> int:
         print(f"fine-tuning {cfg.model} -> {out} (metrics.jsonl, then the model)", flush=True)
     tracker = None
     if main:
-        out.mkdir(parents=True, exist_ok=True)
+        claim_folder(out, "sft", "--out")
         save_config(cfg, out / "config.yaml")
         tracker = Tracker(out)
     try:

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from pasodoble.config import save_config
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.folders import claim_folder
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.kb.dedup import normalise
@@ -293,7 +294,7 @@ class SFTDataRun:
     def run(self) -> dict:
         """Draw passages wave by wave until the target or the passage limit; write the sets and the report."""
         cfg, start = self.cfg, time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
+        claim_folder(self.out, "sft-data", "out_dir")
         save_config(cfg, self.out / "config.yaml")
         bar = tqdm(total=cfg.target_kept, initial=self.ledger.kept, desc="kept", disable=not self.progress)
         index = 0

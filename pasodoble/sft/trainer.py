@@ -419,8 +419,10 @@ def train_sft(
 def load_examples(path: Path) -> list[dict]:
     """`{"prompt", "completion"[, "system"]}` rows of a JSONL file; a bad line is reported with its number and
     skipped."""
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"--data {path}: file not found")
+    if not path.is_file():
+        raise UserError(f"--data {path}: not a regular file (a folder, device or pipe); give a JSONL file")
     rows, skipped = read_jsonl_skipping(path, _example_problem)
     warn_skipped(skipped)
     if not rows:

@@ -114,11 +114,12 @@ def test_near_duplicates_are_found_and_distinct_texts_kept():
     assert deduper.check(" ".join(half)) is None
 
 
-def test_bands_match_the_threshold():
+def test_bands_find_pairs_at_the_threshold():
     for threshold in (0.5, 0.7, 0.8, 0.9):
         bands, rows = DedupConfig(threshold=threshold).bands_rows()
         assert bands * rows <= 128
-        assert abs((1 / bands) ** (1 / rows) - threshold) < 0.06
+        assert (1 - threshold**rows) ** bands <= 0.01  # candidates are verified: recall comes first
+        assert (1 - threshold ** (rows + 1)) ** (128 // (rows + 1)) > 0.01  # and no more candidates than that
     assert shingles("one two", 5) == {"one two"}
 
 
@@ -216,3 +217,53 @@ def test_college_math_stats_and_dedup(tmp_path):
     assert stats["bytes"] == COLLEGE_MATH.stat().st_size
     counts = dedup_corpus(cfg, LengthFilter(), DedupConfig(), tmp_path / "o.jsonl", progress=False)
     assert counts["kept"] == len(read_jsonl(tmp_path / "o.jsonl")) <= stats["kept"]
+
+
+def near_identical_lines(rng: random.Random, bases: int = 12, variants: int = 24, n: int = 120) -> list[str]:
+    """Lines of `n` words: each base with 0..6 words replaced (word 5-gram Jaccard with it from 1 to ~0.6)."""
+    lines = []
+    for _ in range(bases):
+        base = words(rng, n).split()
+        for _ in range(variants):
+            line = list(base)
+            for at in rng.sample(range(n), rng.randrange(7)):
+                line[at] = f"x{rng.randrange(10**6)}"
+            lines.append(" ".join(line))
+    rng.shuffle(lines)
+    return lines
+
+
+def true_jaccard(a: str, b: str) -> float:
+    sa, sb = shingles(a, 5), shingles(b, 5)
+    return len(sa & sb) / len(sa | sb)
+
+
+def test_dedup_drops_pairs_at_or_above_the_threshold_and_keeps_pairs_below(tmp_path):
+    lines = near_identical_lines(random.Random(7))
+    src = write_lines(tmp_path / "near.jsonl", [{"text": t, "n": i} for i, t in enumerate(lines)])
+    out = tmp_path / "clean.jsonl"
+    counts = dedup_corpus(KnowledgeConfig(path=str(src)), LengthFilter(), DedupConfig(), out, progress=False)
+    kept = [r["n"] for r in read_jsonl(out)]
+    dropped = sorted(set(range(len(lines))) - set(kept))
+    assert counts["near_duplicate"] > 20 and counts["near_below_threshold"] > 20  # both sides are exercised
+    for i in dropped:  # each dropped line has a kept line before it at or above the threshold
+        assert max(true_jaccard(lines[i], lines[j]) for j in kept if j < i) >= 0.8
+    for a, i in enumerate(kept):  # no two kept lines at or above it
+        assert all(true_jaccard(lines[i], lines[j]) < 0.8 for j in kept[:a])
+
+
+def test_dedup_flags_are_bounded_at_validation(tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write_lines(folder / "a.jsonl", [{"text": "a passage that is long enough to keep"}])
+    cases = [
+        (["--num-perm", "20000000", "--out", str(tmp_path / "o.jsonl")], "--num-perm: must be in [2, 4096]"),
+        (["--out", str(tmp_path)], "is a folder; give a file path"),
+        (["--out", str(folder / "clean.jsonl")], "is inside the corpus folder"),
+    ]
+    for flags, says in cases:
+        assert main(["kb", "dedup", str(folder), "--no-progress", *flags]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and says in err[0], err
+    assert sorted(p.name for p in folder.iterdir()) == ["a.jsonl"]
+    assert not (tmp_path / "o.jsonl").exists()
