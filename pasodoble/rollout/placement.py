@@ -15,8 +15,9 @@ after each optimizer step every rank holds the same weights (DDP), rank 0 pushes
 barrier, so the server reloads once per step and no rank samples from half-synced weights.
 
 How: `Placement.for_run(cfg.distributed, collective)` where the roles are built; `rollout.factory` asks it for a
-role's server (`server_for`). Rank 0 picks the port and broadcasts the URL before the server is up (a collective
-never waits on a server start); every rank then waits for `/health` itself for `vllm.server_start_timeout_s`.
+role's server (`server_for`). Rank 0 picks the port and the server's token (`rollout.server_auth`) and broadcasts
+both before the server is up (a collective never waits on a server start); every rank then waits for `/health`
+itself for `vllm.server_start_timeout_s`, checking the server's proof that it holds the token.
 If rank 0's server fails to start, rank 0 exits with the server's last log lines, and the launcher stops the other
 ranks (else they report the server as not healthy when their wait ends).
 

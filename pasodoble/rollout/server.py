@@ -2,9 +2,10 @@
 
 What:
 - `VLLMServer.start(...)`: launches `python -m vllm.entrypoints.openai.api_server` on loopback at a free port (or
-  `vllm.server_port`), with the project's worker extension (weight sync), processed log-probs, and LoRA when the
-  roles are adapters; waits for `/health` (a server that dies while starting raises with its last log lines);
-  `stop()` ends its process group. A run stops the server it started when it ends.
+  `vllm.server_port`), with the project's worker extension (weight sync), processed log-probs, LoRA when the
+  roles are adapters, and a random token every request must carry (`server_auth`); waits for `/health` with a
+  proof that the answer comes from that process (a server that dies while starting raises with its last log
+  lines); logs into the run folder; `stop()` ends its process group. A run stops the server it started.
 - `VLLMServerEngine`: `RolloutEngine` over HTTP. `/v1/completions` with token-id prompts (one request per prompt,
   with that prompt's seed, sent concurrently), `logprobs=0` and `return_token_ids`; weight sync through the
   server's own endpoints: `/collective_rpc` -> `pasodoble_reload(folder)` for full models (safetensors under
@@ -18,7 +19,8 @@ What:
 
 Run: `pasodoble serve --model out/sft` (prints the URL; Ctrl-C stops it), then
 `pasodoble train ... solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:PORT`. The server needs
-`VLLM_SERVER_DEV_MODE=1` (for /collective_rpc) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`; `start` sets both.
+`VLLM_SERVER_DEV_MODE=1` (for /collective_rpc) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`; `start` sets both, and puts
+every route behind the token (`serve` writes it to OUT/token; the client of a `server_url` sends `VLLM_API_KEY`).
 """
 
 from __future__ import annotations
@@ -365,7 +367,7 @@ class VLLMServerEngine:
         request = urllib.request.Request(self.url + path, data=data, headers=self._headers)
         try:
             with _OPENER.open(request, timeout=timeout or self.cfg.request_timeout_s) as r:
-                raw = r.read()
+                raw, is_json = r.read(), "json" in r.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:300]
             if e.code == 401:
@@ -380,7 +382,7 @@ class VLLMServerEngine:
                 f"the vLLM server at {self.url} stopped answering ({path}: {reason}); the run stopped, "
                 "resume it with `pasodoble train --resume RUN_DIR` once a server is up"
             ) from None
-        return json.loads(raw) if raw else {}
+        return json.loads(raw) if raw and is_json else {}  # LoRA loads answer in plain text
 
     # ------------------------------------------------------------------ sampling
     def generate(

@@ -128,9 +128,10 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", "2")
+        body = getattr(self.server, "body", b"{}")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -193,3 +194,16 @@ def test_a_process_holding_the_port_fails_the_health_check_and_never_sees_the_to
         wait_until_healthy(url, 30, process=started, token=TOKEN)
     path, headers = squatter.seen[0]
     assert path == "/health" and "Authorization" not in headers and TOKEN not in str(headers)
+
+
+def test_a_plain_text_answer_is_not_parsed_as_json(recorder):
+    """vLLM answers a LoRA load with plain text ("Success: LoRA adapter ... added")."""
+
+    def text(handler):
+        return 200, {"Content-Type": "text/plain; charset=utf-8"}
+
+    server, url = recorder(text)
+    server.body = b"Success: LoRA adapter 'a' added successfully."
+    e = engine(url, token=TOKEN)
+    assert e._post("/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/x"}) == {}
+    e.close()
