@@ -91,9 +91,7 @@ class SharedServer:
     owner: bool  # this rank syncs weights (rank 0 of a shared server; every rank of its own server)
     after_sync: Callable[[], None] | None = None  # barrier of a shared server (None: nobody waits)
     server: object | None = None  # the `VLLMServer` this rank started (it stops it), else None
-    token: str | None = (
-        None  # what requests carry (`server_auth`): the run's, or VLLM_API_KEY for a given URL
-    )
+    token: str | None = None  # what requests carry: the run's token, or VLLM_API_KEY for a given URL
 
 
 @dataclass
