@@ -398,7 +398,7 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
         )
     say = (lambda line: print(line, flush=True)) if rank0 and not cfg.logging.quiet else None
     placement = Placement.for_run(
-        cfg.distributed, collective, generating_roles(cfg), launch.visible_gpus, say=say
+        cfg.distributed, collective, generating_roles(cfg), launch.visible_gpus, say=say, log_dir=run_dir
     )
     proposer, solver = build_roles(cfg, collective.world_size, placement)
     try:

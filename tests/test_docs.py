@@ -163,7 +163,8 @@ COMMANDS: dict[str, Run | Skip] = {
     "pasodoble train --config RECIPE solver.engine=vllm_server": Skip(
         "needs the vLLM venv; tests/rollout/test_vllm_server.py (vllm) runs a server-mode training run"
     ),
-    "pasodoble train --config RECIPE solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:PORT": Skip(
+    "VLLM_API_KEY=$(cat out/serve/token) pasodoble train --config RECIPE solver.engine=vllm_server "
+    "solver.vllm.server_url=http://127.0.0.1:PORT": Skip(
         "a server started by hand; tests/rollout/test_vllm_server.py (vllm) covers the client"
     ),
     "pasodoble train --config RECIPE roles.shared_base=true proposer.lora.rank=16 solver.lora.rank=16 "
@@ -174,10 +175,15 @@ COMMANDS: dict[str, Run | Skip] = {
     "--gpu-memory-utilization 0.9 [--adapters 2 --max-lora-rank 16]": Skip(
         "a GPU of its own and a real model"
     ),
-    "CUDA_VISIBLE_DEVICES=1 VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 PYTHONPATH=$PWD python -m "
+    "export VLLM_API_KEY=$(openssl rand -hex 32)": Skip(
+        "a shell variable for the server started by hand below"
+    ),
+    "CUDA_VISIBLE_DEVICES=1 VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 PYTHONPATH=$PWD "
+    "PASODOBLE_SERVER_TOKEN=$VLLM_API_KEY PASODOBLE_WEIGHTS_ROOT=/dev/shm python -m "
     "vllm.entrypoints.openai.api_server --model out/sft --served-model-name base --host 127.0.0.1 --port 8000 "
     "--dtype bfloat16 --max-model-len 7424 --gpu-memory-utilization 0.9 --logprobs-mode processed_logprobs "
-    "--worker-extension-cls pasodoble.rollout.vllm_worker.SyncExtension --enable-prefix-caching": Skip(
+    "--worker-extension-cls pasodoble.rollout.vllm_worker.SyncExtension "
+    "--middleware pasodoble.rollout.server_auth.TokenGuard --enable-prefix-caching": Skip(
         "a GPU of its own and a real model; pasodoble serve starts the same server in the vllm tests"
     ),
     "CUDA_VISIBLE_DEVICES=0 pasodoble train --config recipes/qwen3-1.7b-online.yaml proposer.model=out/sft "

@@ -15,8 +15,9 @@ after each optimizer step every rank holds the same weights (DDP), rank 0 pushes
 barrier, so the server reloads once per step and no rank samples from half-synced weights.
 
 How: `Placement.for_run(cfg.distributed, collective)` where the roles are built; `rollout.factory` asks it for a
-role's server (`server_for`). Rank 0 picks the port and broadcasts the URL before the server is up (a collective
-never waits on a server start); every rank then waits for `/health` itself for `vllm.server_start_timeout_s`.
+role's server (`server_for`). Rank 0 picks the port and the server's token (`rollout.server_auth`) and broadcasts
+both before the server is up (a collective never waits on a server start); every rank then waits for `/health`
+itself for `vllm.server_start_timeout_s`, checking the server's proof that it holds the token.
 If rank 0's server fails to start, rank 0 exits with the server's last log lines, and the launcher stops the other
 ranks (else they report the server as not healthy when their wait ends).
 
@@ -31,6 +32,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from pasodoble.rollout.server_auth import client_token, new_token
 
 PLACEMENTS = ("colocated", "dedicated")
 ANY_INTERFACE = ("0.0.0.0", "::", "")
@@ -88,6 +91,7 @@ class SharedServer:
     owner: bool  # this rank syncs weights (rank 0 of a shared server; every rank of its own server)
     after_sync: Callable[[], None] | None = None  # barrier of a shared server (None: nobody waits)
     server: object | None = None  # the `VLLMServer` this rank started (it stops it), else None
+    token: str | None = None  # what requests carry: the run's token, or VLLM_API_KEY for a given URL
 
 
 @dataclass
@@ -99,16 +103,21 @@ class Placement:
     gpus: dict[str, list[int]] = field(default_factory=dict)  # dedicated: GPU indices of each role's server
     local_gpu: int | None = None  # colocated on several GPUs: this rank's GPU
     say: Callable[[str], None] | None = None  # where rank 0 reports the servers it started (None: quiet)
+    log_dir: str = "."  # where started servers write their logs (the run folder)
 
     @classmethod
-    def for_run(cls, dist_cfg, collective, roles: dict, visible_gpus: int, say=None) -> Placement:
+    def for_run(
+        cls, dist_cfg, collective, roles: dict, visible_gpus: int, say=None, log_dir="."
+    ) -> Placement:
         mode = getattr(dist_cfg, "rollout", "colocated")
         gpus = {}
         if mode == "dedicated":
             sizes = {n: roles[n].vllm.tensor_parallel_size for n in server_roles(roles)}
             gpus = server_gpus(visible_gpus, dist_cfg.vllm_gpus, sizes)
         local = int(os.environ.get("LOCAL_RANK", "0")) if visible_gpus and collective.world_size > 1 else None
-        return cls(mode=mode, collective=collective, gpus=gpus, local_gpu=local, say=say)
+        return cls(
+            mode=mode, collective=collective, gpus=gpus, local_gpu=local, say=say, log_dir=str(log_dir)
+        )
 
     @property
     def rank(self) -> int:
@@ -126,27 +135,30 @@ class Placement:
         return self.world_size > 1 and role_cfg.vllm.server_url is not None
 
     def server_for(self, name: str, role_cfg, start: Callable[..., object]) -> SharedServer:
-        """This rank's view of `name`'s server. `start(devices=, port=, host=, wait=)` starts one (a `VLLMServer`)."""
+        """This rank's view of `name`'s server. `start(devices=, port=, host=, wait=, token=)` starts one (a
+        `VLLMServer`) that demands `token`; a shared server's port and token come from rank 0."""
         cfg = role_cfg.vllm
         if cfg.server_url is not None:
-            return SharedServer(
-                cfg.server_url, owner=self.rank == 0 or not self.shared(role_cfg), **self._wait(role_cfg)
-            )
+            owner = self.rank == 0 or not self.shared(role_cfg)
+            return SharedServer(cfg.server_url, owner=owner, token=client_token(), **self._wait(role_cfg))
         if not self.shared(role_cfg):
             devices = [self.local_gpu] if self.local_gpu is not None else None
-            server = start(devices=devices, port=cfg.server_port, host=cfg.server_host, wait=True)
-            return SharedServer(server.url, owner=True, server=server)
+            token = new_token()
+            server = start(
+                devices=devices, port=cfg.server_port, host=cfg.server_host, wait=True, token=token
+            )
+            return SharedServer(server.url, owner=True, server=server, token=token)
         from pasodoble.rollout.server import free_port, wait_until_healthy
 
-        port = None
+        port = token = None
         if self.rank == 0:
-            port = cfg.server_port or free_port(bind_host(cfg.server_host))
-        port = self.collective.broadcast(port, f"{name} vLLM server port")
+            port, token = cfg.server_port or free_port(bind_host(cfg.server_host)), new_token()
+        port, token = self.collective.broadcast((port, token), f"{name} vLLM server port and token")
         url = f"http://{advertised_host(cfg.server_host)}:{port}"
         server = None
         if self.rank == 0:
             gpus = self.gpus.get(name) or None
-            server = start(devices=gpus, port=port, host=cfg.server_host, wait=True)
+            server = start(devices=gpus, port=port, host=cfg.server_host, wait=True, token=token)
             if self.say is not None:
                 where = f"GPU {','.join(map(str, gpus))}" if gpus else "the CPU"
                 self.say(
@@ -154,11 +166,10 @@ class Placement:
                     f"(log {server.log_path})"
                 )
         else:
-            wait_until_healthy(
-                url, cfg.server_start_timeout_s, who=f"the {name}'s vLLM server (started by rank 0)"
-            )
+            who = f"the {name}'s vLLM server (started by rank 0)"
+            wait_until_healthy(url, cfg.server_start_timeout_s, who=who, token=token)
         self.collective.barrier(f"{name} vLLM server up")
-        return SharedServer(url, owner=self.rank == 0, server=server, **self._wait(role_cfg))
+        return SharedServer(url, owner=self.rank == 0, server=server, token=token, **self._wait(role_cfg))
 
     def _wait(self, role_cfg) -> dict:
         if not self.shared(role_cfg):

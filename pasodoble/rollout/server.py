@@ -2,9 +2,10 @@
 
 What:
 - `VLLMServer.start(...)`: launches `python -m vllm.entrypoints.openai.api_server` on loopback at a free port (or
-  `vllm.server_port`), with the project's worker extension (weight sync), processed log-probs, and LoRA when the
-  roles are adapters; waits for `/health` (a server that dies while starting raises with its last log lines);
-  `stop()` ends its process group. A run stops the server it started when it ends.
+  `vllm.server_port`), with the project's worker extension (weight sync), processed log-probs, LoRA when the
+  roles are adapters, and a random token every request must carry (`server_auth`); waits for `/health` with a
+  proof that the answer comes from that process (a server that dies while starting raises with its last log
+  lines); logs into the run folder; `stop()` ends its process group. A run stops the server it started.
 - `VLLMServerEngine`: `RolloutEngine` over HTTP. `/v1/completions` with token-id prompts (one request per prompt,
   with that prompt's seed, sent concurrently), `logprobs=0` and `return_token_ids`; weight sync through the
   server's own endpoints: `/collective_rpc` -> `pasodoble_reload(folder)` for full models (safetensors under
@@ -18,7 +19,8 @@ What:
 
 Run: `pasodoble serve --model out/sft` (prints the URL; Ctrl-C stops it), then
 `pasodoble train ... solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:PORT`. The server needs
-`VLLM_SERVER_DEV_MODE=1` (for /collective_rpc) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`; `start` sets both.
+`VLLM_SERVER_DEV_MODE=1` (for /collective_rpc) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`; `start` sets both, and puts
+every route behind the token (`serve` writes it to OUT/token; the client of a `server_url` sends `VLLM_API_KEY`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import itertools
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -43,8 +46,19 @@ from pathlib import Path
 from pasodoble.errors import UserError
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.placement import advertised_host, bind_host, device_list
+from pasodoble.rollout.server_auth import (
+    CHALLENGE_HEADER,
+    MIDDLEWARE,
+    TOKEN_ENV,
+    auth_headers,
+    client_token,
+    is_loopback,
+    new_token,
+    proof_refusal,
+)
 from pasodoble.rollout.settings import VLLMConfig
-from pasodoble.rollout.vllm import WORKER_EXTENSION, _shm_dir, _top_k, request_seed
+from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
+from pasodoble.rollout.vllm import WORKER_EXTENSION, _top_k, request_seed
 from pasodoble.rollout.weights import write_weights
 
 SERVED_NAME = "base"
@@ -72,11 +86,35 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # a redirect would carry the token to another origin: it ends as an HTTPError
+
+
+# No proxy (http_proxy would capture loopback requests and their token) and no redirects.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
+def check_bind(host: str, allow_remote: bool, flag: str = "vllm.allow_remote") -> str | None:
+    """Refuse a non-loopback `host` without `allow_remote`; return the warning to print for an allowed one."""
+    if is_loopback(host):
+        return None
+    if not allow_remote:
+        raise UserError(
+            f"a vLLM server on {host or 'all interfaces'} is reachable from other machines; "
+            f"set {flag} to accept that, or listen on 127.0.0.1"
+        )
+    return (
+        f"warning: the vLLM server listens on {host or 'all interfaces'}: other machines can reach it; its token "
+        "travels unencrypted over HTTP, so use it on a trusted network only"
+    )
+
+
 class VLLMServer:
     """A vLLM server process this project started (see module docstring)."""
 
-    def __init__(self, process: subprocess.Popen, url: str, log_path: Path):
-        self.process, self.url, self.log_path = process, url, log_path
+    def __init__(self, process: subprocess.Popen, url: str, log_path: Path, token: str):
+        self.process, self.url, self.log_path, self.token = process, url, log_path, token
 
     @classmethod
     def start(
@@ -85,15 +123,26 @@ class VLLMServer:
         cfg: VLLMConfig,
         *,
         max_model_len: int,
+        log_dir: str | Path,
         dtype: str = "float32",
         adapters: Sequence[str] = (),
         host: str = "127.0.0.1",
-        log_dir: str | Path | None = None,
         port: int | None = None,
         devices: Sequence[int] | None = None,
         wait: bool = True,
+        token: str | None = None,
+        weights_root: str | Path | None = None,
+        allow_remote: bool | None = None,
     ) -> VLLMServer:
-        """Start a server; `devices`: indices of this process's visible GPUs it may use (None: inherited)."""
+        """Start a server; `devices`: indices of this process's visible GPUs it may use (None: inherited).
+
+        `token`: what every request must carry (None: a new random one, `server.token`); `weights_root`: the
+        only folder its reload method loads from (None: the `pasodoble-vllm-*` folders of shared memory);
+        `log_dir`: where its log goes (the run folder)."""
+        warning = check_bind(host, cfg.allow_remote if allow_remote is None else allow_remote)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
+        token = token or new_token()
         port = port or cfg.server_port or free_port(bind_host(host))
         on_cpu = not _cuda()
         args = [
@@ -108,6 +157,7 @@ class VLLMServer:
             "--tensor-parallel-size", str(cfg.tensor_parallel_size),
             "--logprobs-mode", "processed_logprobs",
             "--worker-extension-cls", WORKER_EXTENSION,
+            "--middleware", MIDDLEWARE,
             "--seed", "0",
         ]  # fmt: skip
         if cfg.enforce_eager if cfg.enforce_eager is not None else on_cpu:
@@ -122,6 +172,10 @@ class VLLMServer:
                 str(cfg.max_lora_rank),
             ]
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+        # In the environment, not on the command line (which every local user can read); vLLM's own /v1 key is
+        # the same token, so an inherited VLLM_API_KEY cannot demand a second one.
+        env[TOKEN_ENV] = env["VLLM_API_KEY"] = token
+        env[WEIGHTS_ROOT_ENV] = str(weights_root or shm_root())
         if devices is not None and not on_cpu:
             env["CUDA_VISIBLE_DEVICES"] = device_list(devices)
         for key in [k for k in env if k in LAUNCHER_ENV or k.startswith("TORCHELASTIC_")]:
@@ -133,7 +187,8 @@ class VLLMServer:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kvcache_space_gb))
             if cfg.cpu_threads_bind:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_threads_bind
-        log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="pasodoble-serve-"))
+        log_dir = Path(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"vllm-server-{port}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - the child writes to it for its whole life
         process = subprocess.Popen(
@@ -144,14 +199,14 @@ class VLLMServer:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        server = cls(process, f"http://{advertised_host(host)}:{port}", log_path)
+        server = cls(process, f"http://{advertised_host(host)}:{port}", log_path, token)
         if wait:
             server.wait_healthy(cfg.server_start_timeout_s)
         return server
 
     def wait_healthy(self, timeout_s: float) -> None:
         try:
-            wait_until_healthy(self.url, timeout_s, process=self)
+            wait_until_healthy(self.url, timeout_s, process=self, token=self.token)
         except EngineUnavailable as e:
             self.stop()
             raise EngineUnavailable(f"{e}; log {self.log_path}") from None
@@ -193,9 +248,17 @@ def die_with_parent() -> None:
 
 
 def wait_until_healthy(
-    url: str, timeout_s: float, *, process: VLLMServer | None = None, who: str = ""
+    url: str,
+    timeout_s: float,
+    *,
+    process: VLLMServer | None = None,
+    who: str = "",
+    token: str | None = None,
 ) -> None:
-    """Poll `url`/health until it answers 200; a `process` that exits while starting raises at once."""
+    """Poll `url`/health until it answers 200; a `process` that exits while starting raises at once.
+
+    With the server's `token`, the answer must also prove it holds the token (`server_auth`), and come from
+    `process` when given: a process that took the port raises at once. The token itself is never sent."""
     who = who or f"the vLLM server at {url}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -204,12 +267,23 @@ def wait_until_healthy(
                 f"the vLLM server exited with code {process.process.returncode} while starting; "
                 f"last log lines: {process.tail()}"
             )
+        challenge = secrets.token_hex(16)
+        request = urllib.request.Request(url + "/health", headers={CHALLENGE_HEADER: challenge})
         try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
+            with _OPENER.open(request, timeout=5) as r:
+                status, headers = r.status, r.headers
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            pass
+            status = None
+        if status == 200:
+            if token is None:
+                return
+            pid = process.process.pid if process is not None else None
+            refusal = proof_refusal(headers, token, challenge, pid)
+            if refusal is None:
+                return
+            raise EngineUnavailable(
+                f"{who} is not the server this run started ({refusal}): another process holds its port"
+            )
         time.sleep(1.0)
     raise EngineUnavailable(
         f"{who} was not healthy after {timeout_s:.0f}s (vllm.server_start_timeout_s); {url}"
@@ -239,11 +313,15 @@ class VLLMServerEngine:
         server: VLLMServer | None = None,
         owner: bool = True,
         after_sync=None,
+        token: str | None = None,
+        shm: Path | None = None,
     ):
+        """`token`: the server's (None: `VLLM_API_KEY` if set); `shm`: the folder weight copies go to (None: new)."""
         self.url, self.tokenizer, self.cfg, self.server = url.rstrip("/"), tokenizer, cfg, server
         # A server shared by several ranks (`rollout.placement`): the owner pushes weights, every rank then waits.
         self.owner, self.after_sync = owner, after_sync
-        self._shm = _shm_dir("pasodoble-vllm-server-")
+        self._headers = {"Content-Type": "application/json", **auth_headers(token or client_token())}
+        self._shm = shm or make_shm_dir("server")
         self._versions = itertools.count(1)
         self._lora: dict[str, str] = {}  # adapter -> served LoRA name of its current version
 
@@ -256,28 +334,47 @@ class VLLMServerEngine:
 
         cfg = role_cfg.vllm
         length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
+        placement = placement or Placement()
+        shm = make_shm_dir("server")  # before the start: a server it starts reloads from this folder only
 
         def start(**where) -> VLLMServer:
             return VLLMServer.start(
-                model_path, cfg, max_model_len=length, dtype=role_cfg.dtype, adapters=adapters, **where
+                model_path,
+                cfg,
+                max_model_len=length,
+                dtype=role_cfg.dtype,
+                adapters=adapters,
+                log_dir=placement.log_dir,
+                weights_root=shm,
+                **where,
             )
 
-        shared = (placement or Placement()).server_for(name, role_cfg, start)
+        shared = placement.server_for(name, role_cfg, start)
         return cls(
-            shared.url, tokenizer, cfg, server=shared.server, owner=shared.owner, after_sync=shared.after_sync
+            shared.url,
+            tokenizer,
+            cfg,
+            server=shared.server,
+            owner=shared.owner,
+            after_sync=shared.after_sync,
+            token=shared.token,
+            shm=shm,
         )
 
     # ------------------------------------------------------------------ HTTP
     def _post(self, path: str, body: dict, timeout: float | None = None) -> dict:
         data = json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, headers={"Content-Type": "application/json"}
-        )
+        request = urllib.request.Request(self.url + path, data=data, headers=self._headers)
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.cfg.request_timeout_s) as r:
-                raw = r.read()
+            with _OPENER.open(request, timeout=timeout or self.cfg.request_timeout_s) as r:
+                raw, is_json = r.read(), "json" in r.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:300]
+            if e.code == 401:
+                raise EngineUnavailable(
+                    f"the vLLM server at {self.url} refused the run's token (401 on {path}); for a server "
+                    "given by vllm.server_url set VLLM_API_KEY to its token (`pasodoble serve` writes it)"
+                ) from None
             raise RuntimeError(f"vLLM server {self.url}{path} answered {e.code}: {detail}") from None
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
             reason = getattr(e, "reason", e)
@@ -285,7 +382,7 @@ class VLLMServerEngine:
                 f"the vLLM server at {self.url} stopped answering ({path}: {reason}); the run stopped, "
                 "resume it with `pasodoble train --resume RUN_DIR` once a server is up"
             ) from None
-        return json.loads(raw) if raw else {}
+        return json.loads(raw) if raw and is_json else {}  # LoRA loads answer in plain text
 
     # ------------------------------------------------------------------ sampling
     def generate(
@@ -373,7 +470,9 @@ class VLLMServerEngine:
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="start a vLLM OpenAI-compatible server for a model (server mode)")
     p.add_argument("--model", required=True, help="Hugging Face model folder")
+    p.add_argument("--out", default="out/serve", help="folder for the server's log and token file")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    p.add_argument("--allow-remote", action="store_true", help="accept a --host other machines can reach")
     p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     p.add_argument("--max-model-len", type=int, default=8192, help="longest prompt + completion in tokens")
     p.add_argument("--dtype", default="bfloat16", help="engine dtype (float32 on a CPU)")
@@ -384,6 +483,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_serve_cmd)
 
 
+def write_secret(path: Path, text: str) -> None:
+    """`text` into `path`, readable by this user only from its first byte on (atomic)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def run_serve_cmd(args: argparse.Namespace) -> int:
     from pasodoble.rollout.settings import validate_engine
 
@@ -392,16 +503,34 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         tensor_parallel_size=args.tensor_parallel_size,
         max_lora_rank=args.max_lora_rank,
         server_port=args.port,
+        server_host=args.host,
+        allow_remote=args.allow_remote,
     )
+    check_bind(args.host, args.allow_remote, flag="--allow-remote")
     cfg.validate()
     validate_engine("vllm", cfg, model_dir=args.model, on_cpu=not _cuda())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    token = client_token()
+    if token is None:  # clients read it from the file (VLLM_API_KEY=$(cat ...)), never from the terminal
+        token = new_token()
+        write_secret(out / "token", token + "\n")
+        where = f"clients need VLLM_API_KEY=$(cat {out / 'token'})"
+    else:
+        where = "clients need the same VLLM_API_KEY"
     names = [f"adapter{i}" for i in range(args.adapters)]
     server = VLLMServer.start(
-        args.model, cfg, max_model_len=args.max_model_len, dtype=args.dtype, adapters=names, host=args.host
+        args.model,
+        cfg,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
+        adapters=names,
+        host=args.host,
+        log_dir=out,
+        token=token,
     )
-    print(
-        f"vLLM server for {args.model} at {server.url} (log {server.log_path}); Ctrl-C stops it", flush=True
-    )
+    print(f"vLLM server for {args.model} at {server.url} (log {server.log_path}; {where}); Ctrl-C stops it")
+    sys.stdout.flush()
     try:
         while server.alive():
             time.sleep(1.0)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pasodoble.errors import ConfigError
+from pasodoble.rollout.server_auth import is_loopback
 
 ENGINES = ("hf", "vllm", "vllm_server")
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32 CPU attention kernels
@@ -42,6 +43,7 @@ class VLLMConfig:
     server_host: str = (
         "127.0.0.1"  # vllm_server: interface a started server listens on (0.0.0.0: other nodes too)
     )
+    allow_remote: bool = False  # vllm_server: accept a server_host other machines can reach (it warns)
     server_start_timeout_s: float = 600.0  # vllm_server: how long a started server may take to be healthy
     request_timeout_s: float = 600.0  # vllm_server: longest wait for one HTTP request
 
@@ -56,6 +58,12 @@ class VLLMConfig:
             raise ConfigError("vllm.max_model_len", "must be >= 2 tokens (or null for the role's budgets)")
         if self.max_lora_rank < 1 or self.sync_timeout_s <= 0 or self.cpu_kvcache_space_gb < 1:
             raise ConfigError("vllm.max_lora_rank", "max_lora_rank, sync_timeout_s, cpu_kvcache_space_gb > 0")
+        if not self.allow_remote and not is_loopback(self.server_host):
+            raise ConfigError(
+                "vllm.server_host",
+                f"{self.server_host!r} lets other machines reach the server; set vllm.allow_remote=true to "
+                "accept that, or use 127.0.0.1",
+            )
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError("vllm.dtype", f"unknown {self.dtype!r}; use auto, float32, bfloat16 or float16")
 

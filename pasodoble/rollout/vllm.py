@@ -8,7 +8,8 @@ softmax(logits / temperature), the quantity `grpo.token_logprobs` computes; gree
 serve the Proposer's and the Solver's adapters of one shared base (`max_loras=2`).
 
 Weight sync (`update_weights`, after every optimizer step): full models are written as safetensors under /dev/shm
-and reloaded by every worker through `rollout.vllm_worker.SyncExtension` (the build's own layer-wise reload, then
+(a folder named after this process; folders of dead runs are swept when an engine starts: `rollout.shm`) and
+reloaded by every worker through `rollout.vllm_worker.SyncExtension` (the build's own layer-wise reload, then
 the tied head re-tied); adapters are written in peft format and registered under a NEW LoRA id, the old id removed
 (re-using an id silently keeps serving the old adapter). The prefix cache is reset after each sync, so no KV block
 computed with old weights is reused. A sync that does not finish in `sync_timeout_s` raises.
@@ -27,7 +28,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +36,7 @@ import torch
 
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import VLLMConfig
+from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
 from pasodoble.rollout.weights import write_weights
 
 WORKER_EXTENSION = "pasodoble.rollout.vllm_worker.SyncExtension"
@@ -45,11 +46,6 @@ _ENGINES = itertools.count()  # engines started in this process (CPU core pinnin
 def request_seed(seed: int | None, index: int) -> int | None:
     """The seed of prompt `index` in a call seeded `seed` (a pure function; None stays None)."""
     return None if seed is None else (seed * 1_000_003 + index) % (2**31 - 1)
-
-
-def _shm_dir(prefix: str) -> Path:
-    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
 def completion_from_output(output, tokenizer) -> Completion:
@@ -88,7 +84,10 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kvcache_space_gb))
             bind = cfg.cpu_threads_bind or str(index % max(os.cpu_count() or 1, 1))
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        self._shm = _shm_dir("pasodoble-vllm-")
+        self._shm = make_shm_dir("engine")
+        # The reload method's allowed folders; the engine core inherits it. Every in-process engine writes under
+        # the shared-memory root, so a second engine of this process (the other role) agrees with the first.
+        os.environ[WEIGHTS_ROOT_ENV] = str(shm_root())
         self._version = 0
         self._lora: dict[str, object] = {}  # adapter name -> current LoRARequest
         self._lora_ids = itertools.count(1)

@@ -10,16 +10,26 @@ and then refreshes a tied output head: no checkpoint weight is named after it, s
 re-processes it, and the CPU build's packed copy of the head (`cpu_linear`) would keep the old embedding (measured:
 log-probs off by 8-33 nats after an embedding change). The head is re-tied to the embedding and re-packed.
 
+The reload loads only from the run's own weights folder (`PASODOBLE_WEIGHTS_ROOT`, set by whoever starts the
+engine; `rollout.shm.weights_folder_refusal`): a caller cannot point the server at weights of its choosing.
+
 This module must not import torch-heavy project code: vLLM imports it inside each worker process.
 """
 
 from __future__ import annotations
+
+import os
+
+from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, weights_folder_refusal
 
 
 class SyncExtension:
     """Methods added to each vLLM worker; `self` is the worker."""
 
     def pasodoble_reload(self, path: str) -> str:
+        refusal = weights_folder_refusal(str(path), os.environ.get(WEIGHTS_ROOT_ENV))
+        if refusal is not None:
+            raise PermissionError(f"pasodoble_reload refused {path!r}: {refusal}")
         self.reload_weights(weights_path=path)
         model = self.model_runner.get_model()
         head = getattr(model, "lm_head", None)

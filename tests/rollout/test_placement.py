@@ -14,6 +14,7 @@ import pytest
 
 from pasodoble.rollout.placement import Placement, advertised_host, device_list, server_gpus, server_roles
 from pasodoble.rollout.server import EngineUnavailable, VLLMServerEngine, free_port
+from pasodoble.rollout.server_auth import CHALLENGE_HEADER, PID_HEADER, PROOF_HEADER, proof
 from pasodoble.rollout.settings import VLLMConfig
 
 
@@ -34,11 +35,19 @@ def role(engine="vllm_server", **vllm):
     return SimpleNamespace(engine=engine, vllm=VLLMConfig(**vllm))
 
 
+TOKEN = "the-runs-token"
+
+
 @pytest.fixture
 def health_server():
+    """A /health endpoint that proves it holds TOKEN, as a started server's guard does (`server_auth`)."""
+
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
             self.send_response(200 if self.path == "/health" else 404)
+            challenge = self.headers.get(CHALLENGE_HEADER, "")
+            self.send_header(PROOF_HEADER, proof(TOKEN, challenge, 4242))
+            self.send_header(PID_HEADER, "4242")
             self.end_headers()
 
         def log_message(self, *args):
@@ -87,22 +96,33 @@ def test_rank_0_starts_the_shared_server_on_its_gpus_and_owns_the_weights():
     collective = ScriptedCollective(0, 2)
     placement = Placement("dedicated", collective, gpus={"solver": [6]})
     shared = placement.server_for("solver", role(server_port=8123), start)
+    token = started[0].pop("token")
     assert started == [{"devices": [6], "port": 8123, "host": "127.0.0.1", "wait": True}]
     assert shared.owner and shared.url == "http://127.0.0.1:8123" and shared.server is not None
+    assert shared.token == token and len(token) >= 32  # the other ranks get it with the port
     shared.after_sync()
     assert collective.barriers == ["solver vLLM server up", "vLLM weight sync"]
 
 
 def test_other_ranks_wait_for_rank_0s_server_and_start_nothing(health_server):
-    collective = ScriptedCollective(1, 2, value=health_server)
+    collective = ScriptedCollective(1, 2, value=(health_server, TOKEN))
     placement = Placement("dedicated", collective, gpus={"solver": [6]})
     shared = placement.server_for("solver", role(), lambda **_: pytest.fail("rank 1 started a server"))
     assert shared.url == f"http://127.0.0.1:{health_server}"
     assert not shared.owner and shared.server is None and shared.after_sync is not None
+    assert shared.token == TOKEN
+
+
+def test_other_ranks_refuse_a_server_that_cannot_prove_the_runs_token(health_server):
+    """A process that took the port answers /health, but without the token its proof is wrong: raise at once."""
+    collective = ScriptedCollective(1, 2, value=(health_server, "another-token"))
+    placement = Placement("dedicated", collective)
+    with pytest.raises(EngineUnavailable, match="is not the server this run started .a wrong proof."):
+        placement.server_for("solver", role(), lambda **_: None)
 
 
 def test_a_rank_whose_server_never_comes_up_says_which_and_for_how_long():
-    collective = ScriptedCollective(1, 2, value=free_port())
+    collective = ScriptedCollective(1, 2, value=(free_port(), TOKEN))
     placement = Placement("dedicated", collective)
     with pytest.raises(
         EngineUnavailable, match=r"the solver's vLLM server \(started by rank 0\) was not healthy"
@@ -120,15 +140,21 @@ def test_colocated_ranks_start_their_own_server_on_their_own_gpu():
     placement = Placement("colocated", ScriptedCollective(1, 2), local_gpu=1)
     shared = placement.server_for("solver", role(), start)
     assert started[0]["devices"] == [1] and shared.owner and shared.after_sync is None
+    assert shared.token == started[0]["token"]
 
 
-def test_a_given_url_on_several_ranks_is_shared_with_rank_0_syncing():
+def test_a_given_url_on_several_ranks_is_shared_with_rank_0_syncing(monkeypatch):
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
     for rank in (0, 1):
         placement = Placement("colocated", ScriptedCollective(rank, 2))
         shared = placement.server_for("solver", role(server_url="http://h:9"), lambda **_: None)
         assert shared.url == "http://h:9" and shared.owner == (rank == 0) and shared.after_sync is not None
     one = Placement().server_for("solver", role(server_url="http://h:9"), lambda **_: None)
-    assert one.owner and one.after_sync is None
+    assert one.owner and one.after_sync is None and one.token is None
+    monkeypatch.setenv("VLLM_API_KEY", "their-key\r\n")  # a given server's own key: the client sends it
+    assert (
+        Placement().server_for("solver", role(server_url="http://h:9"), lambda **_: None).token == "their-key"
+    )
 
 
 def test_a_non_owner_pushes_nothing_but_waits_and_tracks_adapter_names(tmp_path):

@@ -79,6 +79,7 @@ def test_two_ranks_share_one_dedicated_server_per_role(tmp_path):
     ports = {port for _, port in started}
     leftover = [p for p in psutil.process_iter(["cmdline"]) if ports & set(p.info["cmdline"] or [])]
     assert leftover == []  # rank 0 stopped the servers it started
+    assert len(list(run_dir.glob("vllm-server-*.log"))) == 2  # their logs stay in the run folder
     check_run(run_dir)
 
 

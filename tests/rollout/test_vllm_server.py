@@ -53,12 +53,14 @@ def test_server_mode_run_completes_and_stops_its_server(tmp_path):
     assert len(rows) == 3
     assert all(r["solver/logprob_diff/max"] < 1e-3 for r in rows if "solver/logprob_diff/max" in r)
     assert vllm_servers() == []
+    assert list((tmp_path / "run").glob("vllm-server-*.log"))  # the server's log stays in the run folder
 
 
-def test_killed_server_ends_the_run_with_a_clear_error_and_a_resumable_checkpoint(tmp_path):
+def test_killed_server_ends_the_run_with_a_clear_error_and_a_resumable_checkpoint(tmp_path, monkeypatch):
     probe = config(tmp_path / "unused")
     solver_dir = resolve(probe.solver.model, probe)
     server = VLLMServer.start(solver_dir, VLLMConfig(), max_model_len=256, log_dir=tmp_path)
+    monkeypatch.setenv("VLLM_API_KEY", server.token)  # a given server_url: the client sends VLLM_API_KEY
     run_dir = tmp_path / "run"
     cfg = config(
         run_dir,
