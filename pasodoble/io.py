@@ -70,6 +70,11 @@ def disk_full_error(path: str | Path) -> UserError:
     return UserError(f"no space left on device writing {path}; free some space or write somewhere else")
 
 
+def default_cache_dir() -> Path:
+    """`$PASODOBLE_CACHE`, else `~/.cache/pasodoble`: where built models (tiny world, real models) are kept."""
+    return Path(os.environ.get("PASODOBLE_CACHE") or Path.home() / ".cache" / "pasodoble")
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
