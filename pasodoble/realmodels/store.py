@@ -78,8 +78,9 @@ def source_facts(package: Package) -> dict:
     }
 
 
-def verify_entry(folder: Path) -> dict:
+def verify_entry(folder: str | Path) -> dict:
     """The manifest of `folder` after checking every file it lists; a one-line `UserError` on any difference."""
+    folder = Path(folder)
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         raise UserError(f"{folder}: no {MANIFEST}; remove the folder and fetch again")

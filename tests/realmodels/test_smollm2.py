@@ -112,9 +112,10 @@ def test_cold_start_sft_lowers_the_loss_on_its_data(smol_dir, tmp_path):
         "--batch-size",
         "4",
     ]
-    argv += ["--lr", "5e-5", "--warmup-steps", "0", "--threads", "1", "--no-progress", "sft.log_every=1"]
+    argv += ["--lr", "1e-4", "--warmup-steps", "0", "--threads", "1", "--no-progress", "sft.log_every=1"]
     assert main(argv) == 0
-    losses = [row["loss"] for row in read_jsonl(out / "metrics.jsonl")]
+    rows = read_jsonl(out / "metrics.jsonl")
+    losses = [v for row in rows for k, v in row.items() if k.endswith("/sft/loss")]
     assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
 
 
@@ -135,17 +136,20 @@ def _role(name: str, smol_dir: str, script) -> Role:
 
 
 def test_lora_dual_play_step_moves_both_roles(smol_dir, tmp_path):
-    proposals = [
+    proposals = [  # pass rates 3/4, 1/4 and an invalid one: the Proposer's rewards differ
         "<problem>What is 2+2?</problem><answer>\\boxed{4}</answer>",
         "<problem>What is 3+5?</problem><answer>\\boxed{8}</answer>",
+        "What is 6+1? \\boxed{7}",
+        "<problem>What is 2+2?</problem><answer>\\boxed{4}</answer>",
     ]
-    proposer = _role("proposer", smol_dir, lambda prompt, j: proposals[j % 2])
-    right = {"2+2": "4", "3+5": "8"}
-    solver = _role(
-        "solver",
-        smol_dir,
-        lambda p, j: f"\\boxed{{{next(v for k, v in right.items() if k in p) if j < 2 else 0}}}",
-    )
+    proposer = _role("proposer", smol_dir, lambda prompt, j: proposals[j % 4])
+    right = {"2+2": ("4", 3), "3+5": ("8", 1)}
+
+    def solve(prompt: str, j: int) -> str:
+        answer, correct = next(v for k, v in right.items() if k in prompt)
+        return f"\\boxed{{{answer if j < correct else 0}}}"
+
+    solver = _role("solver", smol_dir, solve)
     before = {
         r.name: {n: p.detach().clone() for n, p in r.model.named_parameters() if p.requires_grad}
         for r in (proposer, solver)
