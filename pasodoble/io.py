@@ -14,6 +14,7 @@ is cut back to the file's previous size.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import tempfile
@@ -68,6 +69,20 @@ def is_disk_full(err: BaseException, path: str | Path | None = None) -> bool:
 
 def disk_full_error(path: str | Path) -> UserError:
     return UserError(f"no space left on device writing {path}; free some space or write somewhere else")
+
+
+def default_cache_dir() -> Path:
+    """`$PASODOBLE_CACHE`, else `~/.cache/pasodoble`: where built models (tiny world, real models) are kept."""
+    return Path(os.environ.get("PASODOBLE_CACHE") or Path.home() / ".cache" / "pasodoble")
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

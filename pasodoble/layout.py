@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pasodoble.distributed import share_sizes
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.realmodels import entry_dir, is_pkg_spec
 from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
 
 BACKENDS = ("ddp", "fsdp2", "deepspeed")
@@ -164,8 +165,11 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
     return {k: v / 1e9 for k, v in gb.items()}
 
 
-def read_architecture(model: str) -> dict | None:
-    """config.json of a local model folder (None for hub ids and `tiny:` specs: nothing is downloaded)."""
+def read_architecture(model: str, cache_dir: str | None = None) -> dict | None:
+    """config.json of a local model folder or of a `pkg:` spec's cached folder (None for hub ids, `tiny:` specs and
+    `pkg:` specs not fetched yet: nothing is downloaded)."""
+    if is_pkg_spec(model):
+        model = str(entry_dir(model, Path(cache_dir) if cache_dir else None))
     path = Path(model) / "config.json"
     if model.startswith("tiny:") or not path.is_file():
         return None
@@ -318,7 +322,9 @@ def generating_roles(cfg) -> dict:
 
 
 def model_architectures(cfg) -> dict[str, dict | None]:
-    return {name: read_architecture(role.model) for name, role in generating_roles(cfg).items()}
+    return {
+        name: read_architecture(role.model, cfg.cache_dir) for name, role in generating_roles(cfg).items()
+    }
 
 
 def register(subparsers) -> None:

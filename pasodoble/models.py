@@ -3,6 +3,7 @@ fetched is one `ConfigError` line, before a tiny world is built, a run folder is
 
 What: `check_model_spec(spec, where)` accepts
 - `tiny:proposer` / `tiny:solver` / `tiny:base` (built and cached on first use, later);
+- `pkg:` specs naming a model built from a pinned package (`pasodoble.realmodels`; fetched on first use, later);
 - a local folder holding a Hugging Face model (`config.json`);
 - a Hub id (`org/name`) that is in the local Hugging Face cache, or that can be downloaded (the Hub is not
   switched off with `HF_HUB_OFFLINE=1` and its host answers a TCP connection within `HUB_PROBE_TIMEOUT_S`).
@@ -22,7 +23,8 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
-from pasodoble.errors import ConfigError
+from pasodoble.errors import ConfigError, UserError
+from pasodoble.realmodels.specs import is_pkg_spec, parse_spec
 
 TINY_PREFIX = "tiny:"
 TINY_ROLES = ("proposer", "solver", "base")
@@ -84,6 +86,12 @@ def check_model_spec(spec: str, where: str = "model") -> None:
         if spec[len(TINY_PREFIX) :] not in TINY_ROLES:
             names = ", ".join(TINY_PREFIX + r for r in TINY_ROLES)
             raise ConfigError(where, f"unknown tiny model {spec!r}; use one of {names}")
+        return
+    if is_pkg_spec(spec):
+        try:
+            parse_spec(spec)
+        except UserError as e:
+            raise ConfigError(where, str(e)) from None
         return
     path = Path(spec).expanduser()
     if path.is_dir():

