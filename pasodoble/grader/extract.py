@@ -12,12 +12,11 @@ Order (the first that finds a non-empty answer wins):
 3. the text after the last GSM8K `####` marker, up to the end of its line;
 4. only when asked (`fallback="last_number"`): the last plain number of the text (thousands separators, decimals,
    fractions `a/b`, a trailing `%`);
-4'. only when asked (`fallback="auto"`, the default of `pasodoble verify-answers`): the text after the last
-   `answer is` / `Answer:` / `answer =` phrase up to the end of its line (a leading `$...$`, `\\(...\\)` or
-   `\\[...\\]` is taken whole; source "answer_phrase"), else the whole response when it is short (at most
-   `BARE_MAX_CHARS`, one line) and is itself a math expression: once `goldforms.normalise_answer` has removed units
-   and markup, it holds a digit or a LaTeX command and no word outside `\\text{}` but math words (`pi`, `sqrt`);
-   source "bare". `12`, `\\frac{1}{2}`, `$x^2$`, `12 cm` are bare answers; `I think 12` is not.
+4'. only when asked (`fallback="auto"`, the default of `pasodoble verify-answers` and `pasodoble eval`): the
+   answer read as math-verify reads it (`prose.py`): `Final answer is X. I hope` even before a box; for a gold of
+   n >= 2 items, the last n boxes when they answer together (`extract_boxes`, source "boxes"); then, without a
+   box, answer phrases, a bare answer, the last LaTeX span or the last number (sources "answer_phrase", "bare",
+   "latex_span", "last_number").
 
 The content is returned verbatim (stripped): units, percentages, degrees, `\\text{}`, sets, intervals, matrices and
 equations are kept, because math-verify's own normalisation knows how to read them. Escaped braces (`\\{`, `\\}`) do

@@ -20,6 +20,15 @@ wrappers removed plus the kinds removed (each counted by the grader as `gold_nor
 - `decimal_comma`: only when asked (`decimal_comma=True`): a number with one comma not followed by exactly three
   digits (`3,5`, `0,25`) is read as a decimal (`3.5`). `1,234` stays a thousands separator even then.
 
+Extended forms (`extended=True`: the grader's `fallback="auto"`, where answers are read as math-verify reads them;
+the rewards' default leaves them off, so training reads as before): `thousands` also for spaces, `\\,`, `~` or `{,}`
+between groups (`1 000`, `1\\,000`); `decimal_comma` for a comma after a leading zero (`0,125`), for a comma in a
+number read from prose, and (`read_decimal_comma`) for `1,22` against the decimal `1.22`, never for a comma before
+exactly three digits; `units` also inside `\\text{}` / `\\mathrm{}` / `\\mbox{}` (`12\\,\\text{cm}`), with a power
+(`3 cm^2`, `14 m²`) or a ratio (`60 km/h`); `relations`: `>=`, `\\ge`, `\\geqslant`, `≥` -> `\\geq` (and the same for
+`\\leq`, `\\neq`), `\\gt` / `\\lt` -> `>` / `<`, so equal relations compare as equal strings on the fast path.
+`set_size` counts a gold's top-level items, for reading several boxes as one answer.
+
 Texts longer than `MAX_CHARS` are returned unchanged (answers that long are not numbers with units); every pattern
 is anchored and has no nested repetition, so the cost is linear in the length. Nothing here raises.
 """

@@ -7,8 +7,9 @@ Used by the rewards and by the evaluation harness:
         rewards = [float(v.correct) for v in batch.verdicts]
         tracker.log(counters_to_metrics(batch.counters), step)
 
-Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number or an
-`answer is` phrase / a bare answer), remove people's markup from gold and answer alike (`Answer:`, `$...$`, units,
+Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number; with
+`fallback="auto"` the answer as math-verify reads it: prose, several boxes for a gold listing as many items, the
+extended forms of `goldforms.py`, and a gold holding boxes read as its boxes), remove people's markup from gold and answer alike (`Answer:`, `$...$`, units,
 thousands separators, currency; `goldforms.py`, counted as `gold_normalised` / `answer_normalised` and
 `normalised_<kind>`), look up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
 runs math-verify's `parse` + `verify` under a hard limit on its CPU time (`pool.py`; workers parse LaTeX with ANTLR's
@@ -115,9 +116,9 @@ class GraderConfig:
     wall_limit_factor: float = 10.0  # hang backstop: kill a worker with no CPU use in this many timeout_s
     num_workers: int = 1  # math-verify worker processes
     cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
-    fallback: str = (
-        "none"  # answer source when no box/tag/####: "none" | "last_number" | "auto" (phrase, bare)
-    )
+    # answer source when no box/tag/####: "none" | "last_number" | "auto" (math-verify's reading: prose, several
+    # boxes for a set gold, the extended forms of goldforms.py); rewards keep "none", the strict boxed rule
+    fallback: str = "none"
     decimal_comma: bool = False  # read `3,5` as 3.5 (a comma not followed by exactly 3 digits); else a set
     memory_limit_mb: int | None = 4096  # address-space cap of a worker; None means no cap
     # A pair whose gold or answer math-verify read only in part (counted as partial_parses): "keep" its verdict

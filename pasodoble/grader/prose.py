@@ -166,9 +166,9 @@ def _item_at(text: str, scan: Scan, begin: int, window: int) -> tuple[str, int] 
     number = _NUMBER.search(text, begin, min(len(text), limit + 60))
     if number is not None and (number.start() > limit or _inside_cut(cut, number.start())):
         number = None
-    if span_index < len(spans) and spans[span_index][0] <= limit:
-        if number is None or spans[span_index][0] <= number.start():
-            return _group(text, spans, span_index, backwards=False)
+    span_first = span_index < len(spans) and spans[span_index][0] <= limit
+    if span_first and (number is None or spans[span_index][0] <= number.start()):
+        return _group(text, spans, span_index, backwards=False)
     return (number.group().strip(), number.end()) if number else None
 
 
