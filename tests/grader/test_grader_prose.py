@@ -147,3 +147,38 @@ def test_training_default_reads_as_before():
         assert batch.counters[name] == 0
     assert normalise_answer("1 000") == ("1 000", ())
     assert normalise_answer("x >= 5") == ("x >= 5", ())
+
+
+def test_eval_grades_with_the_auto_reading_unless_told():
+    import argparse
+
+    from pasodoble.evals.cli import eval_grader_config, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    base = ["eval", "--model", "tiny:solver", "--out", "o"]
+    assert eval_grader_config(parser.parse_args(base)).fallback == "auto"
+    assert eval_grader_config(parser.parse_args([*base, "--grader-fallback", "none"])).fallback == "none"
+    assert eval_grader_config().fallback == "auto"
+
+
+def test_agreement_bench_reads_test_tables_without_running_them(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "mathverify_agreement.py"
+    spec = importlib.util.spec_from_file_location("mathverify_agreement", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "test_a.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('gold,pred,expected', [('1', '$1$', 1), ('2', 'x', 0)])\n"
+        "def test_one(gold, pred, expected): raise SystemExit('never run')\n"
+        "@pytest.mark.parametrize('gold, pred, expected', [(str(i), str(i), 1) for i in range(3)])\n"
+        "def test_built(gold, pred, expected): pass\n"
+        "@pytest.mark.parametrize('pred, expected', [('1', 1)])\n"
+        "def test_other(pred, expected): pass\n"
+    )
+    cases, skipped = bench.load_cases(tmp_path)
+    assert [(c["gold"], c["pred"], c["expected"]) for c in cases] == [("1", "$1$", True), ("2", "x", False)]
+    assert cases[0]["where"] == "test_a.py::test_one[0]" and skipped == 1
