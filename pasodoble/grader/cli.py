@@ -70,9 +70,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--fallback",
         choices=FALLBACKS,
         default="auto",
-        help="when a response has no marked answer: auto (the text after 'The answer is' / 'Answer:', else the "
-        "response itself when it is a short math expression; the default), none (status no_answer) or its last "
-        "plain number",
+        help="when a response has no marked answer: auto (read it as math-verify does: 'final answer' and 'answer' "
+        "phrases, a short bare answer, the last LaTeX span or number; also several boxes as one answer for a gold "
+        "listing as many items; the default), none (status no_answer) or its last plain number",
     )
     parser.add_argument(
         "--decimal-comma",
