@@ -5,8 +5,9 @@ the length of its input. For every parser and every input shape (unclosed tags, 
 repeated, braces nested 100k deep, a leak test on two long token runs, ...) this prints the slowest of `--repeats`
 calls, in CPU seconds (`time.process_time`, so other load on the machine barely moves it), at 1 KB, 16 KB, 256 KB
 and 1 MB, and the growth from 64 KB to 1 MB (a linear parser grows about 16x; a quadratic one 256x). Parsers:
-`extract_answer` (boxed, `<answer>`, `####`, last-number fallback; `extract_auto` with the answer-phrase and bare
-answer fallback), `parse_proposal` (its `max_chars` cap lifted,
+`extract_answer` (boxed, `<answer>`, `####`, last-number fallback; `extract_auto` with the prose reading of
+`prose.py`, `extract_auto_set` also reading several boxes as one answer; `gold_reading`: a gold's box group, set size
+and normal form), `parse_proposal` (its `max_chars` cap lifted,
 so the parsing itself is timed) and the fast path (`fast_verdict`, same text and one character apart, which covers
 its normaliser). The exit status is 1 if any growth is 40x or more. `tests/grader/test_parsers_linear.py` runs the
 64 KB -> 1 MB growth of the same shapes.
@@ -21,8 +22,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from pasodoble.grader.extract import extract_answer
+from pasodoble.grader.extract import extract_answer, extract_box_group
 from pasodoble.grader.fastpath import fast_verdict
+from pasodoble.grader.goldforms import normalise_answer, set_size
 from pasodoble.prompts import parse_proposal
 
 SIZES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024)
@@ -67,7 +69,23 @@ SHAPES: dict[str, Callable[[int], str]] = {
     ),
     "unclosed_think": lambda n: _fill("x", n, head="<think>"),
     "frac_spaces": lambda n: _fill("\\frac ", n),
+    # the prose reading of `fallback="auto"` (`prose.py`) and several boxes read as one answer
+    "many_dollars": lambda n: _fill("$", n),
+    "dollar_spans": lambda n: _fill("$x$, ", n),
+    "cut_inline_spans": lambda n: _fill("$ x\n", n),
+    "unclosed_display": lambda n: _fill("x ", n, head="\\["),
+    "final_answers": lambda n: _fill("final answer ", n),
+    "final_answer_is": lambda n: _fill("Final answer is $1$. ", n, tail="I hope"),
+    "answer_words_spans": lambda n: _fill("answer $1$ ", n),
+    "box_groups": lambda n: _fill("\\boxed{1}, ", n),
+    "spaced_numbers": lambda n: _fill("1 000,5 ", n),
 }
+
+
+def _gold_reading(text: str) -> object:
+    """What the grader does to a gold under `fallback="auto"`: its box group, its set size, its normal form."""
+    gold = extract_box_group(text) or text
+    return set_size(gold), normalise_answer(gold, extended=True)
 
 
 def _fast_path_same(text: str) -> object:
@@ -81,6 +99,8 @@ def _fast_path_near(text: str) -> object:
 PARSERS: dict[str, Callable[[str], object]] = {
     "extract_answer": lambda text: extract_answer(text, "last_number"),
     "extract_auto": lambda text: extract_answer(text, "auto"),
+    "extract_auto_set": lambda text: extract_answer(text, "auto", set_size=4),
+    "gold_reading": lambda text: _gold_reading(text),
     "parse_proposal": lambda text: parse_proposal(text, max_chars=len(text) + 1),
     "fast_path_same": _fast_path_same,
     "fast_path_near": _fast_path_near,

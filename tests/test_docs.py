@@ -120,6 +120,9 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "python bench/grader.py": Skip("a timing bench (minutes; run it pinned to an idle core with taskset)"),
     "python bench/grader.py --shortcuts": Skip("a timing bench (see above)"),
+    "python bench/mathverify_agreement.py PATH/TO/Math-Verify/tests": Skip(
+        "needs a checkout of math-verify's repository (its test files are the input)"
+    ),
     "pytest -m slow tests/grader/test_grader_partial.py": Skip(
         "a slow test of this suite; make test-all runs it"
     ),

@@ -40,11 +40,13 @@ from pasodoble.evals.runner import (
     render_prompt,
     settings_dict,
 )
+from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.models import check_model_spec
 
 ENGINES = ("hf",)
+EVAL_FALLBACK = "auto"  # answers outside \\boxed{}: see --grader-fallback
 TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out tier problems
 
 
@@ -134,6 +136,13 @@ def register(subparsers) -> None:
         default=GraderConfig.partial_parses,
         help="a sample whose answer or gold math-verify reads only in part: keep math-verify's verdict "
         "or grade it wrong",
+    )
+    e.add_argument(
+        "--grader-fallback",
+        choices=FALLBACKS,
+        default=EVAL_FALLBACK,
+        help="a response without \\boxed{}: read its answer as math-verify does (auto: 'final answer' phrases, "
+        "LaTeX in the prose, the last expression; the default) or grade it as no answer (none)",
     )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -301,6 +310,18 @@ def choose_max_new_tokens(args, settings: EvalSettings, model, tokenizer, proble
     )
 
 
+def eval_grader_config(args: argparse.Namespace | None = None) -> GraderConfig:
+    """The grader settings of `pasodoble eval` (its defaults without `args`)."""
+    if args is None:
+        return GraderConfig(fallback=EVAL_FALLBACK)
+    return GraderConfig(
+        timeout_s=args.grader_timeout_s,
+        num_workers=args.grader_workers,
+        partial_parses=args.grader_partial_parses,
+        fallback=args.grader_fallback,
+    )
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from pasodoble.grader import Grader
 
@@ -326,11 +347,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if note:
         print(note, flush=True)
     engine = build_engine(args.engine, model, tokenizer, args.batch_size)
-    config = GraderConfig(
-        timeout_s=args.grader_timeout_s,
-        num_workers=args.grader_workers,
-        partial_parses=args.grader_partial_parses,
-    )
+    config = eval_grader_config(args)
     try:
         with Grader(config) as grader:
             report = evaluate(

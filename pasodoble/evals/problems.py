@@ -90,9 +90,10 @@ def _after_hashes(text: str) -> str | None:
 
 
 def _boxed(text: str) -> str | None:
-    from pasodoble.grader import extract_boxed
+    # Several boxes that answer together (`\boxed{1} and \boxed{-2}`) are one gold, as math-verify reads them.
+    from pasodoble.grader.extract import extract_box_group
 
-    found = extract_boxed(text, "last")
+    found = extract_box_group(text)
     return found.strip() if found is not None else None
 
 
@@ -105,8 +106,10 @@ def parse_answers(value: Any, answer_format: str = "auto") -> tuple[str, ...]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return () if isinstance(value, float) and math.isnan(value) else (format_number(value),)
     text = str(value)
-    if answer_format == "boxed" or (answer_format == "auto" and ("\\boxed" in text or "\\fbox" in text)):
+    if answer_format == "boxed":
         found = _boxed(text)
+    elif answer_format == "auto" and ("\\boxed" in text or "\\fbox" in text):
+        found = _boxed(text) or _strip_math_delimiters(text)  # a box never closed: the gold is read whole
     elif answer_format == "hashes" or (answer_format == "auto" and "####" in text):
         found = _after_hashes(text)
     else:

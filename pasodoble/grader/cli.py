@@ -10,8 +10,9 @@ another field is written as null), written to a temporary file and renamed, whic
 
 Run: `pasodoble verify-answers answers.jsonl --out graded.jsonl --num-workers 2` (a progress bar counts graded lines;
 `--no-progress` turns it off). Without flags a response with no `\\boxed{}`, `<answer>` or `####` is read by the
-"auto" fallback (`extract.py`: the text after `The answer is` / `Answer:`, else the response itself when it is a
-short math expression), so a file of bare answers needs no `--no-extract`; golds and answers written as people
+"auto" fallback (`extract.py`, `prose.py`: the answer as math-verify's extraction reads it: `final answer`
+and `answer` phrases, the response itself when it is a short math expression, the last LaTeX span or number, and
+several boxes as one answer for a gold listing as many items), so a file of bare answers needs no `--no-extract`; golds and answers written as people
 write them (`Answer: 7`, `$7$`, `12 cm`, `1,234`, `\\$3.50`; `goldforms.py`) are normalised, and the summary says
 how many golds and answers were, of which kind (`--decimal-comma` reads `3,5` as 3.5). When answers are not found, the summary says how to read bare answers
 (`--no-extract`) or responses that end in a plain number (`--fallback last_number`); when math-verify could read
@@ -69,9 +70,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--fallback",
         choices=FALLBACKS,
         default="auto",
-        help="when a response has no marked answer: auto (the text after 'The answer is' / 'Answer:', else the "
-        "response itself when it is a short math expression; the default), none (status no_answer) or its last "
-        "plain number",
+        help="when a response has no marked answer: auto (read it as math-verify does: 'final answer' and 'answer' "
+        "phrases, a short bare answer, the last LaTeX span or number; also several boxes as one answer for a gold "
+        "listing as many items; the default), none (status no_answer) or its last plain number",
     )
     parser.add_argument(
         "--decimal-comma",
@@ -156,7 +157,15 @@ def run_verify_answers(args: argparse.Namespace) -> int:
     )
     if any(
         totals.get(name, 0)
-        for name in ("gold_normalised", "answer_normalised", "answer_phrases", "bare_answers")
+        for name in (
+            "gold_normalised",
+            "answer_normalised",
+            "answer_phrases",
+            "bare_answers",
+            "latex_spans",
+            "last_numbers",
+            "box_groups",
+        )
     ):
         print(_normalised_summary(totals), file=sys.stderr)
     partial, gold_partial = totals.get("partial_parses", 0), totals.get("gold_partial_parses", 0)
@@ -173,8 +182,8 @@ def run_verify_answers(args: argparse.Namespace) -> int:
         )
     if totals.get("no_answer", 0) and not args.no_extract and args.fallback != "last_number":
         print(
-            "verify-answers: no answer was found in some responses (no \\boxed{}, <answer>, ####, 'The answer is' "
-            "or short bare answer); if 'pred' holds bare answers pass --no-extract, if responses end in a plain "
+            "verify-answers: no answer was found in some responses (no \\boxed{}, <answer>, ####, answer phrase, "
+            "LaTeX span, number or short bare answer); if 'pred' holds bare answers pass --no-extract, if responses end in a plain "
             "number pass --fallback last_number",
             file=sys.stderr,
         )
@@ -190,7 +199,8 @@ def _normalised_summary(totals: dict[str, int]) -> str:
         f"verify-answers: normalised {totals.get('gold_normalised', 0)} gold(s) and "
         f"{totals.get('answer_normalised', 0)} answer(s) ({kinds or 'none'}); "
         f"answers found after 'answer is' {totals.get('answer_phrases', 0)}, "
-        f"bare answers {totals.get('bare_answers', 0)}"
+        f"bare answers {totals.get('bare_answers', 0)}, in LaTeX spans {totals.get('latex_spans', 0)}, "
+        f"last numbers {totals.get('last_numbers', 0)}, several boxes as one {totals.get('box_groups', 0)}"
     )
 
 

@@ -12,12 +12,11 @@ Order (the first that finds a non-empty answer wins):
 3. the text after the last GSM8K `####` marker, up to the end of its line;
 4. only when asked (`fallback="last_number"`): the last plain number of the text (thousands separators, decimals,
    fractions `a/b`, a trailing `%`);
-4'. only when asked (`fallback="auto"`, the default of `pasodoble verify-answers`): the text after the last
-   `answer is` / `Answer:` / `answer =` phrase up to the end of its line (a leading `$...$`, `\\(...\\)` or
-   `\\[...\\]` is taken whole; source "answer_phrase"), else the whole response when it is short (at most
-   `BARE_MAX_CHARS`, one line) and is itself a math expression: once `goldforms.normalise_answer` has removed units
-   and markup, it holds a digit or a LaTeX command and no word outside `\\text{}` but math words (`pi`, `sqrt`);
-   source "bare". `12`, `\\frac{1}{2}`, `$x^2$`, `12 cm` are bare answers; `I think 12` is not.
+4'. only when asked (`fallback="auto"`, the default of `pasodoble verify-answers` and `pasodoble eval`): the
+   answer read as math-verify reads it (`prose.py`): `Final answer is X. I hope` even before a box; for a gold of
+   n >= 2 items, the last n boxes when they answer together (`extract_boxes`, source "boxes"); then, without a
+   box, answer phrases, a bare answer, the last LaTeX span or the last number (sources "answer_phrase", "bare",
+   "latex_span", "last_number").
 
 The content is returned verbatim (stripped): units, percentages, degrees, `\\text{}`, sets, intervals, matrices and
 equations are kept, because math-verify's own normalisation knows how to read them. Escaped braces (`\\{`, `\\}`) do
@@ -31,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from pasodoble.grader.goldforms import MATH_WORDS, normalise_answer
+from pasodoble.grader.prose import final_answer_hoped, read_prose
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # A backslash escapes the next character (so `\{`, `\}` and `\\` are skipped); bare braces are structure.
@@ -44,13 +43,11 @@ _LAST_NUMBER = re.compile(
 )
 
 FALLBACKS = ("none", "last_number", "auto")
-BARE_MAX_CHARS = 64
-_ANSWER_PHRASE = re.compile(r"answer\s*(?:is\s*:?|:|=)[ \t]*", re.IGNORECASE)
-_PHRASE_CLOSERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
-_PHRASE_MAX_CHARS = 200
-_LATEX_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+")
-_WORD = re.compile(r"[A-Za-z]{2,}")
-_MATHY = re.compile(r"[0-9\\]")
+_BOX_GAP_CHARS = 60  # text between boxes that answer together
+_GROUP_MAX = 16
+_CONNECTOR = re.compile(r",|;|\band\b|\bor\b")  # what joins boxes into one answer
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_LETTER = re.compile(r"[A-Za-z]")
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -87,6 +84,56 @@ def extract_boxed(text: str, which: str = "last") -> str | None:
     return None
 
 
+def _balanced_boxes(text: str) -> list[tuple[int, int, int]]:
+    """(start, content start, closing brace) of every balanced box, left to right, in one pass."""
+    pairs = _matching_braces(text)
+    return [
+        (m.start(), m.end(), pairs[m.end() - 1]) for m in _BOX_OPEN.finditer(text) if m.end() - 1 in pairs
+    ]
+
+
+def _together(text: str, left: tuple[int, int, int], right: tuple[int, int, int]) -> bool:
+    """Whether two boxes answer together: only a short stretch of one paragraph between them."""
+    gap_start, gap_end = left[2] + 1, right[0]
+    if not 0 <= gap_end - gap_start <= _BOX_GAP_CHARS:
+        return False
+    gap = text[gap_start:gap_end]
+    if "\n\n" in gap:
+        return False
+    return _CONNECTOR.search(gap) is not None or _LETTER.search(_COMMAND.sub("", gap)) is None
+
+
+def extract_boxes(text: str, count: int) -> str | None:
+    """The last `count` balanced boxes joined with ", " when they answer together, else None.
+
+    They answer together when a short stretch of one paragraph holding a comma, `;`, `and` or `or`, or no word but
+    LaTeX commands, separates each from the next (`\\boxed{1}, \\boxed{2}`, `\\boxed{k = 45} \\quad \\text{and} \\quad
+    \\boxed{n = 2}`): at most `_BOX_GAP_CHARS` characters and no blank line. One pass, like `extract_boxed`.
+    """
+    if count < 2 or not isinstance(text, str) or "box" not in text:
+        return None
+    boxes = _balanced_boxes(text)[-count:]
+    if len(boxes) < count or not all(_together(text, a, b) for a, b in zip(boxes, boxes[1:])):
+        return None
+    contents = [text[start:close].strip() for _, start, close in boxes]
+    return ", ".join(contents) if all(contents) else None
+
+
+def extract_box_group(text: str) -> str | None:
+    """The last box joined with the boxes before it that answer together with it (a gold written as several
+    boxes: `\\(\\boxed{1}\\) and \\(\\boxed{-2}\\)` is `1, -2`), or None without a box. At most `_GROUP_MAX` boxes."""
+    if not isinstance(text, str) or "box" not in text:
+        return None
+    boxes = _balanced_boxes(text)
+    if not boxes:
+        return None
+    first = len(boxes) - 1
+    while first > 0 and len(boxes) - first < _GROUP_MAX and _together(text, boxes[first - 1], boxes[first]):
+        first -= 1
+    contents = [text[start:close].strip() for _, start, close in boxes[first:]]
+    return ", ".join(content for content in contents if content) or None
+
+
 def extract_answer_tag(text: str) -> str | None:
     """Return the stripped content of the last `<answer>...</answer>` tag, or None.
 
@@ -117,52 +164,25 @@ def extract_last_number(text: str) -> str | None:
     return last.group().strip() if last else None
 
 
-def extract_answer_phrase(text: str) -> str | None:
-    """Return the answer after the last `answer is` / `Answer:` / `answer =` phrase (to the end of its line), or None.
+def extract_answer(text: str, fallback: str = "none", set_size: int = 1) -> tuple[str | None, str | None]:
+    """Return `(answer, source)`; source is "boxed", "boxes", "answer_tag", "gsm8k", "last_number",
+    "answer_phrase", "bare", "latex_span" or None.
 
-    A leading `$...$`, `$$...$$`, `\\(...\\)` or `\\[...\\]` is taken up to its closer (so `The answer is $5$
-    apples.` yields `$5$`); otherwise a trailing full stop is dropped. Longer than 200 characters: None.
-    """
-    last = None
-    for match in _ANSWER_PHRASE.finditer(text):
-        last = match
-    if last is None:
-        return None
-    end = text.find("\n", last.end())
-    rest = text[last.end() : end if end >= 0 else len(text)].strip()
-    for opener, closer in _PHRASE_CLOSERS:
-        if rest.startswith(opener):
-            close = rest.find(closer, len(opener))
-            if close > len(opener):
-                rest = rest[: close + len(closer)]
-            break
-    else:
-        rest = rest.rstrip(".").strip()
-    return rest if rest and len(rest) <= _PHRASE_MAX_CHARS else None
-
-
-def bare_answer(text: str) -> str | None:
-    """Return the stripped text when it is itself a short math expression (see the module docstring), else None."""
-    answer = text.strip()
-    if not answer or len(answer) > BARE_MAX_CHARS or "\n" in answer:
-        return None
-    core = normalise_answer(answer)[0]
-    if not _MATHY.search(core):
-        return None
-    words = _WORD.findall(_LATEX_TEXT.sub(" ", core))
-    return answer if all(word.lower() in MATH_WORDS for word in words) else None
-
-
-def extract_answer(text: str, fallback: str = "none") -> tuple[str | None, str | None]:
-    """Return `(answer, source)`; source is "boxed", "answer_tag", "gsm8k", "last_number", "answer_phrase", "bare"
-    or None.
-
-    Never raises on any string; a non-string input yields `(None, None)`.
+    `set_size`: with `fallback="auto"`, a gold of that many items (2 or more) reads the last boxes as one answer
+    when they answer together (`extract_boxes`, source "boxes"). Never raises on any string; a non-string input
+    yields `(None, None)`.
     """
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
     if not isinstance(text, str):
         return None, None
+    if fallback == "auto":
+        hoped = final_answer_hoped(text)
+        if hoped:
+            return hoped, "answer_phrase"
+        boxes = extract_boxes(text, set_size)
+        if boxes:
+            return boxes, "boxes"
     boxed = extract_boxed(text, "last")
     if boxed is not None and boxed.strip():
         return boxed.strip(), "boxed"
@@ -175,10 +195,5 @@ def extract_answer(text: str, fallback: str = "none") -> tuple[str | None, str |
         if number:
             return number, "last_number"
     if fallback == "auto":
-        phrase = extract_answer_phrase(text)
-        if phrase:
-            return phrase, "answer_phrase"
-        bare = bare_answer(text)
-        if bare:
-            return bare, "bare"
+        return read_prose(text)
     return None, None

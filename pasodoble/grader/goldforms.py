@@ -20,6 +20,15 @@ wrappers removed plus the kinds removed (each counted by the grader as `gold_nor
 - `decimal_comma`: only when asked (`decimal_comma=True`): a number with one comma not followed by exactly three
   digits (`3,5`, `0,25`) is read as a decimal (`3.5`). `1,234` stays a thousands separator even then.
 
+Extended forms (`extended=True`: the grader's `fallback="auto"`, where answers are read as math-verify reads them;
+the rewards' default leaves them off, so training reads as before): `thousands` also for spaces, `\\,`, `~` or `{,}`
+between groups (`1 000`, `1\\,000`); `decimal_comma` for a comma after a leading zero (`0,125`), for a comma in a
+number read from prose, and (`read_decimal_comma`) for `1,22` against the decimal `1.22`, never for a comma before
+exactly three digits; `units` also inside `\\text{}` / `\\mathrm{}` / `\\mbox{}` (`12\\,\\text{cm}`), with a power
+(`3 cm^2`, `14 m²`) or a ratio (`60 km/h`); `relations`: `>=`, `\\ge`, `\\geqslant`, `≥` -> `\\geq` (and the same for
+`\\leq`, `\\neq`), `\\gt` / `\\lt` -> `>` / `<`, so equal relations compare as equal strings on the fast path.
+`set_size` counts a gold's top-level items, for reading several boxes as one answer.
+
 Texts longer than `MAX_CHARS` are returned unchanged (answers that long are not numbers with units); every pattern
 is anchored and has no nested repetition, so the cost is linear in the length. Nothing here raises.
 """
@@ -29,7 +38,17 @@ from __future__ import annotations
 import re
 
 MAX_CHARS = 200
-KINDS = ("answer_prefix", "delimiters", "punctuation", "currency", "units", "thousands", "decimal_comma")
+KINDS = (
+    "answer_prefix",
+    "delimiters",
+    "punctuation",
+    "currency",
+    "units",
+    "thousands",
+    "decimal_comma",
+    "relations",
+)
+SET_SIZE_MAX = 16  # golds with more items are not matched against several boxes
 
 _PREFIX = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:|=)\s*", re.IGNORECASE)
 _WRAPPERS = (
@@ -70,6 +89,28 @@ MATH_WORDS = frozenset(
 )  # words math-verify reads as math, never units
 _THOUSANDS = re.compile(r"^(-?)(\d{1,3}(?:,\d{3})+)(\.\d+)?$")
 _DECIMAL_COMMA = re.compile(r"^(-?\d+),(\d+)$")
+# Extended forms (`extended=True`): math-verify's reading of numbers and relations written in other ways.
+_SEPARATED = re.compile(r"^(-?)([1-9]\d{0,2}(?:(?:,|\s|\\[,;: ]|\{,\}|~)\d{3})+)(\.\d+)?$")
+_SEPARATOR = re.compile(r"\D+")
+_SPACES = re.compile(r"  +")
+_PLAIN_DECIMAL = re.compile(r"^-?\d+\.\d+$")
+_NESTING = re.compile(r"\\\\|\\[{}]|\\[A-Za-z]+|[()\[\]{},]")
+_LEADING_ZERO_COMMA = re.compile(r"^(-?0),(\d+)$")
+_UNIT_WORD = r"(?:[A-Za-z]{1,6}(?:/[A-Za-z]{1,3})?(?:\^\{?[23]\}?|[²³])?)"
+_LATEX_UNITS = re.compile(
+    rf"^({_NUM})\s*(?:\\[,;: !]|~)*\s*\\(?:text|mbox|mathrm)\s*\{{\s*({_UNIT_WORD}(?:\s+{_UNIT_WORD})?)\s*\}}"
+    r"(?:\^\{?[23]\}?)?$"
+)
+_POWER_UNITS = re.compile(
+    rf"^({_NUM})\s*([A-Za-z]{{1,6}}(?:/[A-Za-z]{{1,3}})?(?:\^\{{?[23]\}}?|[²³])|[A-Za-z]{{1,6}}/[A-Za-z]{{1,3}})$"
+)
+_RELATIONS = (
+    (re.compile(r">=|\\geq?(?![A-Za-z])|\\geqslant|≥"), "\\geq "),
+    (re.compile(r"<=|\\leq?(?![A-Za-z])|\\leqslant|≤"), "\\leq "),
+    (re.compile(r"!=|\\neq?(?![A-Za-z])|≠"), "\\neq "),
+    (re.compile(r"\\gt(?![A-Za-z])"), ">"),
+    (re.compile(r"\\lt(?![A-Za-z])"), "<"),
+)
 
 
 def _strip_prefix_and_wrappers(text: str, kinds: list[str]) -> str:
@@ -97,8 +138,13 @@ def strip_wrappers(text: str) -> str:
     return _strip_prefix_and_wrappers(text.strip(), [])
 
 
-def normalise_answer(text: str, *, decimal_comma: bool = False) -> tuple[str, tuple[str, ...]]:
-    """`(answer, kinds)`: the answer as math-verify should see it and the kinds of markup removed (see above)."""
+def normalise_answer(
+    text: str, *, decimal_comma: bool = False, extended: bool = False
+) -> tuple[str, tuple[str, ...]]:
+    """`(answer, kinds)`: the answer as math-verify should see it and the kinds of markup removed (see above).
+
+    `extended` adds the forms math-verify's extraction reads in prose (see "Extended forms" above).
+    """
     if not isinstance(text, str) or len(text) > MAX_CHARS:
         return text, ()
     kinds: list[str] = []
@@ -113,9 +159,13 @@ def normalise_answer(text: str, *, decimal_comma: bool = False) -> tuple[str, tu
     words = _WORD_UNITS.match(text)
     if words and MATH_WORDS.intersection(words.group(2).lower().split()):
         words = None
+    if extended and words is None and not _DEGREES.match(text):
+        words = _units_written_otherwise(text)
     if match := _DEGREES.match(text) or words:
         kinds.append("units")
         text = match.group(1)
+    if extended:
+        return _extended_numbers(text, kinds, decimal_comma)
     if match := _THOUSANDS.match(text):
         kinds.append("thousands")
         text = match.group(1) + match.group(2).replace(",", "") + (match.group(3) or "")
@@ -123,3 +173,67 @@ def normalise_answer(text: str, *, decimal_comma: bool = False) -> tuple[str, tu
         kinds.append("decimal_comma")
         text = f"{match.group(1)}.{match.group(2)}"
     return text, tuple(kinds)
+
+
+def _units_written_otherwise(text: str) -> re.Match[str] | None:
+    """A number with its unit in `\\text{}` (`12\\,\\text{cm}`), a power (`3 cm^2`, `12 m²`) or a ratio (`5 km/h`)."""
+    match = _LATEX_UNITS.match(text) or _POWER_UNITS.match(text)
+    if match and MATH_WORDS.intersection(re.findall(r"[a-z]+", match.group(2).lower())):
+        return None
+    return match
+
+
+def _extended_numbers(text: str, kinds: list[str], decimal_comma: bool) -> tuple[str, tuple[str, ...]]:
+    """Separators (`1 000`, `1\\,000`, `1,000`), decimal commas that cannot be separators, and relations."""
+    if match := _SEPARATED.match(text):
+        kinds.append("thousands")
+        text = match.group(1) + _SEPARATOR.sub("", match.group(2)) + (match.group(3) or "")
+    elif match := _LEADING_ZERO_COMMA.match(text) or (decimal_comma and _DECIMAL_COMMA.match(text)):
+        kinds.append("decimal_comma")
+        text = f"{match.group(1)}.{match.group(2)}"
+    related = text
+    for pattern, spelling in _RELATIONS:
+        related = pattern.sub(lambda _, spelling=spelling: spelling, related)
+    if related != text:
+        kinds.append("relations")
+        text = _SPACES.sub(" ", related).strip()
+    return text, tuple(kinds)
+
+
+def read_decimal_comma(text: str, other: str) -> str | None:
+    """`text` with its comma read as a decimal point when `other` is that very decimal (`1,22` against `1.22`).
+
+    The other answer is the context that tells a decimal comma from a list; a comma that separates thousands
+    (`1,234`) was already removed, so `1,234` never equals `1.234` here.
+    """
+    if (
+        "," in text
+        and _DECIMAL_COMMA.match(text)
+        and not _SEPARATED.match(text)
+        and _PLAIN_DECIMAL.match(other)
+    ):
+        decimal = text.replace(",", ".")
+        return decimal if decimal == other else None
+    return None
+
+
+def set_size(text: str) -> int:
+    """How many items a gold lists at its top level (`(1, 2), (2, 1)`: 2; `\\{1, 2, 3\\}`: 3; `[0, 1)`: 1).
+
+    One pass; counts past `SET_SIZE_MAX` give 1 (too many to be written as separate boxes).
+    """
+    text = text.strip()
+    for opener, closer in (("\\{", "\\}"), ("{", "}")):
+        if text.startswith(opener) and text.endswith(closer):
+            text = text[len(opener) : len(text) - len(closer)]
+            break
+    depth, items = 0, 1
+    for token in _NESTING.finditer(text):
+        mark = token.group()
+        if mark == ",":
+            items += depth == 0
+        elif mark in ("(", "[", "{", "\\{"):
+            depth += 1
+        elif mark in (")", "]", "}", "\\}"):
+            depth = max(0, depth - 1)
+    return items if items <= SET_SIZE_MAX else 1

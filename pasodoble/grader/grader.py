@@ -7,8 +7,9 @@ Used by the rewards and by the evaluation harness:
         rewards = [float(v.correct) for v in batch.verdicts]
         tracker.log(counters_to_metrics(batch.counters), step)
 
-Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number or an
-`answer is` phrase / a bare answer), remove people's markup from gold and answer alike (`Answer:`, `$...$`, units,
+Per pair: extract the answer (last balanced `\\boxed{}`, then `<answer>`, `####`, optionally the last number; with
+`fallback="auto"` the answer as math-verify reads it: prose, several boxes for a gold listing as many items, the
+extended forms of `goldforms.py`, and a gold holding boxes read as its boxes), remove people's markup from gold and answer alike (`Answer:`, `$...$`, units,
 thousands separators, currency; `goldforms.py`, counted as `gold_normalised` / `answer_normalised` and
 `normalised_<kind>`), look up the (gold, answer) cache, try the fast path (`fastpath.py`), and only then send the pair to a worker process that
 runs math-verify's `parse` + `verify` under a hard limit on its CPU time (`pool.py`; workers parse LaTeX with ANTLR's
@@ -46,12 +47,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pasodoble.errors import ConfigError
-from pasodoble.grader.extract import FALLBACKS, extract_answer
+from pasodoble.grader.extract import FALLBACKS, extract_answer, extract_box_group
 from pasodoble.grader.fastpath import fast_verdict
-from pasodoble.grader.goldforms import KINDS, normalise_answer
+from pasodoble.grader.goldforms import KINDS, normalise_answer, read_decimal_comma, set_size
 from pasodoble.grader.pool import WorkerPool
 
 logger = logging.getLogger(__name__)
+_FALLBACK_SOURCES = {  # answer source -> its own counter (all also count as `fallbacks`)
+    "last_number": "last_numbers",
+    "answer_phrase": "answer_phrases",
+    "bare": "bare_answers",
+    "latex_span": "latex_spans",
+}
 
 STATUSES = ("ok", "no_answer", "timeout", "error")
 PARTIAL_PARSES = ("keep", "reject")  # what a verdict resting on a partly read gold or answer becomes
@@ -64,6 +71,9 @@ COUNTER_NAMES = (
     "fallbacks",  # answer found only by the configured fallback (last number, answer phrase or bare answer)
     "answer_phrases",  # answers taken after an `answer is` / `Answer:` phrase (fallback "auto")
     "bare_answers",  # responses that were themselves a short math expression (fallback "auto")
+    "latex_spans",  # answers read from the last LaTeX span of the prose (fallback "auto")
+    "last_numbers",  # answers read as the prose's last number (fallback "auto")
+    "box_groups",  # several boxes read as one answer for a gold that lists as many items (fallback "auto")
     "gold_normalised",  # gold answers whose markup was removed before comparison (`goldforms.py`)
     "answer_normalised",  # extracted answers whose markup was removed before comparison
     *(f"normalised_{kind}" for kind in KINDS),  # golds and answers normalised, by kind of markup removed
@@ -106,9 +116,9 @@ class GraderConfig:
     wall_limit_factor: float = 10.0  # hang backstop: kill a worker with no CPU use in this many timeout_s
     num_workers: int = 1  # math-verify worker processes
     cache_size: int = 100_000  # (gold, answer) verdicts remembered; 0 turns the cache off
-    fallback: str = (
-        "none"  # answer source when no box/tag/####: "none" | "last_number" | "auto" (phrase, bare)
-    )
+    # answer source when no box/tag/####: "none" | "last_number" | "auto" (math-verify's reading: prose, several
+    # boxes for a set gold, the extended forms of goldforms.py); rewards keep "none", the strict boxed rule
+    fallback: str = "none"
     decimal_comma: bool = False  # read `3,5` as 3.5 (a comma not followed by exactly 3 digits); else a set
     memory_limit_mb: int | None = 4096  # address-space cap of a worker; None means no cap
     # A pair whose gold or answer math-verify read only in part (counted as partial_parses): "keep" its verdict
@@ -189,6 +199,7 @@ class Grader:
     def __init__(self, config: GraderConfig | None = None):
         self.config = config or GraderConfig()
         self.config.validate()
+        self._extended = self.config.fallback == "auto"  # math-verify's reading of prose, boxes and numbers
         self._cache = _LRU(self.config.cache_size)
         self._pool: WorkerPool | None = None
         self._finalizer: weakref.finalize | None = None
@@ -243,15 +254,19 @@ class Grader:
             golds
         )  # each response's answer as found, before normalising
         for index, (gold, response) in enumerate(zip(golds, responses, strict=True)):
-            answer = self._answer(response, extract, counters)
+            gold_kinds, gold_text = self._normalised(self._gold(str(gold)))
+            size = set_size(gold_text) if self._extended else 1
+            answer, source = self._answer(response, extract, size, counters)
             if answer is None:
                 verdicts[index] = Verdict(False, "no_answer", None)
                 continue
             extracted[index] = answer
-            key = (
-                self._normalised(str(gold), "gold", counters),
-                self._normalised(answer, "answer", counters),
-            )
+            answer_kinds, answer_text = self._normalised(answer, prose_number=source == "last_number")
+            if self._extended:
+                gold_text, answer_text = self._paired(gold_text, answer_text, gold_kinds, answer_kinds)
+            self._count(gold_kinds, "gold", counters)
+            self._count(answer_kinds, "answer", counters)
+            key = (gold_text, answer_text)
             known = self._known(key, counters)
             if known is not None:
                 verdicts[index] = Verdict(*known, answer)
@@ -265,28 +280,49 @@ class Grader:
             self._check(waiting, verdicts, counters, extracted)
         return GradeBatch([verdict for verdict in verdicts if verdict is not None], dict(counters))
 
-    def _answer(self, response: str, extract: bool, counters: Counter[str]) -> str | None:
+    def _answer(
+        self, response: str, extract: bool, set_size: int, counters: Counter[str]
+    ) -> tuple[str | None, str | None]:
         if not extract:
             answer = response.strip() if isinstance(response, str) else None
             source = "given" if answer else None
         else:
-            answer, source = extract_answer(response, self.config.fallback)
+            answer, source = extract_answer(response, self.config.fallback, set_size)
         if not answer:
             counters["no_answer"] += 1
-            return None
-        if source in ("last_number", "answer_phrase", "bare"):
+            return None, None
+        if source in _FALLBACK_SOURCES:
             counters["fallbacks"] += 1
-            counters["answer_phrases"] += source == "answer_phrase"
-            counters["bare_answers"] += source == "bare"
-        return answer
+            counters[_FALLBACK_SOURCES[source]] += 1
+        counters["box_groups"] += source == "boxes"
+        return answer, source
 
-    def _normalised(self, text: str, role: str, counters: Counter[str]) -> str:
-        """The text with people's markup removed (`goldforms.py`), counted by role and kind."""
-        result, kinds = normalise_answer(text.strip(), decimal_comma=self.config.decimal_comma)
+    def _gold(self, gold: str) -> str:
+        """A gold written as a solution with its answer boxed is read as its box(es), as math-verify reads it."""
+        return (extract_box_group(gold) or gold) if self._extended else gold
+
+    def _normalised(self, text: str, prose_number: bool = False) -> tuple[list[str], str]:
+        """(kinds removed, the text with people's markup removed: `goldforms.py`)."""
+        decimal_comma = self.config.decimal_comma or (self._extended and prose_number)
+        result, kinds = normalise_answer(text.strip(), decimal_comma=decimal_comma, extended=self._extended)
+        return list(kinds), result
+
+    @staticmethod
+    def _paired(gold: str, answer: str, gold_kinds: list[str], answer_kinds: list[str]) -> tuple[str, str]:
+        """A decimal comma read in the context of the other side's decimal (`1,22` against `1.22`)."""
+        if (decimal := read_decimal_comma(answer, gold)) is not None:
+            answer_kinds.append("decimal_comma")
+            return gold, decimal
+        if (decimal := read_decimal_comma(gold, answer)) is not None:
+            gold_kinds.append("decimal_comma")
+            return decimal, answer
+        return gold, answer
+
+    @staticmethod
+    def _count(kinds: list[str], role: str, counters: Counter[str]) -> None:
         if kinds:
             counters[f"{role}_normalised"] += 1
             counters.update(f"normalised_{kind}" for kind in kinds)
-        return result
 
     def _known(self, key: tuple[str, str], counters: Counter[str]) -> tuple[bool, str] | None:
         """(correct, status) from the cache or the fast path, or None when a worker must decide."""

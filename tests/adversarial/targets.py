@@ -19,7 +19,7 @@ from pasodoble.config import apply_override
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.problems import parse_answers, read_rows
 from pasodoble.evals.samples import load_resume_state
-from pasodoble.grader import extract, fastpath, goldforms
+from pasodoble.grader import extract, fastpath, goldforms, prose
 from pasodoble.grader.cli import _read_rows as verify_answers_rows
 from pasodoble.io import read_jsonl
 from pasodoble.jsonl import LineError, decode_line, read_jsonl_skipping
@@ -53,6 +53,12 @@ PARSERS: dict[str, Target] = {
     "extract.extract_answer": (extract.extract_answer, ()),
     "extract.extract_answer(last_number)": (lambda t: extract.extract_answer(t, "last_number"), ()),
     "extract.extract_answer(auto)": (lambda t: extract.extract_answer(t, "auto"), ()),
+    "extract.extract_answer(auto, set)": (lambda t: extract.extract_answer(t, "auto", set_size=3), ()),
+    "extract.extract_box_group": (extract.extract_box_group, ()),
+    "prose.read_prose": (prose.read_prose, ()),
+    "goldforms.normalise_answer(extended)": (lambda t: goldforms.normalise_answer(t, extended=True), ()),
+    "goldforms.set_size": (goldforms.set_size, ()),
+    "goldforms.read_decimal_comma": (lambda t: goldforms.read_decimal_comma(*_half(t)), ()),
     "goldforms.normalise_answer": (goldforms.normalise_answer, ()),
     "goldforms.normalise_answer(decimal_comma)": (
         lambda t: goldforms.normalise_answer(t, decimal_comma=True),
@@ -111,6 +117,8 @@ PIECES = [
     "<think>", "</think>", "####", "\\frac{", "\\dfrac", "^{", "^", "9", "0", "1,000", ".5", "-", "/", "%", "$",
     "\\(", "\\)", "\\[", "\\]", "\\text{", "x", " ", "\n", "\t", ":", "=", ".", "+=", "[", "]", "&a ", "*a", "!!",
     "yes", "NaN", "1e400", '"', ",", "\x00", "\u2028", "\ud800", "é", "\U0001f600", "9" * 40, "solver.lr",
+    "final answer is ", "answer", " I hope", "$$", " and ", "1 000", "2,74", "\\,", ">=", "\\le ", "\\neq",
+    "\\text{ cm}", "m²", "km/h", "€",
 ]  # fmt: skip
 
 

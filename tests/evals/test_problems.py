@@ -21,7 +21,9 @@ def test_answer_shapes():
     assert parse_answers("$\\frac{1}{2}$") == ("\\frac{1}{2}",)
     assert parse_answers(["$3$", "4"]) == ("3", "4")
     assert parse_answers("She makes 9 * 2 = $18.\n#### 1,018") == ("1018",)
-    assert parse_answers("so the answer is \\boxed{\\frac{a}{b}} and \\boxed{7}.") == ("7",)
+    # boxes that answer together are one gold, as math-verify reads them; a box in another paragraph is not
+    assert parse_answers("so the answer is \\boxed{\\frac{a}{b}} and \\boxed{7}.") == ("\\frac{a}{b}, 7",)
+    assert parse_answers("first \\boxed{3}.\n\nso the answer is \\boxed{7}.") == ("7",)
     assert parse_answers("x \\boxed{2^{\\{1\\}}}", "boxed") == ("2^{\\{1\\}}",)
     assert parse_answers("text #### 5", "text") == ("text #### 5",)
     assert parse_answers(None) == ()
