@@ -270,7 +270,7 @@ def evaluate(
     resumed = sum(key in finished for key in keys)
     counters: Counter = Counter(
         {
-            "eval/resumed_problems": resumed,
+            "eval/resumed_problems": resumed if lead else 0,  # summed over ranks at the end
             "eval/torn_lines": state.torn_lines,
             "eval/partial_rows_dropped": state.partial_rows,
             "eval/prompts_truncated": 0,
