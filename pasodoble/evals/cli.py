@@ -8,7 +8,9 @@
 `eval` writes DIR/samples.jsonl (every sample, appended as produced), DIR/results.json and DIR/results.md, and
 DIR/run.json (what the run is: model, problem sets, settings). Re-running the same command on the same DIR resumes:
 finished problems are kept, the rest are generated; a different command on the same DIR is refused unless
---overwrite is given. Engines: `hf` (Hugging Face generate) now; vLLM joins the `--engine` choices when it lands.
+--overwrite is given. Engines are the roles' own, built by `rollout/factory.py` (`evals/engine.py`): `--engine hf |
+vllm | vllm_server`. Under `torchrun` / `accelerate launch` each rank evaluates its share of the problems and rank 0
+writes the run once (`evaluate(..., collective=)`; docs/ROLLOUTS.md).
 """
 
 from __future__ import annotations
@@ -52,7 +54,13 @@ TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out 
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("eval", help="evaluate a model on math benchmarks or any JSONL/Parquet/Hub set")
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on math benchmarks or any JSONL/Parquet/Hub set",
+        epilog="Several ranks: `torchrun --standalone --nproc_per_node N -m pasodoble eval ...` (or `accelerate "
+        "launch`): each rank samples its share of the problems, rank 0 writes the run once; resumable on any "
+        "number of ranks.",
+    )
     p.add_argument(
         "--model",
         required=True,
