@@ -24,7 +24,6 @@ from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.evals.benchmarks import DATA_DIR_ENV, load_benchmark, parse_benchmark_names
-from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
 from pasodoble.evals.problems import ANSWER_FORMATS, FieldMap, Problem, load_hf_problems, load_problems_file
 from pasodoble.evals.report import (
     build_results,
@@ -46,7 +45,6 @@ from pasodoble.evals.runner import (
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.models import check_model_spec
-from pasodoble.precision import DTYPES
 from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
 EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
@@ -126,7 +124,10 @@ def register(subparsers) -> None:
     e.add_argument("--batch-size", type=int, default=64, help="hf: sequences per generate call")
     e.add_argument("--device", default="auto", help="hf: auto (cuda when available), cpu, cuda, cuda:1, ...")
     e.add_argument(
-        "--dtype", default="auto", choices=("auto", *DTYPES), help="weights' dtype (auto: the model's own)"
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="weights' dtype (auto: the model's own)",
     )
     e.add_argument(
         "--gpu-memory-utilization",
@@ -242,6 +243,13 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     return problems
 
 
+def load_problems(args: argparse.Namespace) -> list[Problem]:
+    problems = problems_from_args(args)
+    if not problems:
+        raise UserError("no problems to evaluate: the sets are empty (check --dataset / --limit)")
+    return problems
+
+
 def problems_digest(problems: list[Problem]) -> str:
     """Fingerprint of the problem set, so a resumed run cannot mix samples of edited data files."""
     text = json.dumps([[p.source, p.id, p.question, list(p.answers)] for p in problems], ensure_ascii=False)
@@ -324,22 +332,32 @@ def load_tokenizer_and_config(path: str, spec: str):
     return tokenizer, config
 
 
-def start_run(args: argparse.Namespace, identity: dict, collective) -> None:
-    """Rank 0 checks and records the run's identity in --out; every rank gets its verdict."""
-    error = None
+def rank0_first(collective, what: str, fn):
+    """`fn()` on rank 0, then on the other ranks: what rank 0 builds into a cache (the tiny world, a Hub download)
+    the others then read, and a user error of rank 0's ends every rank with its line instead of a wait."""
+    error = value = None
     if collective.rank == 0:
         try:
-            args.out.mkdir(parents=True, exist_ok=True)
-            _check_run_identity(args.out, identity, args.overwrite)
+            value = fn()
         except UserError as e:
-            error = str(e)
-    error = collective.broadcast(error, "eval run identity")
-    if error:
-        raise UserError(error)
+            error = e
+    failed = collective.broadcast(str(error) if error else None, what)
+    if error is not None:
+        raise error
+    if failed:
+        raise UserError(failed)
+    return value if collective.rank == 0 else fn()
+
+
+def start_run(args: argparse.Namespace, identity: dict) -> None:
+    """Check and record the run's identity in --out (rank 0 alone)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    _check_run_identity(args.out, identity, args.overwrite)
 
 
 def run_eval(args: argparse.Namespace) -> int:
     from pasodoble.distributed import from_env
+    from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
     from pasodoble.grader import Grader
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
@@ -347,9 +365,7 @@ def run_eval(args: argparse.Namespace) -> int:
     check_engine_flags(args)
     collective = from_env(args.distributed_timeout_s)
     lead = collective.rank == 0
-    problems = problems_from_args(args)
-    if not problems:
-        raise UserError("no problems to evaluate: the sets are empty (check --dataset / --limit)")
+    problems = rank0_first(collective, "eval problems", lambda: load_problems(args))
     counts = dict(Counter(p.source for p in problems))
     requested = settings_dict(settings) | {"max_new_tokens": args.max_new_tokens}  # None: from the model
     identity = {
@@ -358,11 +374,11 @@ def run_eval(args: argparse.Namespace) -> int:
         "problems_sha256": problems_digest(problems),
         "settings": requested,
     }
-    start_run(args, identity, collective)
+    rank0_first(collective, "eval run identity", lambda: start_run(args, identity) if lead else None)
     ranks = f" on {collective.world_size} ranks" if collective.world_size > 1 else ""
     say = print if lead else (lambda *a, **k: None)
     say(f"evaluating {args.model} -> {args.out}{ranks} (samples.jsonl grows as problems finish)", flush=True)
-    args.model_path = resolve_model_spec(args.model)
+    args.model_path = rank0_first(collective, "eval model", lambda: resolve_model_spec(args.model))
     tokenizer, model_config = load_tokenizer_and_config(args.model_path, args.model)
     note, longest = choose_max_new_tokens(args, settings, model_config, tokenizer, problems)
     if note:
