@@ -1,6 +1,6 @@
 """`pasodoble eval --engine vllm` against `--engine hf` on one small random Qwen3: greedy answers and scores agree.
 
-The model has head_dim 32 (the CPU build's smallest attention head). Greedy answers of two engines can part at a
+The model is the vLLM engine tests' (head_dim 32, the CPU build's smallest attention head). Greedy answers of two engines can part at a
 near-tie of two logits (different kernels round differently), hence "at least 95% identical", the acceptance rule
 of issue 28. Marker `vllm`: run with `make test-vllm`.
 """
@@ -16,33 +16,16 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # an engine start ta
 
 from pasodoble.cli import main  # noqa: E402
 from tests.loop_helpers import make_tokenizer  # noqa: E402
+from tests.rollout.test_vllm_engine import _model  # noqa: E402  (head_dim 32)
 
 PROBLEMS = 20
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     tokenizer = make_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
     path = tmp_path_factory.mktemp("vllm-eval-model")
-    Qwen3ForCausalLM(config).save_pretrained(path)
+    _model(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
