@@ -153,6 +153,19 @@ COMMANDS: dict[str, Run | Skip] = {
     "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(
         "needs the model's config.json; tests/test_layout.py runs `pasodoble layout` on a written one"
     ),
+    # README.md and docs/ROLLOUTS.md, evaluation engines and ranks
+    "torchrun --standalone --nproc_per_node 8 -m pasodoble eval --model M --benchmarks paper --engine vllm "
+    "--out runs/eval-8": Skip(
+        "8 GPUs and vLLM; tests/evals/test_eval_distributed.py (distributed) runs eval on 2 and 3 CPU ranks"
+    ),
+    "pasodoble eval --model M --benchmarks paper --num-samples 6 --temperature 0.6 --engine vllm "
+    "--out runs/eval-vllm": Skip(
+        "a real model and the benchmarks (network); tests/evals/test_eval_vllm.py (vllm) runs --engine vllm"
+    ),
+    "pasodoble eval --model M --dataset set.jsonl --engine vllm_server --server-url http://127.0.0.1:8000 "
+    "--out runs/e": Skip(
+        "a server started by hand; tests/evals/test_engine.py runs --server-url against one"
+    ),
     # docs/ROLLOUTS.md
     "pasodoble train --config recipes/tiny-online.yaml proposer.lora.rank=8 solver.lora.rank=8": Run(
         add="schedule.steps=1 schedule.passages_per_step=1 run_dir=runs/lora"

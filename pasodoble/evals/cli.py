@@ -8,7 +8,9 @@
 `eval` writes DIR/samples.jsonl (every sample, appended as produced), DIR/results.json and DIR/results.md, and
 DIR/run.json (what the run is: model, problem sets, settings). Re-running the same command on the same DIR resumes:
 finished problems are kept, the rest are generated; a different command on the same DIR is refused unless
---overwrite is given. Engines: `hf` (Hugging Face generate) now; vLLM joins the `--engine` choices when it lands.
+--overwrite is given. Engines are the roles' own, built by `rollout/factory.py` (`evals/engine.py`): `--engine hf |
+vllm | vllm_server`. Under `torchrun` / `accelerate launch` each rank evaluates its share of the problems and rank 0
+writes the run once (`evaluate(..., collective=)`; docs/ROLLOUTS.md).
 """
 
 from __future__ import annotations
@@ -44,14 +46,21 @@ from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.models import check_model_spec
+from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
-ENGINES = ("hf",)
 EVAL_FALLBACK = "auto"  # answers outside \\boxed{}: see --grader-fallback
+EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
 TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out tier problems
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("eval", help="evaluate a model on math benchmarks or any JSONL/Parquet/Hub set")
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on math benchmarks or any JSONL/Parquet/Hub set",
+        epilog="Several ranks: `torchrun --standalone --nproc_per_node N -m pasodoble eval ...` (or `accelerate "
+        "launch`): each rank samples its share of the problems, rank 0 writes the run once; resumable on any "
+        "number of ranks.",
+    )
     p.add_argument(
         "--model",
         required=True,
@@ -111,12 +120,41 @@ def register(subparsers) -> None:
     s.add_argument("--system-prompt", help="system message (or plain-text preamble)")
     s.add_argument("--no-chat-template", action="store_true", help="feed the rendered template as plain text")
     s.add_argument("--chunk-size", type=int, default=defaults.chunk_size, help="problems per engine call")
-    e = p.add_argument_group("engine")
-    e.add_argument("--engine", choices=ENGINES, default="hf", help="rollout engine")
-    e.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
-    e.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    e = p.add_argument_group("engine (the same engines and settings as the roles' in training)")
+    vllm = VLLMConfig()
+    e.add_argument("--engine", choices=ENGINES, default="hf", help="rollout engine (see docs/ROLLOUTS.md)")
+    e.add_argument("--batch-size", type=int, default=64, help="hf: sequences per generate call")
+    e.add_argument("--device", default="auto", help="hf: auto (cuda when available), cpu, cuda, cuda:1, ...")
     e.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"), help="weights' dtype"
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="weights' dtype (auto: the model's own)",
+    )
+    e.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=EVAL_GPU_MEMORY,
+        help="vllm: share of GPU memory the engine may take (default: %(default)s; training's default is "
+        f"{vllm.gpu_memory_utilization})",
+    )
+    e.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=vllm.tensor_parallel_size,
+        help="vllm, vllm_server: GPUs one engine spans (default: %(default)s)",
+    )
+    e.add_argument(
+        "--max-model-len", type=int, help="vllm: longest prompt + completion (default: the two budgets added)"
+    )
+    e.add_argument("--server-url", help="vllm_server: an already running server (default: start one)")
+    e.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft format) applied to --model")
+    e.add_argument(
+        "--distributed-timeout-s",
+        type=float,
+        default=3600.0,
+        help="several ranks: longest wait for the others at a gather; keep it above one chunk's time "
+        "(default: %(default)s)",
     )
     e.add_argument(
         "--grader-timeout-s",
@@ -214,6 +252,13 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     return problems
 
 
+def load_problems(args: argparse.Namespace) -> list[Problem]:
+    problems = problems_from_args(args)
+    if not problems:
+        raise UserError("no problems to evaluate: the sets are empty (check --dataset / --limit)")
+    return problems
+
+
 def problems_digest(problems: list[Problem]) -> str:
     """Fingerprint of the problem set, so a resumed run cannot mix samples of edited data files."""
     text = json.dumps([[p.source, p.id, p.question, list(p.answers)] for p in problems], ensure_ascii=False)
@@ -239,36 +284,6 @@ def _check_run_identity(out: Path, identity: dict, overwrite: bool) -> None:
     write_json_atomic(path, identity)
 
 
-def load_model(args: argparse.Namespace):
-    """(model, tokenizer) from a local directory or Hub id, on --device with --dtype."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = getattr(args, "model_path", None) or args.model
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as err:
-        raise UserError(
-            f"--model: cannot load {args.model!r} ({err}); give a local model directory or a Hub id"
-        ) from err
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = (
-            tokenizer.eos_token
-        )  # batched generation pads; decoder-only models rarely set one
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    return model.to(device).eval(), tokenizer
-
-
-def build_engine(name: str, model, tokenizer, batch_size: int):
-    if name == "hf":
-        from pasodoble.rollout import HFEngine
-
-        return HFEngine(model, tokenizer, batch_size=batch_size)
-    raise UserError(f"--engine: {name!r} is not available; choose from {', '.join(ENGINES)}")
-
-
 def default_label(model: str) -> str:
     """A row name that tells trained checkpoints apart: `RUN/step-N/solver` for RUN/checkpoints/step-N/solver/model,
     the spec for `tiny:` models, else the last path part (`Qwen3-1.7B-Base`)."""
@@ -290,24 +305,64 @@ def resolve_model_spec(spec: str) -> str:
     return resolve_model(spec)
 
 
-def choose_max_new_tokens(args, settings: EvalSettings, model, tokenizer, problems: list[Problem]) -> str:
-    """Fill in the completion budget when --max-new-tokens was not given; returns a line saying what was chosen."""
-    context = context_length(model.config)
+def choose_max_new_tokens(args, settings: EvalSettings, model_config, tokenizer, problems: list[Problem]):
+    """Fill in the completion budget when --max-new-tokens was not given; returns (a line saying what was chosen,
+    the longest prompt in tokens)."""
+    context = context_length(model_config)
     longest = max(len(render_prompt(p.question, settings, tokenizer)[1]) for p in problems)
     if args.max_new_tokens is not None:
         if context is not None and longest + args.max_new_tokens > context:
             return (
                 f"note: --max-new-tokens {args.max_new_tokens} + the longest prompt ({longest} tokens) exceed the "
                 f"model's context of {context} tokens; completions past it are unreliable"
-            )
-        return ""
+            ), longest
+        return "", longest
     if context is None:
         raise UserError("--max-new-tokens: the model's config names no context length; give the budget")
     settings.max_new_tokens = completion_budget(context, longest)
     return (
         f"max_new_tokens: {settings.max_new_tokens} (the model's context of {context} tokens minus the longest "
         f"prompt, {longest}; set --max-new-tokens to change it)"
-    )
+    ), longest
+
+
+def load_tokenizer_and_config(path: str, spec: str):
+    """The model's tokenizer (a pad token set: batched generation pads) and config, without its weights."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"--model: cannot load {spec!r} ({err}); give a local model directory or a Hub id"
+        ) from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token  # decoder-only models rarely set one
+    return tokenizer, config
+
+
+def rank0_first(collective, what: str, fn):
+    """`fn()` on rank 0, then on the other ranks: what rank 0 builds into a cache (the tiny world, a Hub download)
+    the others then read, and a user error of rank 0's ends every rank with its line instead of a wait."""
+    error = value = None
+    if collective.rank == 0:
+        try:
+            value = fn()
+        except UserError as e:
+            error = e
+    failed = collective.broadcast(str(error) if error else None, what)
+    if error is not None:
+        raise error
+    if failed:
+        raise UserError(failed)
+    return value if collective.rank == 0 else fn()
+
+
+def start_run(args: argparse.Namespace, identity: dict) -> None:
+    """Check and record the run's identity in --out (rank 0 alone)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    _check_run_identity(args.out, identity, args.overwrite)
 
 
 def eval_grader_config(args: argparse.Namespace | None = None) -> GraderConfig:
@@ -323,13 +378,16 @@ def eval_grader_config(args: argparse.Namespace | None = None) -> GraderConfig:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from pasodoble.distributed import from_env
+    from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
     from pasodoble.grader import Grader
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)
-    problems = problems_from_args(args)
-    if not problems:
-        raise UserError("no problems to evaluate: the sets are empty (check --dataset / --limit)")
+    check_engine_flags(args)
+    collective = from_env(args.distributed_timeout_s)
+    lead = collective.rank == 0
+    problems = rank0_first(collective, "eval problems", lambda: load_problems(args))
     counts = dict(Counter(p.source for p in problems))
     requested = settings_dict(settings) | {"max_new_tokens": args.max_new_tokens}  # None: from the model
     identity = {
@@ -338,16 +396,23 @@ def run_eval(args: argparse.Namespace) -> int:
         "problems_sha256": problems_digest(problems),
         "settings": requested,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    _check_run_identity(args.out, identity, args.overwrite)
-    print(f"evaluating {args.model} -> {args.out} (samples.jsonl grows as problems finish)", flush=True)
-    args.model_path = resolve_model_spec(args.model)
-    model, tokenizer = load_model(args)
-    note = choose_max_new_tokens(args, settings, model, tokenizer, problems)
+    rank0_first(collective, "eval run identity", lambda: start_run(args, identity) if lead else None)
+    ranks = f" on {collective.world_size} ranks" if collective.world_size > 1 else ""
+    say = print if lead else (lambda *a, **k: None)
+    say(f"evaluating {args.model} -> {args.out}{ranks} (samples.jsonl grows as problems finish)", flush=True)
+    args.model_path = rank0_first(collective, "eval model", lambda: resolve_model_spec(args.model))
+    tokenizer, model_config = load_tokenizer_and_config(args.model_path, args.model)
+    note, longest = choose_max_new_tokens(args, settings, model_config, tokenizer, problems)
     if note:
-        print(note, flush=True)
-    engine = build_engine(args.engine, model, tokenizer, args.batch_size)
+        say(note, flush=True)
+    role = engine_role(
+        args,
+        dtype=resolve_dtype(args.dtype, model_config),
+        max_prompt_length=longest,
+        max_completion_length=settings.max_new_tokens,
+    )
     config = eval_grader_config(args)
+    engine = open_engine(args, role, tokenizer, collective)
     try:
         with Grader(config) as grader:
             report = evaluate(
@@ -358,12 +423,24 @@ def run_eval(args: argparse.Namespace) -> int:
                 grader,
                 samples_path=args.out / "samples.jsonl",
                 progress=not args.no_progress,
+                collective=collective,
             )
     except KeyboardInterrupt:
         path = args.out / "samples.jsonl"
         saved = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
-        print(f"\nstopped: {saved} samples kept in {path}; the same command resumes from there", flush=True)
+        say(f"\nstopped: {saved} samples kept in {path}; the same command resumes from there", flush=True)
         raise
+    finally:
+        close = getattr(engine, "close", None)  # vLLM engines hold processes; HFEngine holds nothing
+        if close is not None:
+            close()
+    if report is None:  # a rank other than 0: rank 0 writes the run
+        return 0
+    write_report(args, settings, report, counts)
+    return 0
+
+
+def write_report(args: argparse.Namespace, settings: EvalSettings, report, counts: dict) -> None:
     label = args.label or default_label(args.model)
     arguments = {
         k: (str(v) if isinstance(v, Path) else v)
@@ -384,7 +461,6 @@ def run_eval(args: argparse.Namespace) -> int:
         f"{report.seconds:.1f} s); wrote {args.out / 'results.md'}, results.json and samples.jsonl\n"
         f"next: pasodoble eval-table {shlex.quote(str(args.out))} OTHER_EVAL_DIR ...   # compare runs in one table"
     )
-    return 0
 
 
 def run_eval_table(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from pasodoble.distributed import SingleProcess, share
 from pasodoble.errors import ConfigError
 from pasodoble.evals.metrics import average_sources, score_source
 from pasodoble.evals.problems import Problem
@@ -248,48 +249,75 @@ def evaluate(
     *,
     samples_path: Path | None = None,
     progress: bool = True,
-) -> EvalReport:
-    """Generate, grade and score `settings.num_samples` answers per problem (see module docstring)."""
+    collective=None,
+) -> EvalReport | None:
+    """Generate, grade and score `settings.num_samples` answers per problem (see module docstring).
+
+    With a `collective` of several ranks (`pasodoble.distributed`), each rank generates its share of the chunks
+    left to do; rank 0 alone reads and writes `samples_path` and returns the report (the other ranks: None)."""
     settings.validate()
     keys = [(p.source, p.id) for p in problems]
     if len(set(keys)) != len(keys):
         raise ConfigError(
             "problems", "two problems share the same (source, id); ids must be unique per source"
         )
+    collective = collective or SingleProcess()
+    lead = collective.rank == 0
     k, started = settings.num_samples, time.perf_counter()
-    state = load_resume_state(Path(samples_path), k) if samples_path else ResumeState()
+    state = load_resume_state(Path(samples_path), k) if samples_path and lead else ResumeState()
     done: dict[Key, list[dict]] = dict(state.finished)
-    resumed = sum(key in done for key in keys)
+    finished = set(collective.broadcast(sorted(done), "finished problems"))
+    resumed = sum(key in finished for key in keys)
     counters: Counter = Counter(
         {
-            "eval/resumed_problems": resumed,
+            "eval/resumed_problems": resumed if lead else 0,  # summed over ranks at the end
             "eval/torn_lines": state.torn_lines,
             "eval/partial_rows_dropped": state.partial_rows,
             "eval/prompts_truncated": 0,
         }
     )
-    bar = tqdm(total=len(keys) * k, initial=resumed * k, unit="sample", disable=not progress, desc="eval")
-    generated = 0
+    bar = tqdm(
+        total=len(keys) * k, initial=resumed * k, unit="sample", disable=not (progress and lead), desc="eval"
+    )
+    size = settings.chunk_size
+    starts = [
+        s for s in range(0, len(problems), size) if any(key not in finished for key in keys[s : s + size])
+    ]
+    mine = [starts[i] for i in share(len(starts), collective.world_size, collective.rank)]
+    generated, outbox = 0, []  # outbox: finished problems' rows waiting for the next gather (ranks > 0)
 
-    def emit(finished: list[list[dict]], new_samples: int) -> None:
+    def keep(rows: list[dict]) -> None:
+        if samples_path:
+            append_jsonl(samples_path, rows)  # one problem's k rows in one fsynced write
+        done[row_key(rows[0])] = rows
+
+    def emit(finished_rows: list[list[dict]], new_samples: int) -> None:
         nonlocal generated
-        for rows in finished:
-            if samples_path:
-                append_jsonl(samples_path, rows)  # one problem's k rows in one fsynced write
-            done[row_key(rows[0])] = rows
+        for rows in finished_rows:
+            keep(rows) if lead else outbox.append(rows)
             generated += k
         bar.update(new_samples)
 
-    for start in range(0, len(problems), settings.chunk_size):
-        chunk = list(problems[start : start + settings.chunk_size])
-        todo = [i for i, p in enumerate(chunk) if (p.source, p.id) not in done]
-        if todo:
+    for round_ in range(len(share(len(starts), collective.world_size, 0))):  # the largest share
+        if round_ < len(mine):
+            start = mine[round_]
+            chunk = list(problems[start : start + size])
+            todo = [i for i, p in enumerate(chunk) if (p.source, p.id) not in finished]
             _run_chunk(engine, tokenizer, chunk, start, todo, settings, grader, counters, emit)
+        if collective.world_size > 1:  # rank 0 writes what the others finished in this round
+            gathered = collective.all_gather(outbox, f"eval samples of round {round_ + 1}")
+            outbox = []
+            for rows in (r for rank_rows in gathered[1:] for r in rank_rows) if lead else ():
+                keep(rows)
+                bar.update(k)
     bar.close()
+    totals = collective.all_gather((dict(counters), generated), "eval counters")
+    if not lead:
+        return None
     report = score_rows(problems, done, k)
-    report.counters = dict(counters)
+    report.counters = dict(sum((Counter(c) for c, _ in totals), Counter()))
     report.seconds = time.perf_counter() - started
-    report.samples_generated = generated
+    report.samples_generated = sum(n for _, n in totals)
     return report
 
 

@@ -39,8 +39,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from pasodoble.errors import UserError
@@ -386,8 +386,15 @@ class VLLMServerEngine:
 
     # ------------------------------------------------------------------ sampling
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, adapter: str | None = None
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        *,
+        adapter: str | None = None,
     ) -> list[list[Completion]]:
+        """`RolloutEngine.generate`: one request per prompt; `on_batch` hears of each prompt as it comes back."""
         model = SERVED_NAME if adapter is None else self._lora.get(adapter)
         if model is None:
             raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM server yet")
@@ -411,8 +418,15 @@ class VLLMServerEngine:
             choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
             return [self._completion(c) for c in choices]
 
+        result: list[list[Completion]] = [[] for _ in prompt_ids]
         with ThreadPoolExecutor(max_workers=min(16, max(len(prompt_ids), 1))) as pool:
-            return list(pool.map(one, range(len(prompt_ids))))
+            futures = {pool.submit(one, i): i for i in range(len(prompt_ids))}
+            for future in as_completed(futures):  # callbacks run here, on the caller's thread
+                i = futures[future]
+                result[i] = future.result()
+                if on_batch is not None:
+                    on_batch(i * sampling.n, result[i])
+        return result
 
     def _completion(self, choice: dict) -> Completion:
         ids = list(choice["token_ids"])

@@ -7,7 +7,7 @@ the `VLLMConfig` below. Defaults work on one GPU shared with training (30% of it
 `validate_engine(role_cfg, model_dir)` turns each bad setting into one line naming the field and the fix: vLLM not
 importable, a memory share out of (0, 1], a tensor-parallel size that does not divide the model's attention heads
 (read from its config.json), a LoRA rank above `max_lora_rank` (which would kill the whole engine), a head size
-the CPU build cannot run, sleep mode on a CPU.
+the CPU build cannot run (unless the server is given by URL: it runs elsewhere), sleep mode on a CPU.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def validate_engine(
             "use a divisor of both",
         )
     head_dim = config.get("head_dim") or (config.get("hidden_size", 0) // max(heads or 1, 1))
-    if on_cpu and head_dim and head_dim not in CPU_HEAD_SIZES:
+    given = engine == "vllm_server" and cfg.server_url is not None  # runs wherever it runs, not on this CPU
+    if on_cpu and not given and head_dim and head_dim not in CPU_HEAD_SIZES:
         raise ConfigError(
             "engine",
             f"the vLLM CPU build has no attention kernel for head_dim={head_dim} (it has "

@@ -29,7 +29,7 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -113,8 +113,15 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ sampling
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, adapter: str | None = None
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        *,
+        adapter: str | None = None,
     ) -> list[list[Completion]]:
+        """`RolloutEngine.generate`; one `llm.generate` call, so `on_batch` hears of all completions at once."""
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
 
@@ -142,7 +149,10 @@ class VLLMEngine:
             raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM engine yet")
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False, lora_request=lora)
         self._sleep()
-        return [[completion_from_output(o, self.tokenizer) for o in out.outputs] for out in outputs]
+        result = [[completion_from_output(o, self.tokenizer) for o in out.outputs] for out in outputs]
+        if on_batch is not None:
+            on_batch(0, [c for completions in result for c in completions])
+        return result
 
     # ------------------------------------------------------------------ weight sync
     def update_weights(self, model: torch.nn.Module) -> None:
@@ -223,9 +233,13 @@ class AdapterEngine:
         self.engine, self.name = engine, name
 
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> list[list[Completion]]:
-        return self.engine.generate(prompt_ids, sampling, adapter=self.name)
+        return self.engine.generate(prompt_ids, sampling, on_batch, on_progress, adapter=self.name)
 
     def close(self) -> None:
         if self.engine.llm is not None:

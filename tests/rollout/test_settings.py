@@ -59,6 +59,8 @@ def test_memory_share_lora_rank_sleep_mode_and_cpu_head_size(tmp_path, with_vllm
     with pytest.raises(ConfigError, match="head_dim=24"):
         validate_engine("vllm", VLLMConfig(), model_dir=model_dir(tmp_path, head_dim=24), on_cpu=True)
     validate_engine("vllm", VLLMConfig(), model_dir=model_dir(tmp_path, head_dim=24), on_cpu=False)
+    given = VLLMConfig(server_url="http://127.0.0.1:8000")  # a given server need not run on this CPU
+    validate_engine("vllm_server", given, model_dir=model_dir(tmp_path, head_dim=24), on_cpu=True)
 
 
 def test_cli_bad_engine_setting_is_one_line_exit_2(tmp_path, capsys, with_vllm):
