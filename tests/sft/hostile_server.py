@@ -11,7 +11,7 @@ answer of each request:
     big_valid          a valid completion of 5 MB
     nested             200 with '[' x 200,000
     status:CODE[:RETRY_AFTER]  that status with an error body (and a Retry-After header)
-It records each request's path and Authorization header and the bytes it sent; it stops itself when the block ends
+`sft_data_recipe` writes an `sft-data` recipe whose prompts this server understands. It records each request's path and Authorization header and the bytes it sent; it stops itself when the block ends
 (every trickle and stream checks that) and after `max_life_s` in any case.
 """
 
@@ -23,6 +23,9 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
 
 PROPOSER_MARK, SOLVER_MARK = "PASSAGE:", "QUESTION:"
 PROMPTS = {
@@ -153,6 +156,30 @@ class HostileServer:
                 raise AssertionError(f"unknown mode {mode}")
 
         return Handler
+
+
+def sft_data_recipe(tmp_path: Path, teacher: dict, **kw) -> Path:
+    """A recipe for `pasodoble sft-data` over 8 short passages, one sample a wave, against `teacher`."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": f"Passage {i} about sums of numbers."}) + "\n" for i in range(8))
+    )
+    cfg = {
+        "out_dir": str(tmp_path / "out"),
+        "target_kept": 4,
+        "samples_per_passage": 1,
+        "wave_passages": 1,
+        "max_passages": 4,
+        "proposer_max_tokens": 64,
+        "checker_max_tokens": 64,
+        "teacher": {"model": "m", "concurrency": 2, **teacher},
+        "knowledge": {"path": str(corpus), "min_chars": 5},
+        "prompts": PROMPTS,
+        **kw,
+    }
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
 def wait_for(predicate, guard_s: float = 300.0, what: str = "condition") -> None:

@@ -17,7 +17,6 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-import yaml
 
 from pasodoble.cli import main
 from pasodoble.errors import ConfigError
@@ -25,7 +24,7 @@ from pasodoble.io import read_jsonl
 from pasodoble.sft.teacher import OpenAITeacher, TeacherConfig, TeacherStopped
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hostile_server import PROMPTS, HostileServer, wait_for  # noqa: E402
+from hostile_server import HostileServer, sft_data_recipe, wait_for  # noqa: E402
 
 KEY = "sk-hostile-7c1e55aa90"
 KEY_ENV = "PASODOBLE_HOSTILE_KEY"
@@ -151,32 +150,7 @@ def test_deeply_nested_json_is_counted_as_bad_json(key):
 
 
 def recipe(tmp_path: Path, base_url: str, teacher: dict | None = None, **kw) -> Path:
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text(
-        "".join(json.dumps({"text": f"Passage {i} about sums of numbers."}) + "\n" for i in range(8))
-    )
-    cfg = {
-        "out_dir": str(tmp_path / "out"),
-        "target_kept": 4,
-        "samples_per_passage": 1,
-        "wave_passages": 1,
-        "max_passages": 4,
-        "proposer_max_tokens": 64,
-        "checker_max_tokens": 64,
-        "teacher": {
-            "model": "m",
-            "base_url": base_url,
-            "api_key_env": KEY_ENV,
-            "concurrency": 2,
-            **(teacher or {}),
-        },
-        "knowledge": {"path": str(corpus), "min_chars": 5},
-        "prompts": PROMPTS,
-        **kw,
-    }
-    path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return sft_data_recipe(tmp_path, {"base_url": base_url, "api_key_env": KEY_ENV, **(teacher or {})}, **kw)
 
 
 @pytest.mark.parametrize("code", [401, 403])
