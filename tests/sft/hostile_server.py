@@ -50,6 +50,9 @@ def completion_json(body: dict, content: str | None = None) -> bytes:
     return json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
 
 
+BIG_VALID = completion_json({}, "x" * 5_000_000)  # built once, so a test's memory peak is the client's
+
+
 class HostileServer:
     def __init__(self, mode=lambda number, path: "ok", *, max_life_s: float = 300.0):
         self.mode, self.max_life_s = mode, max_life_s
@@ -100,7 +103,8 @@ class HostileServer:
             def _reply(self, status: int, data: bytes, headers: dict | None = None) -> None:
                 head = f"HTTP/1.1 {status} X\r\nContent-Length: {len(data)}\r\nConnection: close\r\n"
                 head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-                self._raw(head.encode() + b"\r\n" + data)
+                self._raw(head.encode() + b"\r\n")
+                self._raw(data)
 
             def _trickle(self, data: bytes) -> None:
                 for i in range(len(data)):
@@ -145,7 +149,7 @@ class HostileServer:
                 if kind == "huge_length":
                     return self._stream(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")
                 if kind == "big_valid":
-                    return self._reply(200, completion_json(body, "x" * 5_000_000))
+                    return self._reply(200, BIG_VALID)
                 if kind == "nested":
                     return self._reply(200, b"[" * 200_000)
                 if kind == "status":
