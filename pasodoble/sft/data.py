@@ -12,6 +12,7 @@ Files under `out_dir`:
     solver.jsonl       {"prompt", "completion"[, "system"]}: question -> the teacher's solution (its answer part)
     report.json / .md  the counts of every fate, invalid reasons, request counters
     config.yaml        the resolved config (the key's variable NAME only, never its value)
+    provenance.json    what writes the fates (teacher, checker, prompts, sampling, seed); a rerun must match it
 
 Resume: candidates are keyed by (passage index, sample index), both pure functions of the config (the passage of
 index i is `PassageSampler.sample(i)`), so a rerun with the same `out_dir` skips every key that already has a fate

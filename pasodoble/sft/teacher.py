@@ -9,11 +9,12 @@ cold-start pipeline never asks which one it has.
 Why: the paper's cold start asks a strong teacher (Qwen3-14B) for Proposer outputs and a second model (GPT-5-mini)
 to check them. Any endpoint must do, and on a machine without one a local model must do.
 
-How (HTTP): the standard library only (`urllib`), one request per conversation, `concurrency` threads, a shared
-rate limit (`requests_per_s`, evenly spaced), a per-request timeout, and retries with exponential backoff and full
-jitter on 429, 5xx, timeouts and dropped or refused connections (a `Retry-After` header is honoured as a floor).
-Other 4xx answers are not retried. The API key is read from the environment variable *named* by `api_key_env` at
-each request; it is never stored on the object, in the config, in a reply or in an error message.
+How (HTTP): the standard library only (`http_post.py`: no redirects, a total deadline and a byte cap per request,
+no proxy for loopback), one request per conversation, `concurrency` threads, a shared rate limit (`requests_per_s`),
+and retries with exponential backoff and full jitter on 429, 5xx, timeouts and dropped or refused connections (a
+`Retry-After` is a floor, capped at `max_backoff_s`). Other 4xx are not retried; 401, 403 and redirects stop the
+run (`TeacherStopped`), as does Ctrl-C, which ends the requests in flight. The key is read (stripped) from the
+variable *named* by `api_key_env` at each request; it is never stored, in the config, a reply or an error.
 
 Departures from the reference code: the reference hard-codes one provider, model and key; a failed request there
 ends the run. Here a request that fails after its retries is one `Reply` with an error, counted by the caller.
