@@ -12,6 +12,7 @@ Files under `out_dir`:
     solver.jsonl       {"prompt", "completion"[, "system"]}: question -> the teacher's solution (its answer part)
     report.json / .md  the counts of every fate, invalid reasons, request counters
     config.yaml        the resolved config (the key's variable NAME only, never its value)
+    provenance.json    what writes the fates (teacher, checker, prompts, sampling, seed); a rerun must match it
 
 Resume: candidates are keyed by (passage index, sample index), both pure functions of the config (the passage of
 index i is `PassageSampler.sample(i)`), so a rerun with the same `out_dir` skips every key that already has a fate
@@ -32,7 +33,7 @@ import json
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -79,7 +80,13 @@ class SFTDataConfig:
     def validate(self) -> None:
         if not self.out_dir:
             raise ConfigError("out_dir", "is required: the folder for candidates.jsonl and the SFT sets")
-        for name in ("target_kept", "samples_per_passage", "wave_passages"):
+        for name in (
+            "target_kept",
+            "samples_per_passage",
+            "wave_passages",
+            "proposer_max_tokens",
+            "checker_max_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(name, "must be at least 1")
         if self.max_passages is not None and self.max_passages < 1:
@@ -94,6 +101,28 @@ class SFTDataConfig:
         self.teacher.validate("teacher")
         if self.checker is not None:
             self.checker.validate("checker")
+
+    def provenance(self) -> dict:
+        """What decides the candidates' fates: the teacher and checker (not their address, key or pacing), the
+        prompts, the sampling settings and the seed. A rerun must match it (`check_provenance`)."""
+        roles = {"teacher": self.teacher, "checker": self.checker}
+        identity = {
+            name: None
+            if cfg is None
+            else {
+                k: getattr(cfg, k) for k in ("kind", "model", "extra_body", "max_tokens_field", "omit_fields")
+            }
+            for name, cfg in roles.items()
+        }
+        sampling = (
+            "samples_per_passage",
+            "proposer_temperature",
+            "proposer_max_tokens",
+            "checker_temperature",
+            "checker_max_tokens",
+            "seed",
+        )
+        return {**identity, "prompts": asdict(self.prompts), **{k: getattr(self, k) for k in sampling}}
 
     @property
     def passage_limit(self) -> int:
@@ -135,6 +164,37 @@ def _drop_torn_tail(path: Path) -> int:
         f.flush()
         os.fsync(f.fileno())
         return size - keep
+
+
+def _leaves(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def check_provenance(path: Path, provenance: dict) -> None:
+    """Refuse a rerun whose teacher, checker, prompts or sampling differ from those that wrote the candidates.
+
+    One line naming the changed fields (not their values: prompts are long and extra_body may hold anything).
+    The file is written by the first run of a folder (a folder from before it existed adopts this run's)."""
+    if not path.exists():
+        write_json_atomic(path, provenance)
+        return
+    try:
+        before = json.loads(path.read_text())
+    except ValueError:
+        raise UserError(f"{path}: damaged (not JSON); use a new out_dir") from None
+    old, new = _leaves(before), _leaves(json.loads(json.dumps(provenance)))
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "<absent>") != new.get(k, "<absent>"))
+    if changed:
+        raise ConfigError(
+            ", ".join(changed[:6]) + (" ..." if len(changed) > 6 else ""),
+            f"differs from the run that wrote {path.parent}/candidates.jsonl, whose rows would mix with "
+            "this one's: restore it, or use a new out_dir",
+        )
 
 
 class Ledger:
@@ -295,6 +355,7 @@ class SFTDataRun:
         """Draw passages wave by wave until the target or the passage limit; write the sets and the report."""
         cfg, start = self.cfg, time.perf_counter()
         claim_folder(self.out, "sft-data", "out_dir")
+        check_provenance(self.out / "provenance.json", cfg.provenance())
         save_config(cfg, self.out / "config.yaml")
         bar = tqdm(total=cfg.target_kept, initial=self.ledger.kept, desc="kept", disable=not self.progress)
         index = 0

@@ -9,11 +9,12 @@ cold-start pipeline never asks which one it has.
 Why: the paper's cold start asks a strong teacher (Qwen3-14B) for Proposer outputs and a second model (GPT-5-mini)
 to check them. Any endpoint must do, and on a machine without one a local model must do.
 
-How (HTTP): the standard library only (`urllib`), one request per conversation, `concurrency` threads, a shared
-rate limit (`requests_per_s`, evenly spaced), a per-request timeout, and retries with exponential backoff and full
-jitter on 429, 5xx, timeouts and dropped or refused connections (a `Retry-After` header is honoured as a floor).
-Other 4xx answers are not retried. The API key is read from the environment variable *named* by `api_key_env` at
-each request; it is never stored on the object, in the config, in a reply or in an error message.
+How (HTTP): the standard library only (`http_post.py`: no redirects, a total deadline and a byte cap per request,
+no proxy for loopback), one request per conversation, `concurrency` threads, a shared rate limit (`requests_per_s`),
+and retries with exponential backoff and full jitter on 429, 5xx, timeouts and dropped or refused connections (a
+`Retry-After` is a floor, capped at `max_backoff_s`). Other 4xx are not retried; 401, 403 and redirects stop the
+run (`TeacherStopped`), as does Ctrl-C, which ends the requests in flight. The key is read (stripped) from the
+variable *named* by `api_key_env` at each request; it is never stored, in the config, a reply or an error.
 
 Departures from the reference code: the reference hard-codes one provider, model and key; a failed request there
 ends the run. Here a request that fails after its retries is one `Reply` with an error, counted by the caller.
@@ -24,21 +25,26 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from http.client import HTTPException
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
-from pasodoble.errors import ConfigError
+from pasodoble.errors import ConfigError, UserError
+from pasodoble.sft.http_post import BoundedPoster, PostError
 
 Messages = list[dict[str, str]]
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+REPLY_BASE_BYTES = (
+    1 << 20
+)  # the default byte cap of a reply: this much, plus REPLY_BYTES_PER_TOKEN per token asked
+REPLY_BYTES_PER_TOKEN = 64  # a token is a few characters, each up to 6 bytes as a JSON \\u escape
 
 
 @dataclass
@@ -51,7 +57,8 @@ class TeacherConfig:
     api_key_env: str | None = None  # NAME of the environment variable holding the API key (None: no key)
     concurrency: int = 8  # requests in flight at once (kind openai)
     requests_per_s: float | None = None  # rate limit over all threads (None: none)
-    timeout_s: float = 300.0  # per-request timeout
+    timeout_s: float = 300.0  # total deadline of one request (connect, send, wait, read); a breach is retried
+    max_reply_bytes: int | None = None  # byte cap of one reply (None: 1 MiB + 64 bytes per token asked for)
     max_retries: int = 6  # retries of one request after the first try
     backoff_s: float = 1.0  # base delay of the first retry; doubles each retry, with full jitter
     max_backoff_s: float = 60.0  # ceiling of one retry's delay
@@ -71,14 +78,15 @@ class TeacherConfig:
                 f"{where}.model", "is required: the endpoint's model name or a local model folder"
             )
         if self.kind == "openai":
-            if not self.base_url or not self.base_url.startswith(("http://", "https://")):
-                raise ConfigError(
-                    f"{where}.base_url", "needs an http(s) URL such as http://127.0.0.1:8000/v1"
-                )
-            if self.api_key_env is not None and not os.environ.get(self.api_key_env):
-                raise ConfigError(
-                    f"{where}.api_key_env", f"the environment variable {self.api_key_env} is not set or empty"
-                )
+            check_base_url(self.base_url, where)
+            if self.api_key_env is not None:
+                if not isinstance(self.api_key_env, str) or not ENV_NAME.fullmatch(self.api_key_env):
+                    raise ConfigError(
+                        f"{where}.api_key_env",
+                        "must be the NAME of an environment variable (capitals, digits and _), not the key "
+                        "itself (the value given is not shown)",
+                    )
+                read_key(self.api_key_env, where)
         for name in ("concurrency", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}.{name}", "must be at least 1")
@@ -96,6 +104,53 @@ class TeacherConfig:
                 raise ConfigError(f"{where}.{name}", "must be positive")
         if self.requests_per_s is not None and self.requests_per_s <= 0:
             raise ConfigError(f"{where}.requests_per_s", "must be positive, or null for no limit")
+        if self.max_reply_bytes is not None and self.max_reply_bytes < 1:
+            raise ConfigError(f"{where}.max_reply_bytes", "must be at least 1, or null for the default")
+
+
+def check_base_url(url, where: str) -> None:
+    """One line naming `{where}.base_url` unless it is an http(s) URL with a host and no credentials or query."""
+    field_name = f"{where}.base_url"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(field_name, "needs an http(s) URL such as http://127.0.0.1:8000/v1")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        raise ConfigError(field_name, "is not a valid URL (host and port)") from None
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            field_name,
+            "holds credentials (user:password@), which would be saved with the config: remove them and put "
+            "the key in the variable named by api_key_env",
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(
+            field_name, "must have no ?query or #fragment (the client appends /chat/completions)"
+        )
+    if not parts.hostname:
+        raise ConfigError(field_name, "needs a host, e.g. http://127.0.0.1:8000/v1")
+
+
+def read_key(env: str, where: str) -> str:
+    """The key in variable `env`, stripped of surrounding whitespace (a CRLF key file); never part of an error."""
+    key = os.environ.get(env, "").strip()
+    if not key:
+        raise ConfigError(f"{where}.api_key_env", f"the environment variable {env} is not set or empty")
+    if not all(33 <= ord(c) < 127 for c in key):
+        raise ConfigError(
+            f"{where}.api_key_env",
+            f"the key in {env} holds spaces, control or non-ASCII characters (not shown): set it to the key alone",
+        )
+    return key
+
+
+def retry_after_s(headers, cap_s: float) -> float:
+    """A numeric `Retry-After` in seconds, capped at `cap_s`; 0 when absent or not a number (an HTTP date)."""
+    value = (headers.get("Retry-After") or "").strip() if headers is not None else ""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]*)?", value):
+        return 0.0
+    return min(cap_s, float(value))  # float() of a huge number is inf, never an error
 
 
 @dataclass
@@ -137,8 +192,16 @@ class RateLimiter:
         time.sleep(max(0.0, slot - now))
 
 
+class TeacherStopped(UserError):
+    """An answer that every request would get (401, 403, a redirect): the run stops with this one line."""
+
+
 class _Fatal(Exception):
-    """A request that retrying cannot fix (4xx other than 408/409/429)."""
+    """A request that retrying cannot fix (4xx other than 408/409/429, a reply over the byte cap)."""
+
+
+class _Aborted(Exception):
+    """The run is ending (Ctrl-C or a stop): no more tries."""
 
 
 class _Retryable(Exception):
@@ -150,12 +213,13 @@ class _Retryable(Exception):
 class OpenAITeacher:
     """`Teacher` over an OpenAI-compatible `/chat/completions` endpoint (see module docstring)."""
 
-    def __init__(self, cfg: TeacherConfig, where: str = "teacher", *, sleep=time.sleep):
+    def __init__(self, cfg: TeacherConfig, where: str = "teacher", *, sleep=None):
         cfg.validate(where)
-        self.cfg = cfg
+        self.cfg, self.where = cfg, where
         self.url = cfg.base_url.rstrip("/") + "/chat/completions"
         self.limiter = RateLimiter(cfg.requests_per_s)
-        self.sleep = sleep
+        self.poster = BoundedPoster()
+        self.sleep = sleep or self.poster.aborted.wait  # a retry's wait ends at once on abort
         self.counters: Counter = Counter()  # requests, retries, failures, and retries by reason
         self._lock = threading.Lock()
 
@@ -169,31 +233,38 @@ class OpenAITeacher:
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
         if self.cfg.api_key_env is not None:
-            headers["Authorization"] = "Bearer " + os.environ.get(self.cfg.api_key_env, "")
+            headers["Authorization"] = "Bearer " + read_key(self.cfg.api_key_env, self.where)
         return headers
 
-    def _post(self, body: bytes) -> dict:
-        request = urllib.request.Request(self.url, data=body, headers=self._headers(), method="POST")
+    def _post(self, body: bytes, max_bytes: int) -> dict:
         try:
-            with urllib.request.urlopen(request, timeout=self.cfg.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as err:
-            if err.code in RETRY_STATUSES:
-                after = err.headers.get("Retry-After") if err.headers else None
-                floor = float(after) if after and after.replace(".", "", 1).isdigit() else 0.0
-                raise _Retryable(f"http_{err.code}", floor) from None
-            raise _Fatal(f"http_{err.code} (not retried)") from None
-        except TimeoutError:
-            raise _Retryable("timeout") from None
-        except urllib.error.URLError as err:
-            if isinstance(err.reason, TimeoutError):
-                raise _Retryable("timeout") from None
-            raise _Retryable("connection") from None
-        except (HTTPException, ConnectionError, OSError):
-            raise _Retryable("connection") from None
+            status, headers, raw = self.poster.post(
+                self.url, body, self._headers(), deadline_s=self.cfg.timeout_s, max_bytes=max_bytes
+            )
+        except PostError as err:
+            if err.kind == "aborted":
+                raise _Aborted from None
+            if err.kind == "too_large":
+                raise _Fatal(f"reply over {max_bytes} bytes (not retried)") from None
+            raise _Retryable("timeout" if err.kind == "deadline" else err.kind) from None
+        if status in (401, 403):
+            raise TeacherStopped(
+                f"{self.where}: the endpoint at {self.cfg.base_url} answered {status} "
+                f"({'unauthorized' if status == 401 else 'forbidden'}): check the key in the variable named by "
+                f"{self.where}.api_key_env ({self.cfg.api_key_env}) and {self.where}.base_url"
+            )
+        if 300 <= status < 400:
+            raise TeacherStopped(
+                f"{self.where}: the endpoint at {self.cfg.base_url} answered {status} (a redirect, not followed): "
+                f"set {self.where}.base_url to the address that serves /chat/completions"
+            )
+        if status in RETRY_STATUSES:
+            raise _Retryable(f"http_{status}", retry_after_s(headers, self.cfg.max_backoff_s))
+        if not 200 <= status < 300:
+            raise _Fatal(f"http_{status} (not retried)")
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
             raise _Retryable("bad_json") from None
 
     def _one(
@@ -205,11 +276,14 @@ class OpenAITeacher:
             if value is not None and name not in self.cfg.omit_fields:
                 payload[self.cfg.max_tokens_field if name == "max_tokens" else name] = value
         body = json.dumps(payload).encode()
+        max_bytes = self.cfg.max_reply_bytes or REPLY_BASE_BYTES + REPLY_BYTES_PER_TOKEN * n * max_tokens
         for attempt in range(self.cfg.max_retries + 1):
             self.limiter.wait()
+            if self.poster.aborted.is_set():
+                raise _Aborted
             self._count("requests")
             try:
-                data = self._post(body)
+                data = self._post(body, max_bytes)
                 texts = [choice["message"]["content"] or "" for choice in data["choices"]]
             except _Retryable as err:
                 self._count(f"retry/{err.reason}")
@@ -232,13 +306,20 @@ class OpenAITeacher:
         raise AssertionError("unreachable")
 
     def complete(self, conversations, *, n=1, temperature=1.0, max_tokens=1024, seeds=None) -> list[Reply]:
+        """Replies in order. A stop (`TeacherStopped`) or Ctrl-C ends every request in flight and is raised."""
         seeds = list(seeds) if seeds is not None else [None] * len(conversations)
-        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
-            return list(
-                pool.map(
-                    lambda a: self._one(a[0], n, temperature, max_tokens, a[1]), zip(conversations, seeds)
-                )
-            )
+        pool = ThreadPoolExecutor(max_workers=self.cfg.concurrency)
+        try:
+            futures = [
+                pool.submit(self._one, m, n, temperature, max_tokens, s) for m, s in zip(conversations, seeds)
+            ]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            return [f.result() for f in futures]
+        except BaseException:
+            self.poster.abort_all()  # the teacher ends with the run: no request outlives it
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class LocalTeacher:

@@ -23,10 +23,11 @@ from pasodoble.io import read_jsonl
 from pasodoble.prompts import parse_proposal
 from pasodoble.sft import load_examples
 from pasodoble.sft.data import FATES, SFTDataConfig, SFTDataRun
-from pasodoble.sft.teacher import OpenAITeacher
+from pasodoble.sft.teacher import OpenAITeacher, TeacherConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_PROMPTS  # noqa: E402
+from hostile_server import HostileServer, sft_data_recipe  # noqa: E402
 from openai_server import OpenAIServer  # noqa: E402
 
 KEY = "sk-pasodoble-test-5e1d0c"
@@ -347,3 +348,45 @@ def test_a_damaged_candidates_file_is_a_one_line_error(tmp_path):
     )
     with pytest.raises(UserError, match="candidates.jsonl:2: not valid JSON.*use a new out_dir"):
         Ledger(path, retry_errors=True)
+
+
+def test_token_budgets_below_one_are_refused():
+    for name, value in (("proposer_max_tokens", -1), ("checker_max_tokens", 0)):
+        cfg = SFTDataConfig(out_dir="o", teacher=TeacherConfig(kind="local", model="x"), **{name: value})
+        with pytest.raises(ConfigError, match=f"{name}: must be at least 1"):
+            cfg.validate()
+
+
+def test_a_rerun_with_another_teacher_checker_or_prompt_is_refused(tmp_path, capfd, monkeypatch):
+    """The candidates of one folder come from one teacher, checker, prompt set and sampling; a rerun may move the
+    endpoint (a restarted server) or change its pacing, not what writes the rows."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with HostileServer() as server:
+        teacher = {"base_url": server.base_url, "api_key_env": KEY_ENV}
+        path = sft_data_recipe(tmp_path, teacher, target_kept=2, max_passages=2)
+        assert main(["sft-data", "--config", str(path), "--no-progress"]) == 0
+        changes = [
+            ("teacher.model=other", "teacher.model"),
+            (
+                "checker=" + json.dumps({**teacher, "model": "judge"}),
+                "checker",
+            ),  # none before: all fields new
+            ('prompts.solver_template="Q: {question}"', "prompts.solver_template"),
+            ("proposer_temperature=0.5", "proposer_temperature"),
+        ]
+        for override, named in changes:
+            capfd.readouterr()
+            code = main(["sft-data", "--config", str(path), "--no-progress", "target_kept=3", override])
+            err = capfd.readouterr().err
+            assert code == 2 and named in err and "use a new out_dir" in err and err.count("\n") == 1, err
+        assert yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["teacher"]["model"] == "m"
+        requests = len(server.requests)
+    with HostileServer() as restarted:
+        moved = sft_data_recipe(
+            tmp_path, {"base_url": restarted.base_url, "api_key_env": KEY_ENV, "concurrency": 1}
+        )
+        assert (
+            main(["sft-data", "--config", str(moved), "--no-progress", "target_kept=3", "max_passages=3"])
+            == 0
+        )
+    assert requests == 4 and len(restarted.requests) == 2
