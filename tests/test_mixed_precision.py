@@ -56,7 +56,9 @@ def test_bf16_role_moves_every_parameter_at_lr_1e_6(model_dir):
     before = snapshot(role)
     for _ in range(5):
         role.update(samples, adv)
-    assert moved_share(before, snapshot(role)) == 1.0
+    # All but a few entries: on some CPUs (measured: 1 of 21,920) a bfloat16 forward gives an entry an
+    # exactly-zero gradient in all 5 updates; what matters is ~100% against ~1% without master weights.
+    assert moved_share(before, snapshot(role)) >= 0.999
     assert all(p.dtype == torch.float32 for p in role.model.parameters())  # the master weights
     moments = [s["exp_avg"] for s in role.optimizer.state.values()]
     assert moments and all(m.dtype == torch.float32 for m in moments)
