@@ -2,7 +2,8 @@
 
 What: `make_shm_dir(kind)` creates `/dev/shm/pasodoble-vllm-<pid>-<kind>-<random>` (the system temp folder where
 there is no /dev/shm) after sweeping the folders of dead runs: `sweep_stale` removes every `pasodoble-vllm-<pid>-*`
-folder that belongs to this user and whose owner PID no longer runs. A SIGKILL during a sync otherwise leaves the
+folder that belongs to this user and whose owner PID no longer runs in this PID namespace (each folder records its
+owner's namespace in `.pidns`, so containers sharing one /dev/shm never judge each other's PIDs). A SIGKILL during a sync otherwise leaves the
 full weights in RAM (16 GB for a 4B fp32 model) until the machine reboots. A folder of a live process, of another
 user, or without a PID in its name is never touched; a reused PID keeps a stale folder until that process ends.
 
@@ -36,6 +37,17 @@ def owner_pid(name: str) -> int | None:
     return int(head) if head.isdigit() and int(head) > 0 else None
 
 
+PIDNS_FILE = ".pidns"  # inside each folder: the owner's PID namespace, where its PID means something
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (`pid:[inode]`; "" where /proc cannot tell)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -66,6 +78,8 @@ def sweep_stale(
             continue
         if not entry.is_dir(follow_symlinks=False) or st.st_uid != uid or alive(pid):
             continue
+        if _namespace_of(Path(entry.path)) not in (None, pid_namespace()):
+            continue  # another container sharing /dev/shm: its PIDs are not ours to judge
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
     return removed
@@ -75,7 +89,17 @@ def make_shm_dir(kind: str, root: str | Path | None = None) -> Path:
     """A fresh folder for this process's weight copies (`kind`: engine, server, ...), after sweeping dead runs'."""
     root = Path(root) if root is not None else shm_root()
     sweep_stale(root)
-    return Path(tempfile.mkdtemp(prefix=f"{SHM_PREFIX}{os.getpid()}-{kind}-", dir=root))
+    folder = Path(tempfile.mkdtemp(prefix=f"{SHM_PREFIX}{os.getpid()}-{kind}-", dir=root))
+    (folder / PIDNS_FILE).write_text(pid_namespace())
+    return folder
+
+
+def _namespace_of(folder: Path) -> str | None:
+    """The PID namespace recorded in `folder` (None: none recorded, a folder of an earlier version)."""
+    try:
+        return (folder / PIDNS_FILE).read_text()[:200]
+    except OSError:
+        return None
 
 
 def weights_folder_refusal(path: str, root: str | None, uid: int | None = None) -> str | None:

@@ -10,9 +10,11 @@ import sys
 import pytest
 
 from pasodoble.rollout.shm import (
+    PIDNS_FILE,
     SHM_PREFIX,
     make_shm_dir,
     owner_pid,
+    pid_namespace,
     shm_root,
     sweep_stale,
     weights_folder_refusal,
@@ -55,6 +57,22 @@ def test_sweep_removes_dead_owners_folders_only(tmp_path, dead_pid, live_pid):
     assert sweep_stale(tmp_path) == [dead]
     assert not dead.exists() and live.exists() and unnamed.exists() and link.is_symlink()
     assert (target / "weights-1" / "model.safetensors").exists()  # a link is never followed
+
+
+def test_sweep_leaves_folders_of_another_pid_namespace(tmp_path, dead_pid):
+    """Containers sharing one /dev/shm: a PID that is dead here may be a live run there."""
+    other, here, older = (tmp_path / f"{SHM_PREFIX}{dead_pid}-server-{k}" for k in "abc")
+    for folder in (other, here, older):
+        folder.mkdir()
+    (other / PIDNS_FILE).write_text("pid:[1]")
+    (here / PIDNS_FILE).write_text(pid_namespace())
+    assert sorted(sweep_stale(tmp_path)) == sorted([here, older])
+    assert other.exists()
+
+
+def test_a_new_folder_records_its_pid_namespace(tmp_path):
+    folder = make_shm_dir("test", root=tmp_path)
+    assert (folder / PIDNS_FILE).read_text() == pid_namespace()
 
 
 def test_sweep_leaves_other_users_folders(tmp_path, dead_pid):
