@@ -8,16 +8,21 @@ last line left by a crash is dropped by `read_jsonl`, which also reads files wit
 New files get the permissions `open()` would give them (0666 minus the umask; `tempfile.mkstemp` alone makes them
 0600, unreadable to the rest of a team). A write that runs out of disk space ends in one `UserError` line ("no space
 left on device", naming the file) and leaves the file as it was: the temporary sibling is removed, and an append
-is cut back to the file's previous size.
+is cut back to the file's previous size. `build_lock` makes processes that need the same cache entry wait for one
+builder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -162,3 +167,32 @@ def truncate_jsonl(path: str | Path, keep: Callable[[dict], bool]) -> int:
     kept = [r for r in rows if keep(r)]
     write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in kept))
     return len(rows) - len(kept)
+
+
+LOCK_NOTE_S = 30.0  # a waiting process says so this often
+
+
+@contextlib.contextmanager
+def build_lock(path: Path, what: str):
+    """Hold an exclusive lock on `path` while building `what`: concurrent processes (ranks on one node, parallel
+    test runs) wait for the builder instead of building twice, with a progress line every `LOCK_NOTE_S`. The
+    kernel drops the lock when its holder dies, so a killed builder never blocks the next one."""
+    with open(path, "a") as handle:
+        start, next_note = time.monotonic(), 0.0
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited >= next_note:
+                    print(
+                        f"waiting for another process building {what} ({waited:.0f} s so far)",
+                        file=sys.stderr,
+                    )
+                    next_note = waited + LOCK_NOTE_S
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.io import new_file_mode, sha256_file, write_json_atomic
+from pasodoble.io import build_lock, new_file_mode, sha256_file, write_json_atomic
 from pasodoble.realmodels.specs import FORMAT_VERSION, Package
 
 MANIFEST = "manifest.json"
@@ -100,9 +100,15 @@ def build_entry(final: Path, build: Callable[[Path], dict], *, progress: bool = 
         verify_entry(final)
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    with build_lock(final.parent / f".lock-{final.name}", final.name):  # ranks and runs sharing the cache
+        if (final / MANIFEST).is_file():  # built by another process while this one waited
+            verify_entry(final)
+            return final
+        return _build_entry(final, build, progress)
+
+
+def _build_entry(final: Path, build: Callable[[Path], dict], progress: bool) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))  # unique across nodes too
     try:
         if progress:
             print(f"building {final.name} into {final.parent} (once)", file=sys.stderr, flush=True)

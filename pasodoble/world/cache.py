@@ -18,14 +18,11 @@ Usage: `resolve_model("tiny:solver", cache_dir=None)` -> a local model directory
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import sys
-import time
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import to_dict
 from pasodoble.errors import UserError
-from pasodoble.io import default_cache_dir, read_jsonl, write_json_atomic
+from pasodoble.io import build_lock, default_cache_dir, read_jsonl, write_json_atomic
 from pasodoble.models import TINY_PREFIX, TINY_ROLES
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.sft import SFTConfig, train_sft
@@ -145,9 +142,7 @@ def ensure_sft_models(
 
 def _build(final: Path, world: WorldConfig, sft: SFTConfig, progress: bool) -> TinyModels:
     cache_dir = final.parent
-    tmp = cache_dir / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))  # unique across nodes too
     try:
         warm_up(tmp, world, sft, progress=progress)
         (tmp / "done").write_text(json.dumps({"world": to_dict(world), "sft": to_dict(sft)}, indent=2) + "\n")
@@ -162,40 +157,11 @@ def _build(final: Path, world: WorldConfig, sft: SFTConfig, progress: bool) -> T
     return _entry(final)
 
 
-LOCK_NOTE_S = 30.0  # a waiting process says so this often
-
-
-@contextlib.contextmanager
-def build_lock(path: Path, what: str):
-    """Hold an exclusive lock on `path` while building `what`: concurrent processes (ranks on one node, parallel
-    test runs) wait for the builder instead of building twice, with a progress line every `LOCK_NOTE_S`. The
-    kernel drops the lock when its holder dies, so a killed builder never blocks the next one."""
-    with open(path, "a") as handle:
-        start, next_note = time.monotonic(), 0.0
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                waited = time.monotonic() - start
-                if waited >= next_note:
-                    print(
-                        f"waiting for another process building {what} ({waited:.0f} s so far)",
-                        file=sys.stderr,
-                    )
-                    next_note = waited + LOCK_NOTE_S
-                time.sleep(1.0)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def resolve_model(spec: str, cache_dir: Path | None = None) -> str:
     """`tiny:proposer` / `tiny:solver` / `tiny:base` -> a local directory (default configs); `pkg:` specs -> their
     cached folder (`pasodoble.realmodels`); other specs unchanged."""
     if is_pkg_spec(spec):
-        return resolve_pkg(spec)
+        return resolve_pkg(spec, cache_dir)
     if not spec.startswith(TINY_PREFIX):
         return spec
     role = spec[len(TINY_PREFIX) :]

@@ -55,7 +55,7 @@ def test_build_entry_is_atomic_and_verified(tmp_path):
 
     with pytest.raises(RuntimeError):
         build_entry(final, broken, progress=False)
-    assert not final.exists() and os.listdir(final.parent) == []  # no half entry, no temp folder left
+    assert not final.exists() and os.listdir(final.parent) == [".lock-thing"]  # no half entry, no temp folder
     calls = []
 
     def good(out):

@@ -8,12 +8,11 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from pasodoble.errors import UserError
-from pasodoble.io import read_jsonl
+from pasodoble.io import build_lock, read_jsonl
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import (
     _build,
-    build_lock,
     cache_key,
     default_cache_dir,
     ensure_sft_models,
