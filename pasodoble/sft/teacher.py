@@ -313,7 +313,10 @@ class OpenAITeacher:
             futures = [
                 pool.submit(self._one, m, n, temperature, max_tokens, s) for m, s in zip(conversations, seeds)
             ]
-            wait(futures, return_when=FIRST_EXCEPTION)
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((f for f in done if f.exception() is not None), None)
+            if failed is not None:  # a stop ends the wave now, not after slower requests submitted before it
+                raise failed.exception()
             return [f.result() for f in futures]
         except BaseException:
             self.poster.abort_all()  # the teacher ends with the run: no request outlives it

@@ -121,10 +121,12 @@ class HostileServer:
             def do_POST(self) -> None:
                 self.close_connection = True
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw) if raw else {}
                 with server.lock:
                     number = len(server.requests)
-                    server.requests.append({"path": self.path, "auth": self.headers.get("Authorization")})
-                body = json.loads(raw) if raw else {}
+                    server.requests.append(
+                        {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                    )
                 mode = server.mode(number, self.path)
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a bounded client hung up
                     self._answer(mode, body)

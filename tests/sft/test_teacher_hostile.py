@@ -165,6 +165,21 @@ def test_401_and_403_stop_the_run_with_one_line(key, code, tmp_path, capfd):
     assert_no_key(out, err, folder=tmp_path / "out")
 
 
+def test_a_stop_ends_the_wave_without_waiting_for_slower_requests_submitted_before_it(key):
+    """The first conversation trickles (its deadline 60 s away), the second gets a 401: the stop is raised at once,
+    not after the first request's deadline, and the trickling request is ended with it."""
+
+    def mode(number, path):
+        content = server.requests[number]["body"]["messages"][0]["content"]
+        return "trickle_body" if content.endswith("slow") else "status:401"
+
+    slow = [{"role": "user", "content": "QUESTION: What is 7 + 1? slow"}]
+    with HostileServer(mode) as server:
+        client = teacher(server.base_url, timeout_s=60.0, concurrency=2)
+        (stopped, seconds) = timed(lambda: pytest.raises(TeacherStopped, client.complete, [slow, MESSAGES]))
+    assert "answered 401" in str(stopped.value) and seconds < 30, seconds
+
+
 def test_a_crlf_key_is_stripped_and_bad_keys_are_refused_without_showing_them(
     key, monkeypatch, tmp_path, capfd
 ):
