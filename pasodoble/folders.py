@@ -20,7 +20,7 @@ from pasodoble.errors import UserError
 from pasodoble.io import write_text_atomic
 
 OWNER_FILE = ".pasodoble-owner"
-COMMANDS = ("train", "sft", "sft-data", "export")
+COMMANDS = ("train", "sft", "sft-data", "export", "serve")
 _ROLES = {"proposer", "solver"}
 
 

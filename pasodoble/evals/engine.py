@@ -159,7 +159,9 @@ def open_engine(args: argparse.Namespace, role: RoleConfig, tokenizer, collectiv
         if torch.cuda.is_available() and collective.world_size > 1
         else None
     )
-    placement = Placement(collective=collective, local_gpu=gpu)
+    placement = Placement(
+        collective=collective, local_gpu=gpu, log_dir=str(args.out)
+    )  # server logs beside samples
     try:
         return build_engine(ROLE_NAME, role, model, tokenizer, role.model, placement=placement)
     except ConfigError as e:

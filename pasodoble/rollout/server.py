@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from pasodoble.errors import UserError
+from pasodoble.folders import claim_folder
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.placement import advertised_host, bind_host, device_list
 from pasodoble.rollout.server_auth import (
@@ -349,7 +350,11 @@ class VLLMServerEngine:
                 **where,
             )
 
-        shared = placement.server_for(name, role_cfg, start)
+        try:
+            shared = placement.server_for(name, role_cfg, start)
+        except BaseException:
+            shutil.rmtree(shm, ignore_errors=True)  # a failed start leaves no weights folder behind
+            raise
         return cls(
             shared.url,
             tokenizer,
@@ -523,8 +528,9 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
     check_bind(args.host, args.allow_remote, flag="--allow-remote")
     cfg.validate()
     validate_engine("vllm", cfg, model_dir=args.model, on_cpu=not _cuda())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(
+        Path(args.out), "serve", "--out"
+    )  # its token and log, never into another command's run
     token = client_token()
     if token is None:  # clients read it from the file (VLLM_API_KEY=$(cat ...)), never from the terminal
         token = new_token()
