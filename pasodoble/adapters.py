@@ -34,6 +34,7 @@ import torch
 
 from pasodoble import checkpoint
 from pasodoble.errors import ConfigError, UserError
+from pasodoble.io import current_umask
 
 ADAPTER_FILE = "adapter_model.safetensors"
 
@@ -321,6 +322,7 @@ def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
             base = resolve(spec, cfg) if spec is not None else None
             written[role] = export_role(ckpt / role, base, tmp / role, merge=merge)
         mark_folder(tmp, "export")
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would make the export private to its writer
         _swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

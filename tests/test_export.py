@@ -14,6 +14,7 @@ import pytest
 from pasodoble.adapters import ADAPTER_FILE
 from pasodoble.checkpoint import latest_checkpoint, write_manifest
 from pasodoble.cli import main
+from pasodoble.io import current_umask
 from tests.test_resume_changes import make_trained
 
 
@@ -62,6 +63,9 @@ def test_a_second_export_leaves_no_stale_adapter(run_dir, tmp_path, capsys):
     names = {p.name for p in (out / "solver").iterdir()}
     assert "model.safetensors" in names and not names & {ADAPTER_FILE, "adapter_config.json"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temporary folder left
+    assert (
+        out.stat().st_mode & 0o777 == 0o777 & ~current_umask()
+    )  # a folder the team can read, as mkdir gives
 
 
 def test_latest_naming_a_folder_outside_checkpoints_is_ignored(run_dir, tmp_path):
