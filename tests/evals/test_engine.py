@@ -90,7 +90,10 @@ def test_a_lora_adapter_folder_is_sampled_with_its_base(tiny_lm, sums, tmp_path)
 
     from pasodoble.adapters import AdapterView, LoraConfig, peft_config
 
-    model, _, path = tiny_lm
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_lm[2]
+    model = AutoModelForCausalLM.from_pretrained(path)  # a copy: the session's shared model stays untouched
     peft = get_peft_model(
         model, peft_config(LoraConfig(rank=4, target_modules=["q_proj", "v_proj"])), "solver"
     )
@@ -100,7 +103,6 @@ def test_a_lora_adapter_folder_is_sampled_with_its_base(tiny_lm, sums, tmp_path)
             if "lora_B" in name:
                 p.normal_(0, 1.0)
     AdapterView(peft, "solver").save_adapter(tmp_path / "adapter")
-    model = peft.unload()  # the shared fixture's model, without the adapter again
     assert main(_args(path, sums, tmp_path / "base")) == 0
     assert main(_args(path, sums, tmp_path / "lora", "--adapter", str(tmp_path / "adapter"))) == 0
     assert _responses(tmp_path / "lora") != _responses(tmp_path / "base")
