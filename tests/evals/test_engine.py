@@ -87,10 +87,9 @@ def test_a_given_server_answers_as_the_hf_engine_does(tiny_lm, sums, tmp_path):
 
 def test_a_lora_adapter_folder_is_sampled_with_its_base(tiny_lm, sums, tmp_path):
     from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
 
     from pasodoble.adapters import AdapterView, LoraConfig, peft_config
-
-    from transformers import AutoModelForCausalLM
 
     path = tiny_lm[2]
     model = AutoModelForCausalLM.from_pretrained(path)  # a copy: the session's shared model stays untouched
