@@ -25,13 +25,21 @@ bench = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(bench)
 
 REPEATS = 2
+ATTEMPTS = 3  # measurements of a ratio over the bound before it fails (see the test)
 
 
 @pytest.mark.parametrize("shape", sorted(bench.SHAPES))
 @pytest.mark.parametrize("parser", sorted(bench.PARSERS))
 def test_growth_from_64_kb_to_1_mb_is_linear(parser, shape):
-    ratio = bench.growth(bench.PARSERS[parser], bench.SHAPES[shape], REPEATS)
-    assert ratio < bench.MAX_GROWTH, f"{parser} on {shape}: {ratio:.0f}x for 16x the input"
+    # A busy machine only inflates a ratio (cache and frequency effects reach CPU time too): measured 41x once
+    # for a parser that gives 16-23x alone. So a ratio over the bound is measured again, up to ATTEMPTS times;
+    # a superlinear parser stays over it every time (n^1.5 gives 64x, quadratic 256x).
+    ratios = []
+    for _ in range(ATTEMPTS):
+        ratios.append(bench.growth(bench.PARSERS[parser], bench.SHAPES[shape], REPEATS))
+        if ratios[-1] < bench.MAX_GROWTH:
+            break
+    assert min(ratios) < bench.MAX_GROWTH, f"{parser} on {shape}: {ratios} x for 16x the input"
 
 
 def test_every_shape_has_about_the_size_asked_for():
