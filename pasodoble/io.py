@@ -196,3 +196,11 @@ def build_lock(path: Path, what: str):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def make_build_dir(final: Path) -> Path:
+    """A fresh temporary sibling of `final` to build it in (unique across processes and nodes), with the mode a
+    plain mkdir gives (mkdtemp's 0700 would make the finished cache entry private to its builder)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.io import build_lock, new_file_mode, sha256_file, write_json_atomic
+from pasodoble.io import build_lock, make_build_dir, new_file_mode, sha256_file, write_json_atomic
 from pasodoble.realmodels.specs import FORMAT_VERSION, Package
 
 MANIFEST = "manifest.json"
@@ -108,7 +108,7 @@ def build_entry(final: Path, build: Callable[[Path], dict], *, progress: bool = 
 
 
 def _build_entry(final: Path, build: Callable[[Path], dict], progress: bool) -> Path:
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))  # unique across nodes too
+    tmp = make_build_dir(final)
     try:
         if progress:
             print(f"building {final.name} into {final.parent} (once)", file=sys.stderr, flush=True)

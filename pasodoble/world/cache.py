@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import to_dict
 from pasodoble.errors import UserError
-from pasodoble.io import build_lock, default_cache_dir, read_jsonl, write_json_atomic
+from pasodoble.io import build_lock, default_cache_dir, make_build_dir, read_jsonl, write_json_atomic
 from pasodoble.models import TINY_PREFIX, TINY_ROLES
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.sft import SFTConfig, train_sft
@@ -141,8 +140,7 @@ def ensure_sft_models(
 
 
 def _build(final: Path, world: WorldConfig, sft: SFTConfig, progress: bool) -> TinyModels:
-    cache_dir = final.parent
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))  # unique across nodes too
+    tmp = make_build_dir(final)
     try:
         warm_up(tmp, world, sft, progress=progress)
         (tmp / "done").write_text(json.dumps({"world": to_dict(world), "sft": to_dict(sft)}, indent=2) + "\n")

@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from pasodoble.errors import UserError
-from pasodoble.io import build_lock, read_jsonl
+from pasodoble.io import build_lock, current_umask, read_jsonl
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import (
@@ -27,6 +27,7 @@ def test_built_once_then_reused(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(models.solver_dir) is not None
     assert [r["step"] for r in read_jsonl(models.sft_metrics)] == [1, 2]
     assert models.world.tiers.is_file()
+    assert models.solver_dir.parent.stat().st_mode & 0o777 == 0o777 & ~current_umask()  # readable by the team
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == [f".lock-{cache_key(world, sft)}", cache_key(world, sft)]  # no temp dir left behind
     stamp = (models.solver_dir / "model.safetensors").stat().st_mtime_ns
