@@ -232,8 +232,13 @@ def test_ctrl_c_during_a_trickle_exits_within_seconds_keeping_finished_waves(key
         cmd = [sys.executable, "-m", "pasodoble", "sft-data", "--config", str(path), "--no-progress"]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[tuple[float, str]] = []
+        outs: list[
+            str
+        ] = []  # each stream has one reader (communicate() would race the stderr thread for lines)
         reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), x) for x in proc.stderr))
+        out_reader = threading.Thread(target=lambda: outs.extend(proc.stdout))
         reader.start()
+        out_reader.start()
         try:
             wait_for(
                 lambda: len(server.requests) >= 3 or proc.poll() is not None, 600, "the trickling request"
@@ -242,13 +247,13 @@ def test_ctrl_c_during_a_trickle_exits_within_seconds_keeping_finished_waves(key
             assert proc.poll() is None, "".join(x for _, x in lines)
             proc.send_signal(signal.SIGINT)
             start = time.monotonic()
-            out = proc.communicate(timeout=GUARD_S)[
-                0
-            ]  # unbounded: the trickle (600 s deadline, 100 kB at 1 B/s)
+            proc.wait(timeout=GUARD_S)  # unbounded: the trickle (600 s deadline, 100 kB at 1 B/s)
             seconds = time.monotonic() - start
         finally:
             proc.kill()
             reader.join()
+            out_reader.join()
+    out = "".join(outs)
     err = "".join(x for _, x in lines)
     said = next((t - start for t, x in lines if "interrupted" in x), None)
     figures(
