@@ -21,3 +21,15 @@ def recipe_world(overrides: list[str]):
 
     recipe = ROOT / "recipes" / "tiny-online.yaml"
     return _tiny_models(load_config(TrainConfig, recipe, [*overrides, "logging.quiet=true"]))
+
+
+if __name__ == "__main__":
+    # `python -m tests.worlds`: build the default and the vLLM tiny worlds into the model cache ahead of the tests
+    # (.ci/run starts it in the background while the first stages use one core). A test needing a world that is
+    # still being built waits on the cache entry's lock and then finds it.
+    import time
+
+    for name, overrides in (("default", []), ("vLLM", VLLM_WORLD)):
+        began = time.monotonic()
+        recipe_world(overrides)
+        print(f"tests.worlds: the {name} tiny world is ready ({time.monotonic() - began:.0f} s)", flush=True)
