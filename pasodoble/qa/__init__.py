@@ -4,7 +4,8 @@ Pure pieces a `qa` domain calls (the Domain plug-in itself is not here yet):
 - `normalize.py`: the SQuAD v1.1, TriviaQA and canonical (NFKC + numbers) rules;
 - `check.py`: exact match, token F1, `check` (best over the answer and its aliases), `extract_answer`;
 - `proposal.py`: QA prompts for both roles, `parse_qa_proposal` with counted reasons, `qa_metrics`;
-- `grading.py`: `QAGrader`, the checker behind the grader interface for `pasodoble eval --grading qa`.
+- `grading.py`: `QAGrader`, the checker behind the grader interface for `pasodoble eval --grading qa`;
+- `world.py`: the tiny QA world (invented facts in held-out tiers) and its cold-start teacher.
 See docs/QA.md.
 """
 
