@@ -130,11 +130,11 @@ def _template_fields(template: str) -> list[str]:
 def render_question(row: Mapping[str, Any], fields: FieldMap) -> str:
     """The question text of one row: one field, or the template with missing / null fields rendered empty."""
     if not fields.question_template:
-        value = row.get(fields.question_field)
+        value = field_value(row, fields.question_field)
         return "" if value is None else str(value).strip()
 
     def one(match: re.Match[str]) -> str:
-        value = row.get(match.group(1))
+        value = field_value(row, match.group(1))
         return "" if value is None else str(value)
 
     return _TEMPLATE_FIELD.sub(one, fields.question_template).strip()
@@ -163,7 +163,7 @@ def rows_to_problems(rows: Iterable[Mapping[str, Any]], fields: FieldMap, source
     for index, row in enumerate(rows):
         if index == 0:
             _check_fields(row, fields, source)
-        pid = str(row.get(fields.id_field, index)) if fields.id_field else str(index)
+        pid = str(field_value(row, fields.id_field, index)) if fields.id_field else str(index)
         if pid in seen:
             raise UserError(
                 f"{source}: id {pid!r} appears twice in field {fields.id_field!r}; pick a unique id field"
@@ -180,7 +180,7 @@ def rows_to_problems(rows: Iterable[Mapping[str, Any]], fields: FieldMap, source
             raise UserError(
                 f"{source}: row {index} (id {pid}) has no readable gold answer in {fields.answer_field!r}"
             )
-        group = f"{source}/{row[fields.source_field]}" if fields.source_field else source
+        group = f"{source}/{field_value(row, fields.source_field)}" if fields.source_field else source
         problems.append(Problem(id=pid, question=question, answers=answers, source=group))
     return problems
 
@@ -195,7 +195,8 @@ def _check_fields(row: Mapping[str, Any], fields: FieldMap, source: str) -> None
     if missing:
         raise UserError(
             f"{source}: field(s) {', '.join(map(repr, missing))} not in the data; "
-            f"available: {', '.join(sorted(row))} (set --question-field / --answer-field / --id-field / --group-field / --alias-field)"
+            f"available: {', '.join(sorted(row))} "
+            "(set --question-field / --answer-field / --id-field / --group-field / --alias-field)"
         )
 
 

@@ -134,3 +134,27 @@ def test_qa_grader_speaks_the_grader_protocol_with_each_rule():
     assert not QAGrader("squad").grade(["Saint Denis"], ["Saint-Denis"]).verdicts[0].correct
     with pytest.raises(ValueError, match="canonical"):
         QAGrader("exact")
+
+
+def test_dotted_fields_reach_squad_style_rows_in_every_role(tmp_path):
+    row = {
+        "meta": {"qid": "s1", "split": "dev"},
+        "q": {"text": "Where?"},
+        "answers": {"text": ["Paris", "Paris"]},
+    }
+    path = _write(tmp_path / "squad.jsonl", [row])
+    fields = FieldMap(
+        question_template="Q: {q.text}",
+        answer_field="answers.text",
+        id_field="meta.qid",
+        source_field="meta.split",
+    )
+    (problem,) = load_problems_file(path, fields)
+    assert (problem.id, problem.question, problem.answers, problem.source) == (
+        "s1",
+        "Q: Where?",
+        ("Paris", "Paris"),
+        "squad/dev",
+    )
+    with pytest.raises(Exception, match="answers.txt"):
+        load_problems_file(path, FieldMap(question_field="q.text", answer_field="answers.txt"))
