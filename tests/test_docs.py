@@ -79,6 +79,14 @@ COMMANDS: dict[str, Run | Skip] = {
         fast_subs=(("tiny:solver", "{tiny_lm}"),),
     ),
     "pasodoble verify-answers pairs.jsonl --out verdicts.jsonl": Run(add="--no-progress", fast=True),
+    # docs/QA.md
+    "pasodoble eval --model M --dataset trivia.jsonl --grading qa --answer-field answer.value "
+    "--alias-field answer.aliases --out runs/qa": Run(
+        add="--limit 2 --max-new-tokens 8 --no-progress",
+        subs=(("M", "tiny:solver"),),
+        fast=True,
+        fast_subs=(("tiny:solver", "{tiny_lm}"),),
+    ),
     "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt torch==2.13.0 -e .[dev]": Skip(
         "downloads packages (network); test_readme_install_line_matches_the_makefile checks it against make"
     ),
@@ -350,6 +358,10 @@ def _data_files(work: Path) -> None:
         ],
         "answers.jsonl": [{"gold": "2", "pred": "2"}, {"gold": "x+1", "pred": "1+x"}],
         "responses.jsonl": [{"gold": "12", "pred": "so the total is 12"}],
+        "trivia.jsonl": [
+            {"question": "Capital of France?", "answer": {"value": "Paris", "aliases": ["City of Light"]}},
+            {"question": "Largest planet?", "answer": {"value": "Jupiter", "aliases": []}},
+        ],
         "mine.jsonl": [
             {"Body": f"Ann has {i} pens.", "Question": "How many?", "Solution": str(i)} for i in range(3)
         ],

@@ -26,6 +26,7 @@ from pasodoble.errors import UserError
 from pasodoble.evals.benchmarks import DATA_DIR_ENV, load_benchmark, parse_benchmark_names
 from pasodoble.evals.problems import ANSWER_FORMATS, FieldMap, Problem, load_hf_problems, load_problems_file
 from pasodoble.evals.report import (
+    METRICS,
     build_results,
     merge_tables,
     read_results,
@@ -46,10 +47,13 @@ from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.models import check_model_spec
+from pasodoble.qa.normalize import RULES as QA_RULES
+from pasodoble.qa.proposal import SOLVER_TEMPLATE as QA_TEMPLATE
 from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
 EVAL_FALLBACK = "auto"  # answers outside \\boxed{}: see --grader-fallback
 EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
+GRADINGS = ("math", "qa")  # --grading: the math grader, or QA exact match and F1 (pasodoble.qa)
 TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out tier problems
 
 
@@ -86,6 +90,7 @@ def register(subparsers) -> None:
     data.add_argument("--answer-format", choices=ANSWER_FORMATS, default="auto", help="how to read the gold")
     data.add_argument("--id-field", help="field with a unique problem id (default: row number)")
     data.add_argument("--group-field", help="report per value of this field (e.g. tier, level, subject)")
+    data.add_argument("--alias-field", help="field with more accepted answers, e.g. answer.aliases (QA sets)")
     data.add_argument("--split", default="test", help="split of a Hub --dataset")
     data.add_argument("--dataset-config", help="config name of a Hub --dataset")
     data.add_argument("--limit", type=int, help="only the first N problems of each set (smoke runs)")
@@ -182,13 +187,28 @@ def register(subparsers) -> None:
         help="a response without \\boxed{}: read its answer as math-verify does (auto: 'final answer' phrases, "
         "LaTeX in the prose, the last expression; the default) or grade it as no answer (none)",
     )
+    e.add_argument(
+        "--grading",
+        choices=GRADINGS,
+        default="math",
+        help="math: the math grader on \\boxed{} answers; qa: short answers scored by exact match and token F1 "
+        "as QA harnesses report them, with a closed-book short-answer prompt unless --prompt-template is given "
+        "(docs/QA.md) (default: %(default)s)",
+    )
+    e.add_argument(
+        "--qa-rule",
+        choices=QA_RULES,
+        default="squad",
+        help="qa: answer normalisation: squad (SQuAD v1.1), triviaqa, or canonical (also NFKC and numbers) "
+        "(default: %(default)s)",
+    )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_eval)
 
     t = subparsers.add_parser("eval-table", help="merge several eval runs into one Markdown table")
     t.add_argument("run_dirs", nargs="+", type=Path, help="directories written by 'pasodoble eval --out'")
-    t.add_argument("--metric", default="avg@k", choices=("avg@k", "pass@k", "maj@k"), help="score shown")
+    t.add_argument("--metric", default="avg@k", choices=METRICS, help="score shown (em, f1: QA runs)")
     t.add_argument("--out", type=Path, help="also write the table to this file")
     t.set_defaults(func=run_eval_table)
 
@@ -199,6 +219,8 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
         if not args.prompt_template_file.is_file():
             raise UserError(f"--prompt-template-file: {args.prompt_template_file} not found")
         template = args.prompt_template_file.read_text(encoding="utf-8")
+    elif args.grading == "qa" and template == DEFAULT_TEMPLATE:  # the math prompt asks for \boxed{}
+        template = QA_TEMPLATE
     settings = EvalSettings(
         num_samples=args.num_samples,
         temperature=args.temperature,
@@ -242,6 +264,7 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
             answer_format=args.answer_format,
             id_field=args.id_field,
             source_field=args.group_field,
+            alias_field=args.alias_field,
         )
         if Path(args.dataset).exists() or Path(args.dataset).suffix in (".jsonl", ".json", ".parquet"):
             problems += load_problems_file(args.dataset, fields, limit=args.limit)
@@ -381,6 +404,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from pasodoble.distributed import from_env
     from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
     from pasodoble.grader import Grader
+    from pasodoble.qa.grading import QAGrader
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)
@@ -395,7 +419,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "sources": counts,
         "problems_sha256": problems_digest(problems),
         "settings": requested,
-    }
+    } | ({"grading": f"qa/{args.qa_rule}"} if args.grading == "qa" else {})  # math runs keep their identity
     rank0_first(collective, "eval run identity", lambda: start_run(args, identity) if lead else None)
     ranks = f" on {collective.world_size} ranks" if collective.world_size > 1 else ""
     say = print if lead else (lambda *a, **k: None)
@@ -414,7 +438,7 @@ def run_eval(args: argparse.Namespace) -> int:
     config = eval_grader_config(args)
     engine = open_engine(args, role, tokenizer, collective)
     try:
-        with Grader(config) as grader:
+        with QAGrader(args.qa_rule) if args.grading == "qa" else Grader(config) as grader:
             report = evaluate(
                 engine,
                 tokenizer,
@@ -455,7 +479,10 @@ def write_report(args: argparse.Namespace, settings: EvalSettings, report, count
         extra={"engine": args.engine, "arguments": arguments},
     )
     write_run_outputs(args.out, result)
-    print(scores_table([result]))
+    if args.grading == "qa":  # QA harnesses report exact match and F1
+        print("EM (%)\n" + scores_table([result], "em") + "\n\nF1 (%)\n" + scores_table([result], "f1"))
+    else:
+        print(scores_table([result]))
     print(
         f"{sum(counts.values())} problems x {settings.num_samples} samples ({report.samples_generated} generated now, "
         f"{report.seconds:.1f} s); wrote {args.out / 'results.md'}, results.json and samples.jsonl\n"

@@ -11,6 +11,9 @@ vote. All are pure functions of per-sample correctness (and, for maj@k, the extr
   cluster is strictly larger than every wrong cluster; a tie counts as wrong (deterministic, no dependence on
   sample order). Samples with no extracted answer do not vote. Peers cluster by string only, which splits
   "1/2" and "\\frac{1}{2}"; this departure avoids that for the correct cluster.
+- em, f1 (QA grading only, `pasodoble eval --grading qa`): as SQuAD's script reports them, the mean over questions
+  of the best exact match / token F1 over the gold answers (with k samples, each question's mean over them);
+  em equals avg@k.
 - ci95: half-width of the normal 95% interval of avg@k over problems (1.96 * sample std / sqrt(n)), 0 for n < 2.
 """
 
@@ -86,7 +89,23 @@ def average_sources(per_source: dict[str, dict[str, float]]) -> dict[str, float]
     rows = list(per_source.values())
     count = len(rows)
     average = {key: sum(r[key] for r in rows) / count for key in ("avg@k", "pass@k", "maj@k")}
+    for key in ("em", "f1"):
+        if all(key in r for r in rows):
+            average[key] = sum(r[key] for r in rows) / count
     average["ci95"] = math.sqrt(sum(r["ci95"] ** 2 for r in rows)) / count
     average["n"] = float(sum(r["n"] for r in rows))
     average["k"] = rows[0]["k"]
     return average
+
+
+def add_qa_scores(scores: dict[str, dict[str, float]], problems: Sequence, rows_by_key: dict) -> None:
+    """Add em and f1 to each source's scores when its sample rows carry an F1 (QA grading); else leave them."""
+    f1_by_source: dict[str, list[float]] = {}
+    for p in problems:
+        rows = rows_by_key[(p.source, p.id)]
+        if any("f1" not in r for r in rows):
+            return
+        f1_by_source.setdefault(p.source, []).append(sum(float(r["f1"]) for r in rows) / len(rows))
+    for source, values in f1_by_source.items():
+        scores[source]["em"] = scores[source]["avg@k"]
+        scores[source]["f1"] = sum(values) / len(values)

@@ -6,6 +6,9 @@ set. Here a set is described by a field mapping instead, so a new set needs flag
     pasodoble eval --dataset my.jsonl --question-field Body --answer-field Answer ...
     pasodoble eval --dataset my.jsonl --question-template "{Body} {Question}" --answer-field Answer ...
 
+A field name may reach into nested objects with dots (`answers.text` of SQuAD, `answer.aliases` of TriviaQA);
+`--alias-field` adds a second field's answers to the golds.
+
 Gold answers may be a string, a number (27.0 -> "27"), a list of accepted answers, a worked solution ending in
 `#### 18` (GSM8K style, commas removed), or a solution with a `\\boxed{}` (the last one is the gold); a plain
 gold loses a leading `Answer:` / `The answer is` and math delimiters around it (`$...$`, `\\(...\\)`, `\\[...\\]`). The seven
@@ -52,6 +55,9 @@ class FieldMap:
     answer_format: str = "auto"  # "auto" (detect), "text" (verbatim), "boxed", "hashes" (after `####`)
     id_field: str | None = None  # field holding a unique id; None: the row number
     source_field: str | None = None  # field that splits the set into reported groups (e.g. "tier"); None: one
+    alias_field: str | None = (
+        None  # field with more accepted answers (QA aliases), added to the golds; None: none
+    )
 
     def validate(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
@@ -124,14 +130,29 @@ def _template_fields(template: str) -> list[str]:
 def render_question(row: Mapping[str, Any], fields: FieldMap) -> str:
     """The question text of one row: one field, or the template with missing / null fields rendered empty."""
     if not fields.question_template:
-        value = row.get(fields.question_field)
+        value = field_value(row, fields.question_field)
         return "" if value is None else str(value).strip()
 
     def one(match: re.Match[str]) -> str:
-        value = row.get(match.group(1))
+        value = field_value(row, match.group(1))
         return "" if value is None else str(value)
 
     return _TEMPLATE_FIELD.sub(one, fields.question_template).strip()
+
+
+_MISSING = object()
+
+
+def field_value(row: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """`row[name]`, or for a dotted name absent as such, the nested value (`answers.text`); else `default`."""
+    if name in row:
+        return row[name]
+    value: Any = row
+    for part in name.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return default
+        value = value[part]
+    return value
 
 
 def rows_to_problems(rows: Iterable[Mapping[str, Any]], fields: FieldMap, source: str) -> list[Problem]:
@@ -142,21 +163,24 @@ def rows_to_problems(rows: Iterable[Mapping[str, Any]], fields: FieldMap, source
     for index, row in enumerate(rows):
         if index == 0:
             _check_fields(row, fields, source)
-        pid = str(row.get(fields.id_field, index)) if fields.id_field else str(index)
+        pid = str(field_value(row, fields.id_field, index)) if fields.id_field else str(index)
         if pid in seen:
             raise UserError(
                 f"{source}: id {pid!r} appears twice in field {fields.id_field!r}; pick a unique id field"
             )
         seen.add(pid)
         question = render_question(row, fields)
-        answers = parse_answers(row.get(fields.answer_field), fields.answer_format)
+        answers = parse_answers(field_value(row, fields.answer_field), fields.answer_format)
+        if fields.alias_field:
+            extra = parse_answers(field_value(row, fields.alias_field), fields.answer_format)
+            answers += tuple(a for a in dict.fromkeys(extra) if a not in answers)
         if not question:
             raise UserError(f"{source}: row {index} (id {pid}) has an empty question; check --question-field")
         if not answers:
             raise UserError(
                 f"{source}: row {index} (id {pid}) has no readable gold answer in {fields.answer_field!r}"
             )
-        group = f"{source}/{row[fields.source_field]}" if fields.source_field else source
+        group = f"{source}/{field_value(row, fields.source_field)}" if fields.source_field else source
         problems.append(Problem(id=pid, question=question, answers=answers, source=group))
     return problems
 
@@ -166,12 +190,13 @@ def _check_fields(row: Mapping[str, Any], fields: FieldMap, source: str) -> None
     wanted += (
         _template_fields(fields.question_template) if fields.question_template else [fields.question_field]
     )
-    wanted += [name for name in (fields.id_field, fields.source_field) if name]
-    missing = [name for name in wanted if name not in row]
+    wanted += [name for name in (fields.id_field, fields.source_field, fields.alias_field) if name]
+    missing = [name for name in wanted if field_value(row, name, _MISSING) is _MISSING]
     if missing:
         raise UserError(
             f"{source}: field(s) {', '.join(map(repr, missing))} not in the data; "
-            f"available: {', '.join(sorted(row))} (set --question-field / --answer-field / --id-field / --group-field)"
+            f"available: {', '.join(sorted(row))} "
+            "(set --question-field / --answer-field / --id-field / --group-field / --alias-field)"
         )
 
 

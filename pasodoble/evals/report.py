@@ -32,7 +32,7 @@ DISPLAY_NAMES = {
     "minerva_math": "Minerva",
     "olympiadbench": "OlympiadBench",
 }
-METRICS = ("avg@k", "pass@k", "maj@k")
+METRICS = ("avg@k", "pass@k", "maj@k", "em", "f1")  # em, f1: QA-graded runs only
 _PACKAGES = ("pasodoble", "torch", "transformers", "math-verify", "vllm")
 
 
@@ -93,8 +93,11 @@ def scores_table(results: Sequence[dict], metric: str = "avg@k") -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         per = r["per_source"]
-        cells = [r["label"], *(f"{100 * per[s][metric]:.2f}" if s in per else "-" for s in sources)]
-        cells.append(f"{100 * r['average'][metric]:.2f}" if r["average"] else "-")
+        cells = [
+            r["label"],
+            *(f"{100 * per[s][metric]:.2f}" if metric in per.get(s, {}) else "-" for s in sources),
+        ]
+        cells.append(f"{100 * r['average'][metric]:.2f}" if metric in r["average"] else "-")
         if paper6:
             has_six = set(PAPER_BENCHMARKS) <= set(per)
             six = sum(per[s][metric] for s in PAPER_BENCHMARKS) / len(PAPER_BENCHMARKS) if has_six else None
@@ -106,12 +109,15 @@ def scores_table(results: Sequence[dict], metric: str = "avg@k") -> str:
 def detail_table(result: dict) -> str:
     """Markdown: every metric of one run per benchmark, with the 95% interval and the problem count."""
     k = int(result["settings"]["num_samples"])
-    lines = [f"| Benchmark | n | avg@{k} | ±95% | pass@{k} | maj@{k} |", "|---|---|---|---|---|---|"]
+    qa = "f1" in result["average"]  # a QA-graded run adds the EM and F1 columns of QA harnesses
+    head = f"| Benchmark | n | avg@{k} | ±95% | pass@{k} | maj@{k} |" + (" EM | F1 |" if qa else "")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for source, m in [*result["per_source"].items(), ("AVG", result["average"])]:
         name = DISPLAY_NAMES.get(source, source)
         lines.append(
             f"| {name} | {int(m['n'])} | {100 * m['avg@k']:.2f} | {100 * m['ci95']:.2f} "
             f"| {100 * m['pass@k']:.2f} | {100 * m['maj@k']:.2f} |"
+            + (f" {100 * m['em']:.2f} | {100 * m['f1']:.2f} |" if qa else "")
         )
     return "\n".join(lines)
 

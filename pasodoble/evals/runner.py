@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from pasodoble.distributed import SingleProcess, share
 from pasodoble.errors import ConfigError
-from pasodoble.evals.metrics import average_sources, score_source
+from pasodoble.evals.metrics import add_qa_scores, average_sources, score_source
 from pasodoble.evals.problems import Problem
 from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
 from pasodoble.io import append_jsonl
@@ -90,7 +90,7 @@ class EvalReport:
         head = f"{prefix}/" if prefix else ""
         out: dict[str, float] = {}
         for source, scores in {**self.per_source, "average": self.average}.items():
-            for name in ("avg@k", "pass@k", "maj@k", "ci95"):
+            for name in ("avg@k", "pass@k", "maj@k", "ci95", "em", "f1"):
                 if name in scores:
                     out[f"{head}{source}/{name}"] = float(scores[name])
         return out
@@ -152,7 +152,9 @@ def _grade(
         for _ in texts_i:
             verdicts = [v[flat] for v in verdicts_by_alt]
             best = next((v for v in verdicts if v.correct), verdicts[0])
-            rows.append({"extracted": best.extracted, "correct": bool(best.correct), "status": best.status})
+            row = {"extracted": best.extracted, "correct": bool(best.correct), "status": best.status}
+            f1s = [v.f1 for v in verdicts if v.f1 is not None]  # QA grading: the best token F1 over golds
+            rows.append(row | {"f1": max(f1s)} if f1s else row)
             flat += 1
         graded.append(rows)
     return graded
@@ -183,6 +185,7 @@ def score_rows(problems: Sequence[Problem], rows_by_key: dict[Key, list[dict]], 
         rows = rows_by_key[(p.source, p.id)]
         per_source[p.source].append(([bool(r["correct"]) for r in rows], [r["extracted"] for r in rows]))
     scores = {source: score_source(samples, k) for source, samples in per_source.items()}
+    add_qa_scores(scores, problems, rows_by_key)
     return EvalReport(per_source=scores, average=average_sources(scores))
 
 

@@ -98,6 +98,7 @@ class Verdict:
     correct: bool
     status: str  # "ok" | "no_answer" | "timeout" | "error"
     extracted: str | None  # the prediction's extracted answer (None if none found)
+    f1: float | None = None  # token F1 with the gold (QA grading, `pasodoble.qa.grading`); None for math
 
 
 @dataclass
