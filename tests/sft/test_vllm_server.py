@@ -83,6 +83,7 @@ def vllm_server(vllm_models, tmp_path):
             "256",
             "--seed",
             "0",
+            "--enforce-eager",  # as the project's own CPU servers start: no minutes-long model compile
         ],
         env=env,
         stdout=log,
