@@ -125,13 +125,15 @@ def program_for(problem: CodeProblem, completion: str) -> str:
 
 
 def mutant(problem: CodeProblem) -> str:
-    """The canonical solution with every return value nudged (True->False, n->n+1, a list one shorter, None->0)."""
+    """The canonical solution with every return value nudged (True->False, n->n+1, a list one shorter, a dict one
+    key longer, None->0)."""
     nudge = (
         "\n\ndef _nudge(r):\n"
         "    if isinstance(r, bool):\n        return not r\n"
         "    if isinstance(r, (int, float)):\n        return r + 1\n"
         "    if isinstance(r, str):\n        return r + 'x'\n"
         "    if isinstance(r, (list, tuple)):\n        return r[:-1] if r else [0]\n"
+        "    if isinstance(r, dict):\n        return dict(r, _nudged=0)\n"
         "    return 0 if r is None else r\n\n"
         f"_solution = {problem.entry_point}\n\n"
         f"def {problem.entry_point}(*args, **kwargs):\n    return _nudge(_solution(*args, **kwargs))\n"

@@ -104,13 +104,18 @@ def candidate_main(job, sock):
     namespace = {"__name__": "__main__" if job.get("entry_point") is None else "__candidate__"}
     if job.get("entry_point") is None:
         sys.stdin = io.StringIO(job.get("stdin") or "")
+    me = os.getpid()  # a process the program forked must not speak for it: it leaves silently
     try:
         exec(compile(job["program"], "<program>", "exec"), namespace)
+        if os.getpid() != me:
+            os._exit(0)
         fn = namespace.get(job["entry_point"]) if job.get("entry_point") else None
         if job.get("entry_point") and not callable(fn):
             raise NameError("the program defines no function {!r}".format(job["entry_point"]))
         sock.sendall(frame({"ready": True}))
     except BaseException as e:  # the program's own failure is data, reported to the runner
+        if os.getpid() != me:
+            os._exit(1)
         sock.sendall(frame({"raise": type(e).__name__, "msg": str(e)[:300]}))
         return
     while True:
@@ -292,8 +297,14 @@ def main():
         verdict = judge(job, secret, run_sock, cand_pid, deadline)
     except Deadline:
         verdict = {"status": "timeout", "detail": "the program ran past the time limit", "outputs": []}
-    except (EOFError, OSError, ValueError) as e:
+    except (EOFError, OSError) as e:
         verdict = {"status": "error", "detail": f"the program's process died ({e})", "outputs": []}
+    except ValueError as e:  # a frame that is not JSON, or too long: the program wrote on its socket
+        verdict = {
+            "status": "error",
+            "detail": f"the program wrote garbage on its channel ({e})"[:300],
+            "outputs": [],
+        }
     run_sock.close()
     if job.get("entry_point") is None:
         verdict["outputs"] = [read_output(int(job.get("max_output_bytes", 65536)))]
