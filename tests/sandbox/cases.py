@@ -19,11 +19,12 @@ from pasodoble.sandbox import Job
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_ENV = "PASODOBLE_TEST_SECRET"
+OUTSIDE_TMP = "/var/tmp" if os.path.isdir("/var/tmp") else None  # not under /tmp, which the jail replaces
 
 
 @dataclass
 class Context:
-    """What a case may aim at: all of it created by the test, all of it checked afterwards."""
+    """What a case may aim at, created by the test outside /tmp (the jail's own /tmp hides that) and checked after."""
 
     tmp: Path
     secret: Path = field(init=False)
@@ -31,13 +32,16 @@ class Context:
     listener: socket.socket = field(init=False)
     accepted: list = field(default_factory=list)
 
-    def __post_init__(self):
+    def __post_init__(self):  # world-readable and -writable on purpose: only the jail may stand in the way
+        os.chmod(self.tmp, 0o777)
         self.secret = self.tmp / "secret.txt"
         self.secret.write_text("the trainer's token\n")
-        os.chmod(self.secret, 0o644)
+        os.chmod(self.secret, 0o666)
         self.checkpoints = self.tmp / "checkpoints"
-        self.checkpoints.mkdir()
+        self.checkpoints.mkdir(mode=0o777)
+        os.chmod(self.checkpoints, 0o777)
         (self.checkpoints / "step-1.pt").write_bytes(b"weights")
+        os.chmod(self.checkpoints / "step-1.pt", 0o666)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(0.2)
         self.stop = threading.Event()

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from pasodoble.sandbox import SandboxConfig, check
-from tests.sandbox.cases import CASES, SECRET_ENV, Context, jail_processes, verdict_matches
+from tests.sandbox.cases import CASES, OUTSIDE_TMP, SECRET_ENV, Context, jail_processes, verdict_matches
 
 pytestmark = pytest.mark.sandbox
 HANG_GUARD_S = 120  # generous: the machine may be loaded; only a jail that never ends should trip it
 
 
 @pytest.fixture
-def ctx(tmp_path, monkeypatch):
+def ctx(monkeypatch):
     monkeypatch.setenv(SECRET_ENV, "s3cr3t")
-    context = Context(tmp_path)
+    context = Context(Path(tempfile.mkdtemp(prefix="pasodoble-escape-", dir=OUTSIDE_TMP)))
     yield context
     context.close()
+    shutil.rmtree(context.tmp)
 
 
 def run_case(case, ctx, **config):
