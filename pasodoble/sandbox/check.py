@@ -97,7 +97,7 @@ def layers_for(config: SandboxConfig) -> tuple[frozenset[str], str | None]:
                 "(make sandbox-env) or set allow_unsandboxed_code_execution"
             )
         log.warning("RUNNING MODEL-WRITTEN CODE WITHOUT A SANDBOX (%s missing)", missing)
-        wanted -= {"bwrap", "network", "pid_namespace", "read_only", "tmpfs_cap", "seccomp"}
+        wanted -= {"bwrap", "network", "pid_namespace", "minimal_root", "read_only", "tmpfs_cap", "seccomp"}
     return frozenset(wanted), None
 
 

@@ -33,7 +33,8 @@ SYSTEM_DIRS = ("/usr", "/etc/alternatives")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 MERGED_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 ALL_LAYERS = (
-    "bwrap", "cgroup", "uid", "rlimits", "seccomp", "network", "pid_namespace", "read_only", "tmpfs_cap", "clearenv"
+    "bwrap", "cgroup", "uid", "rlimits", "seccomp", "network", "pid_namespace", "minimal_root", "read_only", "tmpfs_cap",
+    "clearenv",
 )  # fmt: skip
 
 
@@ -50,19 +51,24 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 def _root_mounts(layers: frozenset[str]) -> list[str]:
-    if "read_only" not in layers:
+    """Only the system folders, read-only; without `minimal_root` the host's whole tree, writable."""
+    if "minimal_root" not in layers:
         return ["--bind", "/", "/"]
+    bind = "--ro-bind" if "read_only" in layers else "--bind"
     args = []
-    for d in SYSTEM_DIRS:
-        args += ["--ro-bind-try", d, d]
-    for f in SYSTEM_FILES:
-        args += ["--ro-bind-try", f, f]
+    for path in (*SYSTEM_DIRS, *SYSTEM_FILES):
+        args += [f"{bind}-try", path, path]
     for link in MERGED_LINKS:
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
-            args += ["--ro-bind", link, link]
+            args += [bind, link, link]
     return args
+
+
+def runner_dir(layers: frozenset[str]) -> str:
+    """Where the runner's files appear: a new /sandbox, or inside the jail's /tmp when / is the host's."""
+    return "/sandbox" if "minimal_root" in layers else "/tmp/.sandbox"
 
 
 def bwrap_args(config, seed: int, layers: frozenset[str], fds: dict[str, int]) -> list[str]:
@@ -74,9 +80,10 @@ def bwrap_args(config, seed: int, layers: frozenset[str], fds: dict[str, int]) -
     args += ["--new-session", "--die-with-parent", "--cap-drop", "ALL"]
     args += _root_mounts(layers) + ["--proc", "/proc", "--dev", "/dev"]
     size = ["--size", str(config.tmpfs_mb << 20)] if "tmpfs_cap" in layers else []
-    args += ["--perms", "1777", *size, "--tmpfs", "/tmp", "--dir", "/sandbox", "--chdir", "/tmp"]
-    args += ["--ro-bind-data", str(fds["runner"]), "/sandbox/runner.py"]
-    args += ["--ro-bind-data", str(fds["values"]), "/sandbox/values.py"]
+    where = runner_dir(layers)
+    args += ["--perms", "1777", *size, "--tmpfs", "/tmp", "--dir", where, "--chdir", "/tmp"]
+    args += ["--ro-bind-data", str(fds["runner"]), f"{where}/runner.py"]
+    args += ["--ro-bind-data", str(fds["values"]), f"{where}/values.py"]
     if "seccomp" in fds:
         args += ["--seccomp", str(fds["seccomp"])]
     if "clearenv" in layers:
@@ -109,7 +116,7 @@ def command(config, seed: int, layers: frozenset[str], fds: dict[str, int], verd
     runner = [config.python, "-I", "-S", "-B"]
     if "bwrap" not in layers:  # no jail at all: the runner from the package, in a scratch folder
         return [*runner, str(HERE / "runner.py"), str(verdict_fd)], scratch
-    cmd = [*runner, "/sandbox/runner.py", str(verdict_fd)]
+    cmd = [*runner, f"{runner_dir(layers)}/runner.py", str(verdict_fd)]
     if "uid" in layers and os.geteuid() == 0:
         cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *bwrap_args(
             config, seed, layers, fds), *cmd]  # fmt: skip
