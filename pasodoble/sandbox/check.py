@@ -26,6 +26,7 @@ from pasodoble.sandbox.probe import ESSENTIAL, default_python, probe
 from pasodoble.sandbox.values import encode
 
 log = logging.getLogger("pasodoble.sandbox")
+_warned: set[str] = set()  # optional layers already reported as missing (once per process)
 STATUSES = ("passed", "failed", "error", "timeout", "crashed", "nondeterministic", "refused", "sandbox_error")
 
 
@@ -89,6 +90,9 @@ def layers_for(config: SandboxConfig) -> tuple[frozenset[str], str | None]:
     for name in ("cgroup", "seccomp", "uid"):
         if not found[name]:
             wanted.discard(name)
+            if name not in _warned:
+                _warned.add(name)
+                log.warning("sandbox layer %s is missing here: %s", name, found["why"].get(name, "?"))
     if not found["essential_ok"]:
         missing = ", ".join(k for k in ESSENTIAL if not found[k])
         if not config.allow_unsandboxed_code_execution:

@@ -44,19 +44,22 @@ def frame(obj) -> bytes:
 
 
 def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, 0)
+    fd = os.memfd_create(name)  # close-on-exec: only pass_fds hands it to the launch
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
 
-def _root_mounts(layers: frozenset[str]) -> list[str]:
-    """Only the system folders, read-only; without `minimal_root` the host's whole tree, writable."""
+def _root_mounts(layers: frozenset[str], python: str) -> list[str]:
+    """Only the system folders (and the interpreter's prefix when it lives elsewhere), read-only; without
+    `minimal_root` the host's whole tree, writable. The interpreter must be readable by uid 65534."""
     if "minimal_root" not in layers:
         return ["--bind", "/", "/"]
     bind = "--ro-bind" if "read_only" in layers else "--bind"
+    prefix = str(Path(os.path.realpath(python)).parent.parent)
+    extra = () if prefix == "/" or prefix.startswith("/usr") else (prefix,)
     args = []
-    for path in (*SYSTEM_DIRS, *SYSTEM_FILES):
+    for path in (*SYSTEM_DIRS, *SYSTEM_FILES, *extra):
         args += [f"{bind}-try", path, path]
     for link in MERGED_LINKS:
         if os.path.islink(link):
@@ -78,7 +81,7 @@ def bwrap_args(config, seed: int, layers: frozenset[str], fds: dict[str, int]) -
     args += ["--unshare-net"] if "network" in layers else []
     args += ["--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "jail"]
     args += ["--new-session", "--die-with-parent", "--cap-drop", "ALL"]
-    args += _root_mounts(layers) + ["--proc", "/proc", "--dev", "/dev"]
+    args += _root_mounts(layers, config.python) + ["--proc", "/proc", "--dev", "/dev"]
     size = ["--size", str(config.tmpfs_mb << 20)] if "tmpfs_cap" in layers else []
     where = runner_dir(layers)
     args += ["--perms", "1777", *size, "--tmpfs", "/tmp", "--dir", where, "--chdir", "/tmp"]
