@@ -305,6 +305,7 @@ def main():
             "detail": f"the program wrote garbage on its channel ({e})"[:300],
             "outputs": [],
         }
+    verdict.setdefault("outputs", [])
     run_sock.close()
     if job.get("entry_point") is None:
         verdict["outputs"] = [read_output(int(job.get("max_output_bytes", 65536)))]

@@ -93,3 +93,20 @@ def test_layers_are_named_in_the_config():
     names = {f.name for f in dataclasses.fields(SandboxConfig)}
     assert "_layers_off" in names and "allow_unsandboxed_code_execution" in names
     assert os.environ.get(SECRET_ENV) is None
+
+
+@pytest.mark.parametrize(
+    "program,entry,detail",
+    [
+        ("def f(x):\n    return x +", "f", "SyntaxError"),
+        ("import numpy", "f", "ModuleNotFoundError"),
+        ("g = 1", "f", "NameError: the program defines no function 'f'"),
+        ("def f(x):\n    return x\nwhile True:\n    pass", "f", ""),
+    ],
+)
+def test_a_program_that_never_gets_to_its_calls_has_a_verdict(program, entry, detail):
+    from pasodoble.sandbox import Job
+
+    verdict = check(Job(program=program, entry_point=entry, calls=((1,),)), SandboxConfig(timeout_s=2.0))
+    assert verdict.status == ("timeout" if not detail else "error")
+    assert verdict.detail.startswith(detail) and verdict.outputs == ()
