@@ -144,9 +144,12 @@ def call(sock, args, deadline):
         raise Deadline() from None
     except (EOFError, OSError) as e:
         raise CandidateRaised(f"the program's process died ({e})") from e
-    if "raise" in reply:
-        raise CandidateRaised("{}: {}".format(reply["raise"], reply["msg"]))
-    return decode(reply["value"])
+    if isinstance(reply, dict) and "raise" in reply:
+        raise CandidateRaised("{}: {}".format(reply.get("raise"), reply.get("msg")))
+    try:
+        return decode(reply["value"])
+    except Exception as e:  # a frame the program forged on its own socket
+        raise CandidateRaised(f"the program's reply was not plain data ({type(e).__name__})") from None
 
 
 def tester_main(job, secret, sock, report_fd, deadline):
@@ -241,15 +244,15 @@ def candidate_signal(pid):
 
 
 def judge(job, secret, run_sock, cand_pid, deadline):
-    ready = (
-        read_frame(sock=run_sock)
-        if select.select([run_sock], [], [], deadline - time.monotonic())[0]
-        else None
-    )
-    if ready is None:
+    run_sock.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        ready = read_frame(sock=run_sock)
+    except socket.timeout:  # noqa: UP041 (an alias of TimeoutError only from Python 3.10)
         return {"status": "timeout", "detail": "the program ran past the time limit"}
+    if not isinstance(ready, dict):
+        return {"status": "error", "detail": "the program wrote garbage on its channel"}
     if "raise" in ready:
-        return {"status": "error", "detail": "{}: {}".format(ready["raise"], ready["msg"])}
+        return {"status": "error", "detail": "{}: {}".format(ready.get("raise"), ready.get("msg"))[:300]}
     outputs, result = run_calls(job, secret, run_sock, deadline)
     if result is None and secret.get("tests"):
         rd, wr = os.pipe()

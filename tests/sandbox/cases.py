@@ -242,6 +242,22 @@ CASES = [
         group="channel",
     ),
     Case(
+        "forged_reply_frames",
+        function(
+            "import json, os, struct\n"
+            "for body in ({'ready': True}, {'value': {'$dict': [[[1], 2]]}}, {'value': 2}):\n"
+            "    data = json.dumps(body).encode()\n"
+            "    for fd in range(3, 64):\n"
+            "        try:\n            os.write(fd, struct.pack('>Q', len(data)) + data)\n"
+            "        except OSError:\n            pass\n\n"
+            "def f(x):\n    return 0",
+            calls=((1,),),
+            expected=(2,),
+        ),
+        ("error", "the program's reply was not plain data (TypeError)"),
+        group="channel",
+    ),
+    Case(
         "bad_bytes",
         script("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00ok')"),
         ("passed", "\ufffd\ufffd\x00ok"),

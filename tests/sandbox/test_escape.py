@@ -39,7 +39,9 @@ def run_case(case, ctx, **config):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_case_gets_its_exact_verdict(case, ctx):
-    before = set(jail_processes())  # other checks on this machine may be running: only new ones count
+    before = set(
+        jail_processes()
+    )  # only new ones count (another sandbox run at the same time would still show)
     verdict = run_case(case, ctx)
     assert verdict_matches(case, verdict), (case.expect, verdict)
     assert (
