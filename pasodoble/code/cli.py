@@ -1,0 +1,140 @@
+"""`pasodoble code-eval`: HumanEval or any code JSONL through the sandbox, pass@1 and pass@k.
+
+    pasodoble code-eval --canonical --out runs/he-canonical        # every canonical solution must pass
+    pasodoble code-eval --mutants --out runs/he-mutants            # every nudged solution must fail
+    pasodoble code-eval --samples completions.jsonl --k 1,10 --out runs/he-model
+    pasodoble code-eval --jsonl mine.jsonl --samples s.jsonl --out runs/mine
+
+`--samples` is a JSONL of {task_id, completion} rows (several per task for pass@k), as written by any generator;
+a completion runs as the prompt continued, or as its fenced code block after the prompt. Writes DIR/checks.jsonl
+(one verdict per sample) and DIR/results.json (pass@k, status counts, checks per second).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from pasodoble.code.passk import mean_pass_at_k
+from pasodoble.code.problems import CodeProblem, job_for, load_code_jsonl, load_humaneval, mutant, program_for
+from pasodoble.errors import UserError
+from pasodoble.io import write_json_atomic
+from pasodoble.sandbox import SandboxConfig, check
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "code-eval", help="run code problems (HumanEval, any JSONL) in the sandbox: pass@k"
+    )
+    src = p.add_argument_group("what to check (one of)")
+    what = src.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--canonical", action="store_true", help="the set's canonical solutions (all must pass)"
+    )
+    what.add_argument(
+        "--mutants", action="store_true", help="canonical solutions with nudged returns (must fail)"
+    )
+    what.add_argument("--samples", type=Path, help="JSONL of {task_id, completion} rows")
+    p.add_argument("--benchmarks", default="humaneval", choices=["humaneval"], help="the built-in set")
+    p.add_argument(
+        "--jsonl", type=Path, help="a JSONL of {prompt, tests, entry_point} rows instead of --benchmarks"
+    )
+    p.add_argument("--limit", type=int, help="only the first N problems")
+    p.add_argument("--k", default="1", help="comma-separated k values for pass@k")
+    p.add_argument("--workers", type=int, default=2, help="checks run at once")
+    p.add_argument("--timeout-s", type=float, default=10.0, help="wall clock of one check")
+    p.add_argument("--out", type=Path, required=True, help="folder for checks.jsonl and results.json")
+    p.set_defaults(func=run_code_eval)
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        ks = []
+    if not ks or ks[0] < 1:
+        raise UserError(f"--k {text!r}: give positive integers separated by commas, e.g. 1,10")
+    return ks
+
+
+def _samples(path: Path, problems: dict[str, CodeProblem]) -> tuple[list[tuple[str, str]], int]:
+    if not path.is_file():
+        raise UserError(f"--samples: {path} not found; give a JSONL of {{task_id, completion}} rows")
+    rows, skipped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line) if line.strip() else None
+        except ValueError:
+            row = {}
+        if row is None:
+            continue
+        ok = (
+            isinstance(row, dict)
+            and row.get("task_id") in problems
+            and isinstance(row.get("completion"), str)
+        )
+        if ok:
+            rows.append((row["task_id"], program_for(problems[row["task_id"]], row["completion"])))
+        else:
+            skipped += 1
+    return rows, skipped
+
+
+def _programs(args, problems: list[CodeProblem]) -> tuple[list[tuple[str, str]], int]:
+    if args.samples is not None:
+        return _samples(args.samples, {p.task_id: p for p in problems})
+    with_solution = [p for p in problems if p.canonical_solution is not None]
+    if not with_solution:
+        raise UserError("--canonical/--mutants: the set has no canonical_solution fields")
+    make = mutant if args.mutants else (lambda p: p.prompt + p.canonical_solution)
+    return [(p.task_id, make(p)) for p in with_solution], len(problems) - len(with_solution)
+
+
+def run_code_eval(args) -> int:
+    ks = _ks(args.k)
+    if args.workers < 1 or args.timeout_s <= 0:
+        raise UserError("--workers must be >= 1 and --timeout-s > 0")
+    skipped_rows = 0
+    if args.jsonl is not None:
+        problems, skipped_rows = load_code_jsonl(args.jsonl)
+    else:
+        problems = load_humaneval()
+    problems = problems[: args.limit] if args.limit else problems
+    by_id = {p.task_id: p for p in problems}
+    programs, skipped = _programs(args, problems)
+    config = SandboxConfig(timeout_s=args.timeout_s)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with (
+        ThreadPoolExecutor(args.workers) as pool,
+        open(args.out / "checks.jsonl", "w", encoding="utf-8") as out,
+    ):
+        verdicts = pool.map(lambda tp: check(job_for(by_id[tp[0]], tp[1]), config), programs)
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        statuses: Counter = Counter()
+        for (task_id, _), v in tqdm(
+            zip(programs, verdicts), total=len(programs), desc="checks", unit="check"
+        ):
+            counts[task_id][0] += 1
+            counts[task_id][1] += v.passed
+            statuses[v.status] += 1
+            out.write(json.dumps({"task_id": task_id, "status": v.status, "detail": v.detail}) + "\n")
+    seconds = time.monotonic() - start
+    results = {
+        "problems": len(counts),
+        "checks": len(programs),
+        "statuses": dict(statuses),
+        "pass_at_k": {f"pass@{k}": mean_pass_at_k(counts.values(), k) for k in ks},
+        "skipped_rows": skipped_rows + skipped,
+        "seconds": round(seconds, 2),
+        "checks_per_s": round(len(programs) / seconds, 2) if seconds > 0 else None,
+        "workers": args.workers,
+    }
+    write_json_atomic(args.out / "results.json", results)
+    print(json.dumps(results, indent=2))
+    return 0
