@@ -22,7 +22,7 @@ from pasodoble.errors import UserError
 COMMAND_MODULES = (
     "pasodoble.demo",
     "pasodoble.train",
-    "pasodoble.layout",
+    "pasodoble.layout_cmd",
     "pasodoble.experiment",
     "pasodoble.sft.cli",
     "pasodoble.kb.cli",
@@ -31,7 +31,7 @@ COMMAND_MODULES = (
     "pasodoble.plotting",
     "pasodoble.samples_html",
     "pasodoble.config_show",
-    "pasodoble.adapters",
+    "pasodoble.export",
     "pasodoble.rollout.server",
 )
 

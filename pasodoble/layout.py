@@ -26,7 +26,6 @@ Tests: tests/test_layout.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,38 +324,6 @@ def model_architectures(cfg) -> dict[str, dict | None]:
     return {
         name: read_architecture(role.model, cfg.cache_dir) for name, role in generating_roles(cfg).items()
     }
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "layout", help="check a recipe's multi-GPU layout and print its memory estimate"
-    )
-    p.add_argument("--config", type=Path, required=True, help="YAML recipe")
-    p.add_argument("--processes", type=int, default=1, help="training processes (world size) to check")
-    p.add_argument("--nodes", type=int, default=1, help="nodes the processes are spread over")
-    p.add_argument("--visible-gpus", type=int, default=None, help="GPUs per node (default: this machine's)")
-    p.add_argument(
-        "--gpu-memory-gb", type=float, default=None, help="memory of one GPU (default: this machine's)"
-    )
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
-    p.set_defaults(func=run_layout_cmd)
-
-
-def run_layout_cmd(args: argparse.Namespace) -> int:
-    from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig
-
-    cfg = load_config(TrainConfig, args.config, args.overrides)
-    here = launch_from_env(args.processes)
-    launch = Launch(
-        world_size=args.processes,
-        local_world_size=-(-args.processes // args.nodes),
-        visible_gpus=here.visible_gpus if args.visible_gpus is None else args.visible_gpus,
-        gpu_memory_gb=args.gpu_memory_gb if args.gpu_memory_gb is not None else here.gpu_memory_gb,
-    )
-    resolved = check_layout(cfg, launch, model_architectures(cfg), show=lambda lines: print("\n".join(lines)))
-    print(describe(resolved))
-    return 0
 
 
 def describe(resolved: ResolvedLayout) -> str:

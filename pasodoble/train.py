@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
-from pasodoble.adapters import RolesConfig, build_shared_roles
+from pasodoble.adapters import RolesConfig
 from pasodoble.config import load_config, save_config
 from pasodoble.distributed import from_env
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
@@ -63,6 +63,7 @@ from pasodoble.rollout.placement import Placement
 from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
 from pasodoble.sharding import build_sharding, check_roles
+from pasodoble.shared_base import build_shared_roles
 from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
