@@ -44,8 +44,8 @@ from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
-from pasodoble.plotting import load_series
 from pasodoble.rollout import HFEngine
+from pasodoble.series import load_series
 from pasodoble.sft import SFTConfig
 from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig, formats

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from pasodoble.cli import main
-from pasodoble.plotting import load_series
+from pasodoble.series import load_series
 from pasodoble.tracking import Tracker
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pasodoble.cli import main
-from pasodoble.summary_plot import moving_average, reward_rule, smooth_window
+from pasodoble.series import moving_average
+from pasodoble.summary_plot import reward_rule, smooth_window
 from pasodoble.tracking import Tracker
 
 

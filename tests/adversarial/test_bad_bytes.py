@@ -18,7 +18,7 @@ import pytest
 from pasodoble.errors import UserError
 from pasodoble.evals.samples import load_resume_state
 from pasodoble.knowledge import KnowledgeConfig, PassageSampler
-from pasodoble.plotting import load_series
+from pasodoble.series import load_series
 
 REPO = Path(__file__).resolve().parents[2]
 
