@@ -16,6 +16,7 @@ import torch
 from pasodoble.errors import ConfigError
 from pasodoble.precision import DTYPES
 from pasodoble.rollout.hf import HFEngine
+from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import validate_engine
 
 
@@ -28,7 +29,12 @@ def _is_adapter(model) -> bool:
 
 
 def build_engine(
-    name: str, role_cfg, model: torch.nn.Module, tokenizer, model_path: str | Path, placement=None
+    name: str,
+    role_cfg,
+    model: torch.nn.Module,
+    tokenizer,
+    model_path: str | Path,
+    placement: Placement | None = None,
 ):
     """`placement` (`rollout.placement.Placement`): where a `vllm_server` role's server runs (None: one process)."""
     engine = getattr(role_cfg, "engine", "hf")
@@ -61,10 +67,8 @@ def build_engine(
             max_lora_rank=role_cfg.vllm.max_lora_rank,
         )
     else:
-        from pasodoble.rollout.server import VLLMServerEngine
-
-        core = VLLMServerEngine.for_role(
-            name, role_cfg, model_path, tokenizer, adapters=adapters, placement=placement
+        core = (placement or Placement()).server_engine(
+            name, role_cfg, model_path, tokenizer, adapters=adapters
         )
     if not adapters:
         return core
@@ -74,7 +78,7 @@ def build_engine(
 
 
 def build_shared_engine(
-    roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path, placement=None
+    roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path, placement: Placement | None = None
 ) -> dict:
     """One engine for the adapters of a shared base: {role name: engine view}; `hf` gives each an HFEngine."""
     first = next(iter(roles_cfgs.values()))
@@ -107,16 +111,8 @@ def build_shared_engine(
             max_lora_rank=first.vllm.max_lora_rank,
         )
     else:
-        from pasodoble.rollout.server import VLLMServerEngine
-
-        core = VLLMServerEngine.for_role(
-            "shared base",
-            first,
-            base_path,
-            tokenizer,
-            adapters=tuple(roles_cfgs),
-            max_len=max_len,
-            placement=placement,
+        core = (placement or Placement()).server_engine(
+            "shared base", first, base_path, tokenizer, adapters=tuple(roles_cfgs), max_len=max_len
         )
     views = {}
     for n in roles_cfgs:

@@ -30,13 +30,16 @@ Servers start one after another on rank 0. Under FSDP2 every rank gathers the fu
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pasodoble.rollout.hosts import advertised_host, bind_host
+from pasodoble.rollout.server import VLLMServer, VLLMServerEngine, free_port, wait_until_healthy
 from pasodoble.rollout.server_auth import client_token, new_token
+from pasodoble.rollout.shm import make_shm_dir
 
 PLACEMENTS = ("colocated", "dedicated")
-ANY_INTERFACE = ("0.0.0.0", "::", "")
 
 
 def server_roles(roles: dict) -> list[str]:
@@ -61,26 +64,6 @@ def server_gpus(visible: int, vllm_gpus: int, sizes: dict[str, int]) -> dict[str
         out[name] = list(range(nxt, nxt + k))
         nxt += k
     return out
-
-
-def device_list(indices: Sequence[int], env: dict | None = None) -> str:
-    """CUDA_VISIBLE_DEVICES for a child that should see `indices` of this process's visible GPUs."""
-    env = os.environ if env is None else env
-    parent = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return ",".join(parent[i] if i < len(parent) else str(i) for i in indices)
-
-
-def bind_host(host: str) -> str:
-    """The address to probe for a free port on: the interface itself, or all of them."""
-    return "0.0.0.0" if host in ANY_INTERFACE else host
-
-
-def advertised_host(host: str, env: dict | None = None) -> str:
-    """The address other ranks use for a server listening on `host` (all interfaces: the rendezvous address)."""
-    env = os.environ if env is None else env
-    if host in ANY_INTERFACE:
-        return env.get("MASTER_ADDR", "127.0.0.1")
-    return host
 
 
 @dataclass
@@ -148,8 +131,6 @@ class Placement:
                 devices=devices, port=cfg.server_port, host=cfg.server_host, wait=True, token=token
             )
             return SharedServer(server.url, owner=True, server=server, token=token)
-        from pasodoble.rollout.server import free_port, wait_until_healthy
-
         port = token = None
         if self.rank == 0:
             port, token = cfg.server_port or free_port(bind_host(cfg.server_host)), new_token()
@@ -170,6 +151,42 @@ class Placement:
             wait_until_healthy(url, cfg.server_start_timeout_s, who=who, token=token)
         self.collective.barrier(f"{name} vLLM server up")
         return SharedServer(url, owner=self.rank == 0, server=server, token=token, **self._wait(role_cfg))
+
+    def server_engine(
+        self, name: str, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None
+    ) -> VLLMServerEngine:
+        """The role's engine on the server this placement gives it (one process: its own server, or server_url)."""
+        cfg = role_cfg.vllm
+        length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
+        shm = make_shm_dir("server")  # before the start: a server it starts reloads from this folder only
+
+        def start(**where) -> VLLMServer:
+            return VLLMServer.start(
+                model_path,
+                cfg,
+                max_model_len=length,
+                dtype=role_cfg.dtype,
+                adapters=adapters,
+                log_dir=self.log_dir,
+                weights_root=shm,
+                **where,
+            )
+
+        try:
+            shared = self.server_for(name, role_cfg, start)
+        except BaseException:
+            shutil.rmtree(shm, ignore_errors=True)  # a failed start leaves no weights folder behind
+            raise
+        return VLLMServerEngine(
+            shared.url,
+            tokenizer,
+            cfg,
+            server=shared.server,
+            owner=shared.owner,
+            after_sync=shared.after_sync,
+            token=shared.token,
+            shm=shm,
+        )
 
     def _wait(self, role_cfg) -> dict:
         if not self.shared(role_cfg):

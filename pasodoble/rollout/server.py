@@ -46,7 +46,7 @@ from pathlib import Path
 from pasodoble.errors import UserError
 from pasodoble.folders import claim_folder
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.placement import advertised_host, bind_host, device_list
+from pasodoble.rollout.hosts import advertised_host, bind_host, device_list
 from pasodoble.rollout.server_auth import (
     CHALLENGE_HEADER,
     MIDDLEWARE,
@@ -325,46 +325,6 @@ class VLLMServerEngine:
         self._shm = shm or make_shm_dir("server")
         self._versions = itertools.count(1)
         self._lora: dict[str, str] = {}  # adapter -> served LoRA name of its current version
-
-    @classmethod
-    def for_role(
-        cls, name, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None, placement=None
-    ):
-        """The role's engine on the server `placement` gives it (one process: its own server, or server_url)."""
-        from pasodoble.rollout.placement import Placement
-
-        cfg = role_cfg.vllm
-        length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
-        placement = placement or Placement()
-        shm = make_shm_dir("server")  # before the start: a server it starts reloads from this folder only
-
-        def start(**where) -> VLLMServer:
-            return VLLMServer.start(
-                model_path,
-                cfg,
-                max_model_len=length,
-                dtype=role_cfg.dtype,
-                adapters=adapters,
-                log_dir=placement.log_dir,
-                weights_root=shm,
-                **where,
-            )
-
-        try:
-            shared = placement.server_for(name, role_cfg, start)
-        except BaseException:
-            shutil.rmtree(shm, ignore_errors=True)  # a failed start leaves no weights folder behind
-            raise
-        return cls(
-            shared.url,
-            tokenizer,
-            cfg,
-            server=shared.server,
-            owner=shared.owner,
-            after_sync=shared.after_sync,
-            token=shared.token,
-            shm=shm,
-        )
 
     # ------------------------------------------------------------------ HTTP
     def _post(self, path: str, body: dict, timeout: float | None = None) -> dict:

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pasodoble.rollout.placement import Placement, advertised_host, device_list, server_gpus, server_roles
+from pasodoble.rollout.hosts import advertised_host, device_list
+from pasodoble.rollout.placement import Placement, server_gpus, server_roles
 from pasodoble.rollout.server import EngineUnavailable, VLLMServerEngine, free_port
 from pasodoble.rollout.server_auth import CHALLENGE_HEADER, PID_HEADER, PROOF_HEADER, proof
 from pasodoble.rollout.settings import VLLMConfig

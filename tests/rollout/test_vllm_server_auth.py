@@ -1,7 +1,7 @@
 """A started vLLM server (the CPU build) refuses its dev routes and LoRA loads without the run's token, takes them
 with it, reloads only from the run's own weight folder, and its start swept a killed run's shared-memory folder.
 
-One server for the module, started the way a run starts it (`VLLMServerEngine.for_role`), with LoRA on.
+One server for the module, started the way a run starts it (`Placement.server_engine`), with LoRA on.
 Marker `vllm`: run with `make test-vllm`."""
 
 from __future__ import annotations
@@ -59,13 +59,8 @@ def served(tmp_path_factory):
     )
     engine = None
     try:
-        engine = VLLMServerEngine.for_role(
-            "solver",
-            role_cfg,
-            path,
-            tokenizer,
-            adapters=("solver",),
-            placement=Placement(log_dir=str(run_dir)),
+        engine = Placement(log_dir=str(run_dir)).server_engine(
+            "solver", role_cfg, path, tokenizer, adapters=("solver",)
         )
         yield SimpleNamespace(
             engine=engine, model=model, tokenizer=tokenizer, run_dir=run_dir, stale=stale, kept=kept
