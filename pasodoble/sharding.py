@@ -52,6 +52,8 @@ import contextlib
 
 import torch
 
+from pasodoble.errors import ConfigError
+
 
 class Unsharded:
     """One process: plain PyTorch."""
@@ -319,26 +321,8 @@ def _by_name(state: dict, order: list[str]) -> dict:
     }
 
 
-def check_roles(backend: str, world_size: int, roles: dict) -> None:
-    """Refuse, before any model loads, the settings the backend on several ranks does not train with yet."""
-    if backend == "deepspeed":
-        from pasodoble.sharding_deepspeed import check_roles as check_deepspeed
-
-        return check_deepspeed(backend, world_size, roles)
-    if backend != "fsdp2" or world_size <= 1:
-        return
-    refuse_lora(
-        backend,
-        world_size,
-        roles,
-        "the adapter is saved and synced from the wrapped module, not from gathered shards",
-    )
-
-
 def refuse_lora(backend: str, world_size: int, roles: dict, why: str) -> None:
     """A trainable LoRA role on a backend that does not train adapters on several ranks: one line saying why."""
-    from pasodoble.errors import ConfigError
-
     for name, cfg in roles.items():
         if cfg.trainable and cfg.lora is not None:
             raise ConfigError(
@@ -346,16 +330,3 @@ def refuse_lora(backend: str, world_size: int, roles: dict, why: str) -> None:
                 f"LoRA with distributed.backend={backend} on {world_size} ranks is not wired yet ({why}); "
                 "use distributed.backend=ddp",
             )
-
-
-def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
-    """`Unsharded` on one rank; `FullyShard` for fsdp2; `DeepSpeedZero` for deepspeed; else Accelerate (DDP)."""
-    if world_size <= 1:
-        return Unsharded()
-    if backend == "fsdp2":
-        return FullyShard(world_size, offload=offload_optimizer)
-    if backend == "deepspeed":
-        from pasodoble.sharding_deepspeed import DeepSpeedZero
-
-        return DeepSpeedZero(world_size, zero_stage=zero_stage, offload_optimizer=offload_optimizer)
-    return Accelerated(backend, world_size)

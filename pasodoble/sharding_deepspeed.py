@@ -52,7 +52,8 @@ import os
 
 import torch
 
-from pasodoble.sharding import Unsharded, _tie, nested_once
+from pasodoble.errors import ConfigError
+from pasodoble.sharding import Unsharded, _tie, nested_once, refuse_lora
 
 
 def import_deepspeed():
@@ -308,10 +309,10 @@ def check_roles(backend: str, world_size: int, roles: dict) -> None:
     """Refuse, before any model loads, the settings DeepSpeed on several ranks does not train with."""
     if backend != "deepspeed" or world_size <= 1:
         return
-    from pasodoble.errors import ConfigError
-    from pasodoble.sharding import refuse_lora
-
-    why = "a resumed adapter is loaded into the module, not into DeepSpeed's float32 master copy, so the next step would undo it"
+    why = (
+        "a resumed adapter is loaded into the module, not into DeepSpeed's float32 master copy, "
+        "so the next step would undo it"
+    )
     refuse_lora(backend, world_size, roles, why)
     for name, cfg in roles.items():
         if cfg.trainable and cfg.dtype == "float16":

@@ -62,7 +62,7 @@ from pasodoble.roles import Role, RoleConfig
 from pasodoble.rollout.placement import Placement
 from pasodoble.run_notes import stop_on_interrupt, train_finished
 from pasodoble.sft import SFTConfig
-from pasodoble.sharding import build_sharding, check_roles
+from pasodoble.sharding_factory import build_sharding, check_roles
 from pasodoble.shared_base import build_shared_roles
 from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.tracking import Tracker

@@ -22,7 +22,8 @@ def ddp_update_vs_one_rank(
     """Two updates through Accelerate's DDP (or torch's FSDP2), each rank on its share, vs one rank on all."""
     from pasodoble.data_parallel import update_shared
     from pasodoble.roles import Role, RoleConfig
-    from pasodoble.sharding import FullyShard, Unsharded, build_sharding
+    from pasodoble.sharding import FullyShard, Unsharded
+    from pasodoble.sharding_factory import build_sharding
     from tests.loop_helpers import make_model, make_tokenizer
     from tests.test_roles import sampled
 

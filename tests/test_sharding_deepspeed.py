@@ -13,8 +13,8 @@ import torch
 
 from pasodoble.errors import ConfigError
 from pasodoble.roles import RoleConfig
-from pasodoble.sharding import check_roles
 from pasodoble.sharding_deepspeed import engine_config, import_deepspeed
+from pasodoble.sharding_factory import check_roles
 from tests.test_roles import sampled
 from tests.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixture)
 
