@@ -14,7 +14,7 @@ samples.jsonl every `samples_every` steps.
 
 State that a multi-rank version must keep identical on every rank (step counters, diversity history, question
 buffer, sampler position, skip decisions) lives in ONE place, `LoopState`. On several ranks (`TorchDistributed`)
-each rank generates, grades and trains on its share of a step (`pasodoble.data_parallel`); the results are
+each rank generates, grades and trains on its share of a step (`pasodoble.scale.data_parallel`); the results are
 gathered, so every rank computes the same decisions, which still pass through `Collective.broadcast` (rank 0's
 value wins) as a guard. Only rank 0 writes samples.jsonl and runs the in-training evaluation.
 
@@ -44,15 +44,11 @@ from typing import Any
 
 import torch
 
-from pasodoble.buffer import BufferItem, QuestionBuffer
-from pasodoble.data_parallel import generate_shared, solve_shared, update_shared
-from pasodoble.distributed import Collective, SingleProcess  # noqa: F401  (SingleProcess: imported from here too)
-from pasodoble.diversity import QuestionHistory
-from pasodoble.errors import ConfigError
-from pasodoble.grpo import group_advantages
-from pasodoble.io import append_jsonl
-from pasodoble.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
-from pasodoble.rewards import (
+from pasodoble.core.buffer import BufferItem, QuestionBuffer
+from pasodoble.core.diversity import QuestionHistory
+from pasodoble.core.grpo import group_advantages
+from pasodoble.core.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
+from pasodoble.core.rewards import (
     RewardConfig,
     learnable,
     pass_rates,
@@ -60,8 +56,7 @@ from pasodoble.rewards import (
     skip_reason,
     solver_rewards,
 )
-from pasodoble.roles import Role, Sample
-from pasodoble.step_metrics import (
+from pasodoble.core.step_metrics import (
     console_line,
     grader_metrics,
     mean,
@@ -69,6 +64,11 @@ from pasodoble.step_metrics import (
     role_update_metrics,
     rollout_totals,
 )
+from pasodoble.errors import ConfigError
+from pasodoble.io import append_jsonl
+from pasodoble.roles.role import Role, Sample
+from pasodoble.scale.collectives import Collective, SingleProcess  # noqa: F401  (SingleProcess: imported from here too)
+from pasodoble.scale.data_parallel import generate_shared, solve_shared, update_shared
 
 MODES = ("online", "offline", "oracle")
 

@@ -13,17 +13,17 @@ import time
 
 import torch
 
-from pasodoble.distributed import end_process, from_env
+from pasodoble.scale.collectives import end_process, from_env
 
 
 def ddp_update_vs_one_rank(
     collective, *, checkpointing: bool, fsdp2: bool = False, num_iterations: int = 1
 ) -> dict:
     """Two updates through Accelerate's DDP (or torch's FSDP2), each rank on its share, vs one rank on all."""
-    from pasodoble.data_parallel import update_shared
-    from pasodoble.roles import Role, RoleConfig
-    from pasodoble.sharding import FullyShard, Unsharded
-    from pasodoble.sharding_factory import build_sharding
+    from pasodoble.roles.role import Role, RoleConfig
+    from pasodoble.scale.data_parallel import update_shared
+    from pasodoble.scale.sharding import build_sharding
+    from pasodoble.scale.sharding.base import FullyShard, Unsharded
     from tests.loop_helpers import make_model, make_tokenizer
     from tests.test_roles import sampled
 

@@ -75,7 +75,7 @@ class ScriptedEngine:
     def generate(
         self, prompt_ids, sampling, on_batch=None, on_progress=None
     ):  # all at once; callbacks unused
-        from pasodoble.grpo import token_logprobs
+        from pasodoble.core.grpo import token_logprobs
         from pasodoble.rollout import Completion
 
         self.calls += 1
@@ -110,7 +110,7 @@ class ExactGrader:
     def grade(self, golds, responses, *, extract: bool = True):
         from types import SimpleNamespace
 
-        from pasodoble.prompts import last_boxed
+        from pasodoble.core.prompts import last_boxed
 
         verdicts = []
         for gold, response in zip(golds, responses):

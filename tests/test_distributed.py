@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pasodoble.distributed import SingleProcess, from_env, peer_lost
 from pasodoble.errors import UserError
+from pasodoble.scale.collectives import SingleProcess, from_env, peer_lost
 
 ROOT = Path(__file__).resolve().parents[1]
 

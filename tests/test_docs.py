@@ -363,7 +363,7 @@ def _fabricate_runs(work: Path) -> None:
     """What the fast commands read: a small train run folder and two evaluation folders."""
     from pasodoble.evals.report import build_results, write_run_outputs
     from pasodoble.evals.runner import EvalReport, EvalSettings, settings_dict
-    from pasodoble.tracking import Tracker
+    from pasodoble.reports.tracking import Tracker
 
     run = work / "runs" / "tour"
     with Tracker(run) as t:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pasodoble.core.knowledge import KnowledgeConfig, Passage, PassageSampler, chunk_text
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.knowledge import KnowledgeConfig, Passage, PassageSampler, chunk_text
 
 SHARED = Path(os.environ.get("PASODOBLE_DATA_DIR") or Path(__file__).resolve().parents[1] / ".." / "shared")
 COLLEGE_MATH = SHARED / "corpora" / "college_math.jsonl"
@@ -219,7 +219,7 @@ def test_same_passages_in_a_fresh_process_with_another_hash_seed(corpus):
     import sys
 
     code = (
-        "import sys; from pasodoble.knowledge import KnowledgeConfig, PassageSampler; "
+        "import sys; from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler; "
         "s = PassageSampler(KnowledgeConfig(path=sys.argv[1], seed=5)); "
         "print(','.join(p.id for step in range(8) for p in s.sample(step)))"
     )

@@ -7,8 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from pasodoble.errors import ConfigError
-from pasodoble.rewards import (
+from pasodoble.core.rewards import (
     PROPOSER_REWARDS,
     RewardConfig,
     learnable,
@@ -17,6 +16,7 @@ from pasodoble.rewards import (
     skip_reason,
     solver_rewards,
 )
+from pasodoble.errors import ConfigError
 
 CFG = RewardConfig()
 

@@ -13,10 +13,10 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from pasodoble.errors import ConfigError
-from pasodoble.roles import Role, RoleConfig
+from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.rollout.weights import write_weights
-from pasodoble.sharding import FullyShard, _by_index, _by_name, _tie
-from pasodoble.sharding_factory import check_roles
+from pasodoble.scale.sharding import check_roles
+from pasodoble.scale.sharding.base import FullyShard, _by_index, _by_name, _tie
 from tests.loop_helpers import make_model, make_tokenizer
 from tests.test_distributed import free_port
 from tests.test_roles import sampled

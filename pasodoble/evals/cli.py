@@ -45,7 +45,7 @@ from pasodoble.evals.runner import (
 from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
-from pasodoble.models import check_model_spec
+from pasodoble.roles.models import check_model_spec
 from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
 EVAL_FALLBACK = "auto"  # answers outside \\boxed{}: see --grader-fallback
@@ -378,9 +378,9 @@ def eval_grader_config(args: argparse.Namespace | None = None) -> GraderConfig:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from pasodoble.distributed import from_env
     from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
     from pasodoble.grader import Grader
+    from pasodoble.scale.collectives import from_env
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)

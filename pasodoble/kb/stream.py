@@ -27,8 +27,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from pasodoble.errors import ConfigError
-from pasodoble.knowledge import (
+from pasodoble.core.knowledge import (
     CHARS_PER_TOKEN,
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -37,6 +36,7 @@ from pasodoble.knowledge import (
     _Renderer,
     corpus_files,
 )
+from pasodoble.errors import ConfigError
 
 SKIP_REASONS = ("bad_json", "not_object", "missing_field", "too_short", "too_long")
 PERCENTILES = (0, 10, 50, 90, 99, 100)
@@ -155,7 +155,7 @@ def _parquet(path: Path, name: str, render: _Renderer) -> Iterator[Record]:
 
 
 def _hf(spec: str, render: _Renderer) -> Iterator[Record]:
-    from pasodoble.knowledge import _HFDataset
+    from pasodoble.core.knowledge import _HFDataset
 
     data = _HFDataset(spec, render).data
     for index, row in enumerate(data):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
-from pasodoble.precision import DTYPES
 from pasodoble.rollout.hf import HFEngine
 from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import validate_engine

@@ -1,6 +1,6 @@
 """Rollout placement: where a run's rollouts are generated when it has several ranks, and who syncs the weights.
 
-What: `distributed.rollout` (see `pasodoble.layout`) is one of
+What: `distributed.rollout` (see `pasodoble.scale.layout`) is one of
   colocated  every rank generates its share on its own training device: the HF engine or an in-process vLLM
              engine (`vllm.sleep_mode` frees vLLM's GPU memory between rollouts), or, with `engine: vllm_server`,
              a server of its own pinned to the rank's GPU. The default.

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from pasodoble.core.prompts import last_boxed
 from pasodoble.errors import ConfigError
 from pasodoble.evals.runner import EvalSettings, render_prompt
-from pasodoble.prompts import last_boxed
 from pasodoble.rollout import HFEngine, SamplingParams
 from pasodoble.world import formats, problems
 

@@ -20,8 +20,8 @@ import torch
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # a server start takes 1-3 min on 2 cores
 
-from pasodoble import adapters  # noqa: E402
-from pasodoble.adapters import LoraConfig  # noqa: E402
+from pasodoble.roles import adapters  # noqa: E402
+from pasodoble.roles.adapters import LoraConfig  # noqa: E402
 from pasodoble.rollout import SamplingParams  # noqa: E402
 from pasodoble.rollout.placement import Placement  # noqa: E402
 from pasodoble.rollout.server import EngineUnavailable, VLLMServerEngine, wait_until_healthy  # noqa: E402

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from pasodoble.cli import main
+from pasodoble.core.prompts import parse_proposal
 from pasodoble.errors import ConfigError
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import read_jsonl
-from pasodoble.prompts import parse_proposal
 from pasodoble.sft import load_examples
 from pasodoble.sft.data import FATES, SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import OpenAITeacher, TeacherConfig

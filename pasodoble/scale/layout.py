@@ -30,10 +30,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pasodoble.distributed import share_sizes
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.realmodels import entry_dir, is_pkg_spec
 from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
+from pasodoble.scale.collectives import share_sizes
 
 BACKENDS = ("ddp", "fsdp2", "deepspeed")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

@@ -15,8 +15,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.series import load_series, moving_average
-from pasodoble.summary_plot import draw_summary
+from pasodoble.reports.series import load_series, moving_average
+from pasodoble.reports.summary_plot import draw_summary
 
 PANELS_PER_FIGURE = 12
 

@@ -8,7 +8,7 @@ What: a `Role` trains through one of these objects, built where the roles are bu
                   CPU (gloo, where the tests run it) and GPU (NCCL, not yet run): Accelerate only selects FSDP for
                   GPU-type runs (on MULTI_CPU it silently prepares DDP), so FSDP2 is applied directly.
   `DeepSpeedZero` DeepSpeed ZeRO-1/2/3, one `deepspeed.initialize` engine per role, CPU and GPU
-                  (`pasodoble.sharding_deepspeed`: Accelerate's DeepSpeed path needs a GPU-type run too).
+                  (`pasodoble.scale.sharding.deepspeed`: Accelerate's DeepSpeed path needs a GPU-type run too).
 The role asks for `accumulate(model, last)` (gradients are reduced on the last micro-batch only), `backward(loss)`
 and `step(model, optimizer, scaler, max_norm)` (unscale, clip and step the optimizer, return the pre-clip norm;
 DeepSpeed does all three in its own step, clipping to the `max_grad_norm` given to `prepare`); `grad_scale` is the
@@ -33,14 +33,14 @@ them, and clipping (a collective over DTensor gradients) and AdamW act on the sh
 copy is stale: `refresh` reshards and gathers again when another pass follows (`num_iterations > 1`). So within
 a phase this is ZeRO-2-like in communication and ZeRO-1-like in memory: full weights and full (accumulated)
 gradients are held, AdamW states and, between phases, the weights are sharded; the memory win over DDP is the
-optimizer states and the time between phases (`pasodoble.layout` counts the gathered copy). Checkpoints and the
+optimizer states and the time between phases (`pasodoble.scale.layout` counts the gathered copy). Checkpoints and the
 decisions log's weight digests gather full state dicts (`get_model_state_dict` / `get_optimizer_state_dict`
 with `full_state_dict=True`, called on every rank, rank 0 writes); the optimizer state is re-keyed by parameter
 index, so an FSDP2 checkpoint is the same files as a DDP one and resumes on any world size and backend.
 
 Departures: none from the method. FSDP2 is refused with LoRA on several ranks (`check_roles`: the adapter is saved
 from the role's module, which holds only this rank's shards); DeepSpeed's refusals are in
-`pasodoble.sharding_deepspeed`. A vLLM engine under FSDP2 gets the full weights after each update (`sync_engine`:
+`pasodoble.scale.sharding.deepspeed`. A vLLM engine under FSDP2 gets the full weights after each update (`sync_engine`:
 one more full-state gather per update, on every rank). Under FSDP2 the reference model (`beta > 0`) is sharded
 too, gathered layer by layer in each of its forwards (`prepare_reference`); a frozen role (`trainable: false`), and
 the reference under the other backends, are not sharded: every rank holds them in full.

@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO stages 1, 2 and 3 behind the sharding interface of `pasodoble.sharding`.
+"""DeepSpeed ZeRO stages 1, 2 and 3 behind the sharding interface of `pasodoble.scale.sharding.base`.
 
 What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `deepspeed.initialize` engine (two
 engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
@@ -53,7 +53,7 @@ import os
 import torch
 
 from pasodoble.errors import ConfigError
-from pasodoble.sharding import Unsharded, _tie, nested_once, refuse_lora
+from pasodoble.scale.sharding.base import Unsharded, _tie, nested_once, refuse_lora
 
 
 def import_deepspeed():

@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
-from pasodoble.adapters import ADAPTER_FILE
+from pasodoble.roles.adapters import ADAPTER_FILE
 from pasodoble.config import load_config
 from pasodoble.errors import UserError
 from pasodoble.folders import check_folder, mark_folder
 from pasodoble.io import current_umask
-from pasodoble.train import TrainConfig, resolve
+from pasodoble.runs.train import TrainConfig, resolve
 
 
 def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pasodoble.adapters import add_adapter, wrap_lora
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
-from pasodoble.precision import DTYPES
-from pasodoble.roles import Role, RoleConfig, resolve_device
+from pasodoble.roles.adapters import add_adapter, wrap_lora
+from pasodoble.roles.role import Role, RoleConfig, resolve_device
 from pasodoble.rollout.factory import build_shared_engine
 from pasodoble.rollout.placement import Placement
 

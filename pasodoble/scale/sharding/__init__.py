@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from pasodoble.sharding import Accelerated, FullyShard, Unsharded, refuse_lora
-from pasodoble.sharding_deepspeed import DeepSpeedZero
-from pasodoble.sharding_deepspeed import check_roles as check_deepspeed
+from pasodoble.scale.sharding.base import Accelerated, FullyShard, Unsharded, refuse_lora
+from pasodoble.scale.sharding.deepspeed import DeepSpeedZero
+from pasodoble.scale.sharding.deepspeed import check_roles as check_deepspeed
 
 
 def check_roles(backend: str, world_size: int, roles: dict) -> None:

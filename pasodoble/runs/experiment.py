@@ -85,7 +85,7 @@ class ExperimentConfig:
 
 def train_config(cfg: ExperimentConfig, condition: str, seed: int):
     """The TrainConfig of one run: recipe + experiment overrides + the condition's switches."""
-    from pasodoble.train import TrainConfig
+    from pasodoble.runs.train import TrainConfig
 
     run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
     overrides = [
@@ -206,7 +206,7 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
     its final weights are evaluated again, without training again.
     """
     from pasodoble.checkpoint import latest_checkpoint
-    from pasodoble.train import resolve, run_train
+    from pasodoble.runs.train import resolve, run_train
 
     train = train_config(cfg, condition, seed)
     run_dir = Path(train.run_dir)

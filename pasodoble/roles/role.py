@@ -9,7 +9,7 @@ Solver different values (prompt budgets 1280 vs 512 in the paper).
 Why one class: the method trains two policies with the same GRPO recipe; forking a trainer per role is the
 failure mode the project exists to avoid.
 
-How to run: built by `pasodoble.train`; tests in `tests/test_roles.py`.
+How to run: built by `pasodoble.runs.train`; tests in `tests/test_roles.py`.
 
 Departures from the reference code:
 - Prompts are tokenised once (chat template applied) and left-truncated to `max_prompt_length`, keeping the END
@@ -20,7 +20,7 @@ Departures from the reference code:
 - Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
   (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
 - `dtype` is the compute dtype: a trainable role keeps float32 master weights and AdamW states and autocasts its
-  forward passes to `dtype` (`pasodoble.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
+  forward passes to `dtype` (`pasodoble.core.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
   updates away.
 """
 
@@ -35,16 +35,17 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-from pasodoble import adapters, grpo, precision
-from pasodoble.adapters import LoraConfig, shape_problem
 from pasodoble.checkpoint import load_torch_state
-from pasodoble.data_parallel import GlobalBatch
+from pasodoble.core import grpo, precision
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.precision import DTYPES
+from pasodoble.roles import adapters
+from pasodoble.roles.adapters import LoraConfig, shape_problem
 from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
 from pasodoble.rollout.factory import build_engine
 from pasodoble.rollout.settings import VLLMConfig, validate_engine
-from pasodoble.sharding import Unsharded
+from pasodoble.scale.data_parallel import GlobalBatch
+from pasodoble.scale.sharding.base import Unsharded
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
