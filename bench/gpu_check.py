@@ -39,11 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from pasodoble.core.grpo import group_advantages  # noqa: E402
-from pasodoble.roles.role import Role, RoleConfig, Sample  # noqa: E402
-from pasodoble.rollout.settings import VLLMConfig  # noqa: E402
+from pasodoble.core.grpo import group_advantages
+from pasodoble.roles.role import Role, RoleConfig, Sample
+from pasodoble.rollout.settings import VLLMConfig
 
 BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 QWEN3_0_6B = dict(
@@ -273,7 +273,8 @@ def start_backend(backend: str, on_gpu: bool):
 
     from pasodoble.rollout.server import free_port
     from pasodoble.scale.collectives import TorchDistributed
-    from pasodoble.scale.sharding.base import Accelerated, FullyShard
+    from pasodoble.scale.sharding.ddp import Accelerated
+    from pasodoble.scale.sharding.fsdp2 import FullyShard
 
     if "WORLD_SIZE" not in os.environ:  # `python bench/gpu_check.py --backend ...`: a group of one
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")

@@ -67,7 +67,7 @@ from pasodoble.core.step_metrics import (
 from pasodoble.errors import ConfigError
 from pasodoble.io import append_jsonl
 from pasodoble.roles.role import Role, Sample
-from pasodoble.scale.collectives import Collective, SingleProcess  # noqa: F401  (SingleProcess: imported from here too)
+from pasodoble.scale.collectives import Collective, SingleProcess
 from pasodoble.scale.data_parallel import generate_shared, solve_shared, update_shared
 
 MODES = ("online", "offline", "oracle")

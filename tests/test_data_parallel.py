@@ -16,7 +16,7 @@ from pasodoble.roles.role import Role
 from pasodoble.rollout import Completion
 from pasodoble.scale.collectives import share
 from pasodoble.scale.data_parallel import combine_stats, global_batch, local_generate
-from pasodoble.scale.sharding.base import Unsharded
+from pasodoble.scale.sharding.unsharded import Unsharded
 from tests.test_roles import make_role, sampled
 
 

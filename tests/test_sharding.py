@@ -16,7 +16,8 @@ from pasodoble.errors import ConfigError
 from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.rollout.weights import write_weights
 from pasodoble.scale.sharding import check_roles
-from pasodoble.scale.sharding.base import FullyShard, _by_index, _by_name, _tie
+from pasodoble.scale.sharding.base import _by_index, _by_name, _tie
+from pasodoble.scale.sharding.fsdp2 import FullyShard
 from tests.loop_helpers import make_model, make_tokenizer
 from tests.test_distributed import free_port
 from tests.test_roles import sampled

@@ -431,9 +431,7 @@ def run_eval(args: argparse.Namespace) -> int:
         say(f"\nstopped: {saved} samples kept in {path}; the same command resumes from there", flush=True)
         raise
     finally:
-        close = getattr(engine, "close", None)  # vLLM engines hold processes; HFEngine holds nothing
-        if close is not None:
-            close()
+        engine.close()  # vLLM engines hold processes; HFEngine holds nothing
     if report is None:  # a rank other than 0: rank 0 writes the run
         return 0
     write_report(args, settings, report, counts)

@@ -69,10 +69,6 @@ class LengthFilter:
         if None not in (self.min_tokens, self.max_tokens) and self.max_tokens < self.min_tokens:
             raise ConfigError("--max-tokens", "must be at least --min-tokens")
 
-    @property
-    def needs_tokens(self) -> bool:
-        return self.min_tokens is not None or self.max_tokens is not None
-
     def reason(self, text: str, tokens: int | None) -> str | None:
         """None if `text` passes; else "too_short" / "too_long"."""
         if len(text) < self.min_chars or (self.min_tokens is not None and tokens < self.min_tokens):

@@ -41,11 +41,13 @@ from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles import adapters
 from pasodoble.roles.adapters import LoraConfig, shape_problem
-from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
-from pasodoble.rollout.factory import build_engine
+from pasodoble.rollout import Completion, RolloutEngine, SamplingParams
+from pasodoble.rollout.factory import build_engine, hf_engine
+from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import VLLMConfig, validate_engine
 from pasodoble.scale.data_parallel import GlobalBatch
-from pasodoble.scale.sharding.base import Unsharded
+from pasodoble.scale.sharding.base import Sharding
+from pasodoble.scale.sharding.unsharded import Unsharded
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
@@ -146,6 +148,11 @@ class RoleConfig:
         if self.epsilon_high is not None and self.epsilon_high <= 0:
             raise ConfigError("epsilon_high", f"must be > 0, or null to use epsilon; got {self.epsilon_high}")
 
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest prompt plus completion a rollout of this role holds, in tokens."""
+        return self.max_prompt_length + self.max_completion_length
+
     def _validate_sizes(self) -> None:
         if self.num_generations > MAX_GENERATIONS:
             raise ConfigError(
@@ -153,7 +160,7 @@ class RoleConfig:
                 f"{self.num_generations} completions per prompt is past the limit of {MAX_GENERATIONS} "
                 "(GRPO groups are 4-64; the paper uses 6)",
             )
-        tokens = self.max_prompt_length + self.max_completion_length
+        tokens = self.max_sequence_length
         if tokens > MAX_SEQUENCE_TOKENS:
             raise ConfigError(
                 "max_completion_length",
@@ -197,7 +204,7 @@ class Role:
         *,
         engine: RolloutEngine | None = None,
         total_updates: int | None = None,
-        sharding=None,
+        sharding: Sharding | None = None,
     ):
         self.name, self.cfg, self.tokenizer = name, cfg, tokenizer
         self.compute_dtype = DTYPES[cfg.dtype]
@@ -206,16 +213,7 @@ class Role:
         # `train_model` is what the loss runs through (the engine's wrapper); `model` stays the plain module.
         self.sharding = sharding if sharding is not None else Unsharded()
         self.train_model = self.model
-        self.engine = (
-            engine
-            if engine is not None
-            else HFEngine(
-                model,
-                tokenizer,
-                batch_size=cfg.generation_batch_size,
-                autocast_dtype=self.compute_dtype,
-            )
-        )
+        self.engine = engine if engine is not None else hf_engine(cfg, model, tokenizer)
         self.scaler = precision.grad_scaler(next(model.parameters()).device, self.compute_dtype)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
@@ -233,7 +231,9 @@ class Role:
             )
 
     @classmethod
-    def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, placement=None, **kwargs) -> Role:
+    def from_pretrained(
+        cls, name: str, cfg: RoleConfig, path: str | Path, placement: Placement | None = None, **kwargs
+    ) -> Role:
         """Load the model and tokenizer from a Hugging Face folder (or hub id); `placement` places a vLLM server
         (`rollout.placement`; None: one process)."""
         tokenizer = AutoTokenizer.from_pretrained(str(path))

@@ -18,6 +18,15 @@ from pasodoble.roles.adapters import add_adapter, wrap_lora
 from pasodoble.roles.role import Role, RoleConfig, resolve_device
 from pasodoble.rollout.factory import build_shared_engine
 from pasodoble.rollout.placement import Placement
+from pasodoble.scale.sharding.base import Sharding
+
+
+def check_shared_base(proposer_cfg: RoleConfig, solver_cfg: RoleConfig) -> None:
+    """`roles.shared_base` trains two adapters of one base: both roles need a `lora` section."""
+    if proposer_cfg.lora is None or solver_cfg.lora is None:
+        raise ConfigError(
+            "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
+        )
 
 
 def build_shared_roles(
@@ -26,16 +35,13 @@ def build_shared_roles(
     base_path: str,
     *,
     updates: tuple[int, int],
-    sharding=None,
+    sharding: Sharding | None = None,
     placement: Placement | None = None,
 ):
     """Proposer and Solver as two adapters of one frozen base, each with its own optimizer; one engine for both.
     On several ranks `sharding` wraps each adapter view (DDP reduces only that adapter's gradients) and
     `placement` places the shared vLLM server."""
-    if proposer_cfg.lora is None or solver_cfg.lora is None:
-        raise ConfigError(
-            "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
-        )
+    check_shared_base(proposer_cfg, solver_cfg)
     for name in ("engine", "dtype", "device"):
         if getattr(proposer_cfg, name) != getattr(solver_cfg, name):
             raise ConfigError(f"solver.{name}", f"roles.shared_base needs the same {name} for both roles")

@@ -20,12 +20,11 @@ from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import validate_engine
 
 
-def _max_len(role_cfg) -> int:
-    return role_cfg.max_prompt_length + role_cfg.max_completion_length
-
-
-def _is_adapter(model) -> bool:
-    return hasattr(model, "save_adapter")
+def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
+    """The `engine: hf` of a role: generation on its live module, in its batch size and compute dtype."""
+    return HFEngine(
+        model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
+    )
 
 
 def build_engine(
@@ -37,12 +36,9 @@ def build_engine(
     placement: Placement | None = None,
 ):
     """`placement` (`rollout.placement.Placement`): where a `vllm_server` role's server runs (None: one process)."""
-    engine = getattr(role_cfg, "engine", "hf")
+    engine, lora = role_cfg.engine, role_cfg.lora
     if engine == "hf":
-        return HFEngine(
-            model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
-        )
-    lora = getattr(role_cfg, "lora", None)
+        return hf_engine(role_cfg, model, tokenizer)
     try:
         validate_engine(
             engine,
@@ -53,7 +49,7 @@ def build_engine(
         )
     except ConfigError as e:  # name the role: the model folder is only known once `tiny:` specs are resolved
         raise ConfigError(f"{name}.{e.where}", e.message) from None
-    adapters = (name,) if _is_adapter(model) else ()
+    adapters = (name,) if lora is not None else ()  # a LoRA role's model is its adapter view
     if engine == "vllm":
         from pasodoble.rollout.vllm import VLLMEngine
 
@@ -61,7 +57,7 @@ def build_engine(
             role_cfg.vllm,
             model_path,
             tokenizer,
-            max_model_len=_max_len(role_cfg),
+            max_model_len=role_cfg.max_sequence_length,
             dtype=role_cfg.dtype,
             adapters=adapters,
             max_lora_rank=role_cfg.vllm.max_lora_rank,
@@ -83,12 +79,7 @@ def build_shared_engine(
     """One engine for the adapters of a shared base: {role name: engine view}; `hf` gives each an HFEngine."""
     first = next(iter(roles_cfgs.values()))
     if first.engine == "hf":
-        return {
-            n: HFEngine(
-                models[n], tokenizer, batch_size=c.generation_batch_size, autocast_dtype=DTYPES[c.dtype]
-            )
-            for n, c in roles_cfgs.items()
-        }
+        return {n: hf_engine(c, models[n], tokenizer) for n, c in roles_cfgs.items()}
     for cfg in roles_cfgs.values():
         validate_engine(
             cfg.engine,
@@ -97,7 +88,7 @@ def build_shared_engine(
             lora_rank=cfg.lora.rank,
             on_cpu=not torch.cuda.is_available(),
         )
-    max_len = max(_max_len(c) for c in roles_cfgs.values())
+    max_len = max(c.max_sequence_length for c in roles_cfgs.values())
     if first.engine == "vllm":
         from pasodoble.rollout.vllm import VLLMEngine
 

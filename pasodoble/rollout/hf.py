@@ -99,6 +99,9 @@ class HFEngine:
     def update_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # generation reads the live weights
 
+    def close(self) -> None:
+        """Nothing to release: the engine holds only the role's own module."""
+
     def generate(
         self,
         prompt_ids: Sequence[Sequence[int]],

@@ -24,7 +24,7 @@ ranks (else they report the server as not healthy when their wait ends).
 Limits: the owner writes the weights under /dev/shm, so a shared server runs on rank 0's machine (other nodes reach
 it over the network: set `vllm.server_host` to an interface they can reach; the URL then carries MASTER_ADDR).
 Servers start one after another on rank 0. Under FSDP2 every rank gathers the full weights after an update
-(`sharding.FullyShard.sync_engine`) and the owner writes them.
+(`scale.sharding.fsdp2.FullyShard.sync_engine`) and the owner writes them.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Placement:
     def for_run(
         cls, dist_cfg, collective, roles: dict, visible_gpus: int, say=None, log_dir="."
     ) -> Placement:
-        mode = getattr(dist_cfg, "rollout", "colocated")
+        mode = dist_cfg.rollout
         gpus = {}
         if mode == "dedicated":
             sizes = {n: roles[n].vllm.tensor_parallel_size for n in server_roles(roles)}
@@ -104,11 +104,11 @@ class Placement:
 
     @property
     def rank(self) -> int:
-        return getattr(self.collective, "rank", 0)
+        return self.collective.rank if self.collective is not None else 0
 
     @property
     def world_size(self) -> int:
-        return getattr(self.collective, "world_size", 1)
+        return self.collective.world_size if self.collective is not None else 1
 
     def shared(self, role_cfg) -> bool:
         """Rank 0 starts (or was given) the role's one server and syncs it; every rank talks to it. A dedicated
@@ -157,7 +157,7 @@ class Placement:
     ) -> VLLMServerEngine:
         """The role's engine on the server this placement gives it (one process: its own server, or server_url)."""
         cfg = role_cfg.vllm
-        length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
+        length = max_len or role_cfg.max_sequence_length
         shm = make_shm_dir("server")  # before the start: a server it starts reloads from this folder only
 
         def start(**where) -> VLLMServer:

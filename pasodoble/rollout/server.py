@@ -59,7 +59,7 @@ from pasodoble.rollout.server_auth import (
 )
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
-from pasodoble.rollout.vllm import WORKER_EXTENSION, _top_k, request_seed
+from pasodoble.rollout.vllm_common import WORKER_EXTENSION, AdapterEngine, make_completion, vllm_sampling
 from pasodoble.rollout.weights import write_weights
 
 SERVED_NAME = "base"
@@ -356,29 +356,34 @@ class VLLMServerEngine:
         sampling: SamplingParams,
         on_batch: Callable[[int, list[Completion]], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
-        *,
-        adapter: str | None = None,
     ) -> list[list[Completion]]:
         """`RolloutEngine.generate`: one request per prompt; `on_batch` hears of each prompt as it comes back."""
+        return self._generate(None, prompt_ids, sampling, on_batch)
+
+    def generate_adapter(
+        self,
+        adapter: str,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[list[Completion]]:
+        """`generate` through the LoRA adapter `adapter` (synced by `sync_adapter` first)."""
+        return self._generate(adapter, prompt_ids, sampling, on_batch)
+
+    def _generate(
+        self, adapter: str | None, prompt_ids, sampling: SamplingParams, on_batch
+    ) -> list[list[Completion]]:
         model = SERVED_NAME if adapter is None else self._lora.get(adapter)
         if model is None:
             raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM server yet")
-        greedy = sampling.temperature == 0
 
         def one(i: int) -> list[Completion]:
             body = {
                 "model": model,
                 "prompt": list(prompt_ids[i]),
-                "n": sampling.n,
-                "temperature": sampling.temperature,
-                "top_p": 1.0 if greedy else sampling.top_p,
-                "top_k": _top_k(sampling),
-                "min_p": 0.0 if greedy else float(getattr(sampling, "min_p", 0.0) or 0.0),
-                "max_tokens": sampling.max_new_tokens,
-                "seed": request_seed(sampling.seed, i),
-                "logprobs": 0,
+                **vllm_sampling(sampling, i),
                 "return_token_ids": True,
-                "skip_special_tokens": True,
             }
             choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
             return [self._completion(c) for c in choices]
@@ -394,12 +399,8 @@ class VLLMServerEngine:
         return result
 
     def _completion(self, choice: dict) -> Completion:
-        ids = list(choice["token_ids"])
-        logps = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
-        if len(logps) != len(ids):
-            raise RuntimeError("the vLLM server returned fewer log-probs than tokens (logprobs=0 ignored?)")
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return Completion(self.tokenizer.decode(ids, skip_special_tokens=True), ids, logps, finish)
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        return make_completion(choice["token_ids"], logprobs, choice.get("finish_reason"), self.tokenizer)
 
     # ------------------------------------------------------------------ weight sync
     def update_weights(self, model) -> None:
@@ -434,15 +435,18 @@ class VLLMServerEngine:
         if self.after_sync is not None:
             self.after_sync()
 
-    def for_adapter(self, name: str):
-        from pasodoble.rollout.vllm import AdapterEngine
-
+    def for_adapter(self, name: str) -> AdapterEngine:
         return AdapterEngine(self, name)
 
+    def adapter_folder(self, name: str) -> Path:
+        return self._shm / f"save-{name}"
+
     def close(self) -> None:
+        """Remove the weights folder and stop the server this rank started (idempotent)."""
         shutil.rmtree(self._shm, ignore_errors=True)
-        if self.server is not None:
-            self.server.stop()
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop()
 
 
 # ---------------------------------------------------------------------- `pasodoble serve`

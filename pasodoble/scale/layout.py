@@ -148,7 +148,7 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
             0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
         )
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
-    tokens = role.micro_batch_size * (role.max_prompt_length + role.max_completion_length)
+    tokens = role.micro_batch_size * role.max_sequence_length
     layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
     kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
@@ -256,7 +256,7 @@ def check_placement(cfg, launch: Launch) -> dict[str, list[int]]:
 def resolve_shares(cfg, world_size: int) -> ResolvedLayout:
     proposals = cfg.schedule.passages_per_step * cfg.proposer.num_generations
     answers = proposals * cfg.solver.num_generations
-    if cfg.schedule.mode == "oracle":
+    if not has_proposer(cfg):
         proposals, answers = 0, cfg.schedule.oracle_questions * cfg.solver.num_generations
     return ResolvedLayout(
         world_size=world_size,
@@ -313,9 +313,14 @@ def launch_from_env(world_size: int) -> Launch:
     return Launch(world_size=world_size, local_world_size=local, visible_gpus=visible, gpu_memory_gb=memory)
 
 
+def has_proposer(cfg) -> bool:
+    """Whether a run builds a Proposer: every mode but oracle (Solver-only GRPO on true answers)."""
+    return cfg.schedule.mode != "oracle"
+
+
 def generating_roles(cfg) -> dict:
     """The roles a run builds, by name (oracle runs have no Proposer)."""
-    if cfg.schedule.mode == "oracle":
+    if not has_proposer(cfg):
         return {"solver": cfg.solver}
     return {"proposer": cfg.proposer, "solver": cfg.solver}
 

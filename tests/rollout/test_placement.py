@@ -44,7 +44,7 @@ def health_server():
     """A /health endpoint that proves it holds TOKEN, as a started server's guard does (`server_auth`)."""
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the stdlib's name
+        def do_GET(self):
             self.send_response(200 if self.path == "/health" else 404)
             challenge = self.headers.get(CHALLENGE_HEADER, "")
             self.send_header(PROOF_HEADER, proof(TOKEN, challenge, 4242))

@@ -24,8 +24,8 @@ from pasodoble.world.cache import default_cache_dir, ensure_sft_models
 from pasodoble.world.model import ModelConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import COLD_SFT, COLD_WORLD  # noqa: E402
-from test_data import KEY, KEY_ENV, assert_consistent, assert_no_key, config, run  # noqa: E402
+from conftest import COLD_SFT, COLD_WORLD
+from test_data import KEY, KEY_ENV, assert_consistent, assert_no_key, config, run
 
 VLLM_PYTHON = Path(
     os.environ.get("PASODOBLE_VLLM_PYTHON") or default_cache_dir() / "venv-vllm" / "bin" / "python"

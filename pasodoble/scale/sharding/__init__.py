@@ -1,14 +1,17 @@
 """The one place that knows which sharding backends exist: `build_sharding` and the checks made before loading.
 
-`distributed.backend` names the backend: ddp (Accelerate), fsdp2 (`sharding.FullyShard`), deepspeed
-(`sharding_deepspeed.DeepSpeedZero`); one rank always trains unsharded. See docs/SCALE.md.
+`distributed.backend` names the backend, one module each: `ddp` (Accelerate), `fsdp2` (torch's fully_shard),
+`deepspeed` (ZeRO 1-3); one rank always trains `unsharded`. All implement `base.Sharding`; see docs/SCALE.md.
 """
 
 from __future__ import annotations
 
-from pasodoble.scale.sharding.base import Accelerated, FullyShard, Unsharded, refuse_lora
+from pasodoble.scale.sharding.base import Sharding, refuse_lora
+from pasodoble.scale.sharding.ddp import Accelerated
 from pasodoble.scale.sharding.deepspeed import DeepSpeedZero
 from pasodoble.scale.sharding.deepspeed import check_roles as check_deepspeed
+from pasodoble.scale.sharding.fsdp2 import FullyShard
+from pasodoble.scale.sharding.unsharded import Unsharded
 
 
 def check_roles(backend: str, world_size: int, roles: dict) -> None:
@@ -25,7 +28,9 @@ def check_roles(backend: str, world_size: int, roles: dict) -> None:
     )
 
 
-def build_sharding(backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
+def build_sharding(
+    backend: str, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False
+) -> Sharding:
     """`Unsharded` on one rank; `FullyShard` for fsdp2; `DeepSpeedZero` for deepspeed; else Accelerate (DDP)."""
     if world_size <= 1:
         return Unsharded()
