@@ -1,6 +1,6 @@
 """The dual-play loop: online and offline schedules (and the oracle control), readable top to bottom.
 
-What: `DualPlay` runs METHOD.md's steps with two `Role`s, a grader and a passage sampler:
+What: `DualPlay` runs docs/METHOD.md's steps with two `Role`s, a grader and a passage sampler:
   online step   passage(s) -> Proposer (I per passage) -> parse + validity gate -> Solver (J per valid question)
                 -> grade -> pass rates -> diversity -> Proposer rewards -> group advantages -> skip rule
                 -> Proposer update on all its completions, Solver update on the learnable questions (0.2 < p < 1).
@@ -282,7 +282,7 @@ class DualPlay:
 
     # ------------------------------------------------------------------ online
     def online_step(self, *, train_solver: bool = True, to_buffer: bool = False) -> dict[str, float]:
-        """One dual-play step (METHOD.md 1-10). Returns the metrics row it logged."""
+        """One dual-play step (docs/METHOD.md 1-10). Returns the metrics row it logged."""
         s, timer = self.state.inner_step, Timer()
         passages = self._passages(s)
         with timer("propose"):

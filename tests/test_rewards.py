@@ -1,4 +1,4 @@
-"""Rewards: every formula and gate of METHOD.md steps 4, 5, 7, 9, 10 on hand-computed values."""
+"""Rewards: every formula and gate of docs/METHOD.md steps 4, 5, 7, 9, 10 on hand-computed values."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ from pasodoble.world.problems import TIER_DESCRIPTIONS, TIERS
 from pasodoble.world.tiers import load_tier_problems
 
 log = logging.getLogger("pasodoble.runs.demo")
-BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (METHOD.md, step 10)
+BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (docs/METHOD.md, step 10)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 What: for each condition and seed, train from the same SFT start for the same number of steps, then evaluate the
 Solver on the world's held-out tiers twice: greedily, and with the paper's protocol (pass@1 as the mean of
-`eval_samples` samples at `eval_temperature`; METHOD.md: mean of 6 samples at 0.6). Conditions:
+`eval_samples` samples at `eval_temperature`; docs/METHOD.md: mean of 6 samples at 0.6). Conditions:
     sft            no RL (the start: the same model for every seed, evaluated with each seed's sampling seed)
     online         dual-play, both roles every step (the method)
     offline        dual-play, alternating phases with a question buffer

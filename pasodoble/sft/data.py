@@ -1,4 +1,4 @@
-"""`pasodoble sft-data`: verified Proposer and Solver SFT sets from a teacher and a checker (METHOD.md "Cold start").
+"""`pasodoble sft-data`: verified Proposer and Solver SFT sets from a teacher and a checker (docs/METHOD.md "Cold start").
 
 What: for passages drawn from the knowledge corpus, the teacher writes `samples_per_passage` Proposer outputs with
 the project's Proposer prompt; each is parsed with `parse_proposal` (the RL validity gate); the checker answers each
