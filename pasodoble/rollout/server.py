@@ -39,7 +39,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -59,7 +59,7 @@ from pasodoble.rollout.server_auth import (
 )
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
-from pasodoble.rollout.vllm_common import WORKER_EXTENSION, AdapterEngine, make_completion, vllm_sampling
+from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.weights import write_weights
 
 SERVED_NAME = "base"
@@ -300,7 +300,7 @@ def _cuda() -> bool:
         return False
 
 
-class VLLMServerEngine:
+class VLLMServerEngine(ServesAdapters):
     """`RolloutEngine` over a vLLM server's HTTP API (see module docstring)."""
 
     copies_weights = True  # its own copy, written by `update_weights`
@@ -350,27 +350,6 @@ class VLLMServerEngine:
         return json.loads(raw) if raw and is_json else {}  # LoRA loads answer in plain text
 
     # ------------------------------------------------------------------ sampling
-    def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> list[list[Completion]]:
-        """`RolloutEngine.generate`: one request per prompt; `on_batch` hears of each prompt as it comes back."""
-        return self._generate(None, prompt_ids, sampling, on_batch)
-
-    def generate_adapter(
-        self,
-        adapter: str,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> list[list[Completion]]:
-        """`generate` through the LoRA adapter `adapter` (synced by `sync_adapter` first)."""
-        return self._generate(adapter, prompt_ids, sampling, on_batch)
-
     def _generate(
         self, adapter: str | None, prompt_ids, sampling: SamplingParams, on_batch
     ) -> list[list[Completion]]:
@@ -434,12 +413,6 @@ class VLLMServerEngine:
             self._post("/reset_prefix_cache", {})
         if self.after_sync is not None:
             self.after_sync()
-
-    def for_adapter(self, name: str) -> AdapterEngine:
-        return AdapterEngine(self, name)
-
-    def adapter_folder(self, name: str) -> Path:
-        return self._shm / f"save-{name}"
 
     def close(self) -> None:
         """Remove the weights folder and stop the server this rank started (idempotent)."""

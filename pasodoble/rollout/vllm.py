@@ -29,7 +29,7 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -37,13 +37,13 @@ import torch
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
-from pasodoble.rollout.vllm_common import WORKER_EXTENSION, AdapterEngine, make_completion, vllm_sampling
+from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.weights import write_weights
 
 _ENGINES = itertools.count()  # engines started in this process (CPU core pinning)
 
 
-class VLLMEngine:
+class VLLMEngine(ServesAdapters):
     """`RolloutEngine` over an in-process `vllm.LLM` (see module docstring)."""
 
     copies_weights = True  # its own copy, written by `update_weights`
@@ -97,27 +97,6 @@ class VLLMEngine:
         self._asleep = False
 
     # ------------------------------------------------------------------ sampling
-    def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> list[list[Completion]]:
-        """`RolloutEngine.generate`; one `llm.generate` call, so `on_batch` hears of all completions at once."""
-        return self._generate(None, prompt_ids, sampling, on_batch)
-
-    def generate_adapter(
-        self,
-        adapter: str,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> list[list[Completion]]:
-        """`generate` through the LoRA adapter `adapter` (synced by `sync_adapter` first)."""
-        return self._generate(adapter, prompt_ids, sampling, on_batch)
-
     def _generate(
         self, adapter: str | None, prompt_ids, sampling: SamplingParams, on_batch
     ) -> list[list[Completion]]:
@@ -193,12 +172,6 @@ class VLLMEngine:
                 f"vLLM weight sync ({method}) did not finish within sync_timeout_s={self.cfg.sync_timeout_s}; "
                 "the engine may be dead or overloaded"
             ) from None
-
-    def for_adapter(self, name: str) -> AdapterEngine:
-        return AdapterEngine(self, name)
-
-    def adapter_folder(self, name: str) -> Path:
-        return self._shm / f"save-{name}"
 
     # ------------------------------------------------------------------ sleep mode (GPU only)
     def _sleep(self) -> None:

@@ -3,8 +3,9 @@
 `VLLMEngine` (in process, `rollout/vllm.py`) and `VLLMServerEngine` (over HTTP, `rollout/server.py`) ask vLLM for
 the same thing: `vllm_sampling` maps `SamplingParams` onto vLLM's fields (a seed per prompt, log-probs of the
 sampled tokens only, greedy calls with every filter off), and `make_completion` turns what comes back into a
-`Completion`, refusing an answer without one log-prob per token. `AdapterEngine` is either engine seen through one
-LoRA adapter of a shared base (`max_loras=2`).
+`Completion`, refusing an answer without one log-prob per token. `ServesAdapters` gives both engines the same
+`generate` and per-adapter entry points over their own `_generate`; `AdapterEngine` is either engine seen through
+one LoRA adapter of a shared base (`max_loras=2`).
 """
 
 from __future__ import annotations
@@ -111,3 +112,43 @@ class AdapterEngine:
     def close(self) -> None:
         """Stops the shared engine (idempotent: the other adapter's close then does nothing)."""
         self.engine.close()
+
+
+class ServesAdapters:
+    """`generate`, `generate_adapter`, `for_adapter` and `adapter_folder` of both vLLM engines, over the engine's
+    `_generate(adapter, prompt_ids, sampling, on_batch)` and its weights folder `_shm`. vLLM reports a call's
+    completions as they come back (`on_batch`), not per decoded token, so `on_progress` is never called."""
+
+    _shm: Path
+
+    def _generate(
+        self, adapter: str | None, prompt_ids, sampling: SamplingParams, on_batch
+    ) -> list[list[Completion]]:
+        raise NotImplementedError
+
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[list[Completion]]:
+        """`RolloutEngine.generate` on the base model."""
+        return self._generate(None, prompt_ids, sampling, on_batch)
+
+    def generate_adapter(
+        self,
+        adapter: str,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_batch: Callable[[int, list[Completion]], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[list[Completion]]:
+        """`generate` through the LoRA adapter `adapter` (synced by `sync_adapter` first)."""
+        return self._generate(adapter, prompt_ids, sampling, on_batch)
+
+    def for_adapter(self, name: str) -> AdapterEngine:
+        return AdapterEngine(self, name)
+
+    def adapter_folder(self, name: str) -> Path:
+        return self._shm / f"save-{name}"
