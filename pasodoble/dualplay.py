@@ -9,26 +9,14 @@ What: `DualPlay` runs docs/METHOD.md's steps with two `Role`s, a grader and a pa
                 `solver_phase_updates` updates, each on the next `solver_batch_questions` buffer questions,
                 re-answered J times and kept if learnable.
   oracle        (experiment control, not the method) Solver-only GRPO on questions with TRUE answers.
-Every inner step writes one row to metrics.jsonl (`step` = inner-step counter); rollout samples go to
-samples.jsonl every `samples_every` steps.
+Every inner step writes one row to metrics.jsonl; samples go to samples.jsonl every `samples_every` steps.
+State every rank must share (counters, diversity history, buffer, sampler position) lives in `LoopState`; each
+rank works on its share of a step (`scale/data_parallel.py`) and the gathered results give every rank the same
+decisions. Every random choice is seeded from (seed, inner step, tag), so a resumed run matches an uninterrupted one.
 
-State that a multi-rank version must keep identical on every rank (step counters, diversity history, question
-buffer, sampler position, skip decisions) lives in ONE place, `LoopState`. On several ranks (`TorchDistributed`)
-each rank generates, grades and trains on its share of a step (`pasodoble.scale.data_parallel`); the results are
-gathered, so every rank computes the same decisions, which still pass through `Collective.broadcast` (rank 0's
-value wins) as a guard. Only rank 0 writes samples.jsonl and runs the in-training evaluation.
-
-Determinism: every stochastic choice is seeded from (seed, inner step, tag) (`derive_seed`), so a run resumed from
-a checkpoint reproduces the uninterrupted one exactly on CPU.
-
-Departures from the reference code: the diversity history is one shared object (the reference kept it on rank 0
-only); the offline skip flag is a local of each attempt (the reference never reset it: an infinite loop); grader
-failures are counted per answer (the reference zeroed the whole batch on any exception); a Proposer phase may be
-bounded by `proposer_phase_max_attempts`; several passages per step (`passages_per_step`, 1 = the paper) with
-Proposer advantages normalised per passage group. Questions of a step are scored against the history before the
-step and then appended (skipped steps included: they were still proposed), so a step's own questions do not
-penalise each other. In the random-reward ablation only the Solver's reward is random; pass rates (and so the
-Proposer's reward and the question selection) still come from real grading, which isolates the Solver signal.
+Departures from the reference code (docs/METHOD.md lists them all): a step's questions are scored against the
+history before the step, then appended (skipped steps too); in the random-reward ablation only the Solver's reward
+is random, pass rates still come from real grading.
 """
 
 from __future__ import annotations

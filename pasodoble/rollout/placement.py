@@ -1,30 +1,15 @@
 """Rollout placement: where a run's rollouts are generated when it has several ranks, and who syncs the weights.
 
-What: `distributed.rollout` (see `pasodoble.scale.layout`) is one of
-  colocated  every rank generates its share on its own training device: the HF engine or an in-process vLLM
-             engine (`vllm.sleep_mode` frees vLLM's GPU memory between rollouts), or, with `engine: vllm_server`,
-             a server of its own pinned to the rank's GPU. The default.
-  dedicated  rank 0 starts one vLLM server for each role with `engine: vllm_server` (and no `vllm.server_url`) on
-             GPUs of their own: the last `distributed.vllm_gpus` GPUs of its node, `vllm.tensor_parallel_size`
-             each, in role order; on a machine without CUDA the servers share its cores. Each listens on
-             `vllm.server_port` or a free port; every rank sends its share of a step's prompts to the same server,
-             which batches the requests of all ranks. This is the paper's layout (2 vLLM GPUs + N training GPUs),
-             for any N.
-A server every rank shares (dedicated, or one given by `vllm.server_url` on several ranks) has one weight owner:
-after each optimizer step every rank holds the same weights (DDP), rank 0 pushes them, and the others wait at a
-barrier, so the server reloads once per step and no rank samples from half-synced weights.
+`distributed.rollout` is `colocated` (the default: every rank generates its share on its own device, with the HF
+engine, an in-process vLLM engine or a vLLM server of its own) or `dedicated` (rank 0 starts one vLLM server per
+`vllm_server` role on the last `distributed.vllm_gpus` GPUs of its node, and every rank sends its prompts there:
+the paper's 2 + N layout). A server all ranks share has one weight owner: rank 0 pushes the weights after each
+step and the others wait at a barrier, so no rank samples from half-synced weights. Rank 0 picks the port and the
+server's token and broadcasts both before the server is up; every rank then waits for `/health` itself.
 
-How: `Placement.for_run(cfg.distributed, collective)` where the roles are built; `rollout.factory` asks it for a
-role's server (`server_for`). Rank 0 picks the port and the server's token (`rollout.server_auth`) and broadcasts
-both before the server is up (a collective never waits on a server start); every rank then waits for `/health`
-itself for `vllm.server_start_timeout_s`, checking the server's proof that it holds the token.
-If rank 0's server fails to start, rank 0 exits with the server's last log lines, and the launcher stops the other
-ranks (else they report the server as not healthy when their wait ends).
-
-Limits: the owner writes the weights under /dev/shm, so a shared server runs on rank 0's machine (other nodes reach
-it over the network: set `vllm.server_host` to an interface they can reach; the URL then carries MASTER_ADDR).
-Servers start one after another on rank 0. Under FSDP2 every rank gathers the full weights after an update
-(`scale.sharding.fsdp2.FullyShard.sync_engine`) and the owner writes them.
+How: `Placement.for_run(cfg.distributed, collective, ...)` where the roles are built; `rollout.factory` asks it for
+a role's server engine (`server_engine`). Details and limits (a shared server runs on rank 0's machine): the
+"Rollout placement" section of docs/SCALE.md.
 """
 
 from __future__ import annotations
