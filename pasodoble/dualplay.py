@@ -22,7 +22,6 @@ is random, pass rates still come from real grading.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from typing import Any
 import torch
 
 from pasodoble.core.buffer import BufferItem, QuestionBuffer
+from pasodoble.core.digests import digest, weights_digest
 from pasodoble.core.diversity import QuestionHistory
 from pasodoble.core.grpo import group_advantages
 from pasodoble.core.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
@@ -45,6 +45,7 @@ from pasodoble.core.rewards import (
     solver_rewards,
 )
 from pasodoble.core.step_metrics import (
+    Timer,
     console_line,
     grader_metrics,
     mean,
@@ -150,20 +151,6 @@ def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed from (seed, parts...), stable across processes (unlike Python's salted `hash`)."""
     digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (2**31 - 1)
-
-
-def digest(obj: object) -> str:
-    """A short stable fingerprint of JSON-able state (history, buffer) for cross-rank comparisons."""
-    return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
-
-
-def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
-    """Fingerprint of a model's full weights (bit-exact): equal on every rank after a synchronised update."""
-    h = hashlib.blake2b(digest_size=12)
-    for name, p in state_dict.items():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 @dataclass
@@ -559,35 +546,3 @@ class DualPlay:
                 }
             )
         append_jsonl(self.run_dir / "samples.jsonl", rows)
-
-
-class Timer:
-    """Wall-clock seconds per phase and generated tokens per role, reported under time/."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.tokens: dict[str, int] = {}
-        self.start = time.perf_counter()
-
-    def __call__(self, phase: str):
-        timer = self
-
-        class _Span:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + time.perf_counter() - self.t0
-
-        return _Span()
-
-    def add_tokens(self, role: str, n: int) -> None:
-        self.tokens[role] = self.tokens.get(role, 0) + n
-
-    def metrics(self) -> dict[str, float]:
-        out = {f"time/{k}_s": v for k, v in self.seconds.items()}
-        for role, phase in (("proposer", "propose"), ("solver", "solve")):
-            if role in self.tokens and self.seconds.get(phase):
-                out[f"time/{role}/tokens_per_s"] = self.tokens[role] / self.seconds[phase]
-        out["time/step_s"] = time.perf_counter() - self.start
-        return out
