@@ -44,10 +44,10 @@ from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
-from pasodoble.rollout import HFEngine
 from pasodoble.reports.series import load_series
-from pasodoble.sft import SFTConfig
 from pasodoble.reports.tracking import Tracker
+from pasodoble.rollout import HFEngine
+from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.problems import TIER_DESCRIPTIONS, TIERS

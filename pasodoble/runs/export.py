@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
-from pasodoble.roles.adapters import ADAPTER_FILE
 from pasodoble.config import load_config
 from pasodoble.errors import UserError
 from pasodoble.folders import check_folder, mark_folder
 from pasodoble.io import current_umask
+from pasodoble.roles.adapters import ADAPTER_FILE
 from pasodoble.runs.train import TrainConfig, resolve
 
 

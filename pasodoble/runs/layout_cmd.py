@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 
 from pasodoble.config import load_config
-from pasodoble.scale.layout import Launch, check_layout, describe, launch_from_env, model_architectures
 from pasodoble.runs.train import TrainConfig
+from pasodoble.scale.layout import Launch, check_layout, describe, launch_from_env, model_architectures
 
 
 def register(subparsers) -> None:

@@ -37,35 +37,36 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
-from pasodoble.roles.adapters import RolesConfig
 from pasodoble.config import load_config, save_config
-from pasodoble.scale.collectives import from_env
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.core.prompts import PromptConfig
+from pasodoble.core.rewards import RewardConfig
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
 from pasodoble.folders import check_folder, claim_folder, folder_owner, mark_folder
 from pasodoble.grader import Grader, GraderConfig
-from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.realmodels import is_pkg_spec, resolve_pkg
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.adapters import RolesConfig
+from pasodoble.roles.models import check_model_spec
+from pasodoble.roles.role import Role, RoleConfig
+from pasodoble.roles.shared_base import build_shared_roles, check_shared_base
+from pasodoble.rollout.placement import Placement
+from pasodoble.runs.run_notes import stop_on_interrupt, train_finished
+from pasodoble.scale.collectives import from_env
 from pasodoble.scale.layout import (
     DistributedConfig,
     check_layout,
     describe,
     generating_roles,
+    has_proposer,
     launch_from_env,
     model_architectures,
 )
-from pasodoble.roles.models import check_model_spec
-from pasodoble.core.prompts import PromptConfig
-from pasodoble.realmodels import is_pkg_spec, resolve_pkg
-from pasodoble.core.rewards import RewardConfig
-from pasodoble.roles.role import Role, RoleConfig
-from pasodoble.rollout.placement import Placement
-from pasodoble.runs.run_notes import stop_on_interrupt, train_finished
-from pasodoble.sft import SFTConfig
 from pasodoble.scale.sharding import build_sharding, check_roles
-from pasodoble.roles.shared_base import build_shared_roles, check_shared_base
+from pasodoble.sft import SFTConfig
 from pasodoble.threads import busy_warning, resolve_num_threads
-from pasodoble.reports.tracking import Tracker
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import ensure_sft_models
 
