@@ -134,6 +134,12 @@ def test_every_module_has_a_layer():
     assert not unplaced, f"place these modules in LAYERS: {unplaced}"
 
 
+def test_every_package_folder_has_an_init():
+    """A folder of modules without `__init__.py` imports as a namespace package but is left out of the wheel."""
+    folders = {p.parent for p in (ROOT / "pasodoble").rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file()) == []
+
+
 def test_no_import_cycles():
     assert cycles(import_graph(ROOT)) == []
 
