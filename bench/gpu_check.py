@@ -12,7 +12,7 @@ Prints, per role and overall: rollout tokens/s, training tokens/s (prompt + comp
 backward), weight-sync seconds, peak GPU memory (this process, and the device as a whole including vLLM's), and MFU
 against the GPU's dense bf16 peak (6 x parameters x training tokens / time).
 
-With `--backend ddp|fsdp2` both roles train through the project's sharding engines (`pasodoble.scale.sharding.base`: DDP
+With `--backend ddp|fsdp2` both roles train through the project's sharding backends (`pasodoble.scale.sharding.base`: DDP
 through Accelerate, torch's FSDP2), one rank per GPU under torchrun (or one rank without it): every rank runs the
 step on its own prompts, generation inside `Role.gathered()` as in the loop, and the report adds the backend, the
 world size, every rank's peak memory and the tokens/s summed over ranks. FSDP2 rolls out with the HF engine (the
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         "--backend",
         default="none",
         choices=["none", "ddp", "fsdp2"],
-        help="train both roles through this sharding engine (none: plain PyTorch, one process)",
+        help="train both roles through this sharding backend (none: plain PyTorch, one process)",
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)

@@ -133,7 +133,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "--config recipes/tiny-online.yaml": Skip(
         "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
     ),
-    # docs/ROLLOUTS.md, the GPU check through the sharding engines
+    # docs/ROLLOUTS.md, the GPU check through the sharding backends
     "python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2": Skip(
         "a GPU; tests/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
     ),

@@ -1,4 +1,4 @@
-"""The sharding engines behind `Role`: refusals, and FSDP2's phase lifecycle and full state dicts on one rank.
+"""The sharding backends behind `Role`: refusals, and FSDP2's phase lifecycle and full state dicts on one rank.
 
 `FullyShard` is exercised here in this process on a one-rank gloo group (fully_shard, DTensor parameters, the
 gather/reshard lifecycle, gathered state dicts and their loading); several ranks run in tests/test_distributed.py

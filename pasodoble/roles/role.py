@@ -370,7 +370,7 @@ class Role:
 
     def _clip_and_step(self) -> float:
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
-        # the sharding engine steps: unscale (float16), clip, optimizer step (skipped on a float16 overflow)
+        # the sharding backend steps: unscale (float16), clip, optimizer step (skipped on a float16 overflow)
         grad_norm = self.sharding.step(self.train_model, self.optimizer, self.scaler, max_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -354,7 +354,7 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
     except (
         RuntimeError,
         OSError,
-    ) as e:  # a sharding engine's own collective (DDP, FSDP2, DeepSpeed) lost a peer
+    ) as e:  # a sharding backend's own collective (DDP, FSDP2, DeepSpeed) lost a peer
         collective.fail_on_peer_loss(e, "training")
         raise
     finally:

@@ -198,7 +198,7 @@ class TorchDistributed:
             self.dist.destroy_process_group()
 
     def fail_on_peer_loss(self, error: BaseException, where: str) -> None:
-        """One error line and exit, as for this class's own operations, when a collective of a sharding engine
+        """One error line and exit, as for this class's own operations, when a collective of a sharding backend
         (not run through this class) lost a peer; any other error is left to the caller."""
         if peer_lost(error):
             first = str(error).strip().splitlines()[0]
