@@ -387,7 +387,7 @@ class PassageSampler:
 
     def sample(self, step: int, k: int = 1) -> list[Passage]:
         """The k passages of `step` (drawn independently); the same on every rank and after a resume."""
-        rng = random.Random(f"pasodoble.core.knowledge:{self.cfg.seed}:{step}")
+        rng = random.Random(f"pasodoble.knowledge:{self.cfg.seed}:{step}")
         return [self._draw(rng) for _ in range(k)]
 
     def state_dict(self) -> dict:
