@@ -53,8 +53,7 @@ def served(tmp_path_factory):
         write_weights(model, folder / "weights-1")  # what a SIGKILL during a sync leaves behind
     role_cfg = SimpleNamespace(
         vllm=VLLMConfig(max_lora_rank=8, cpu_kvcache_space_gb=1),
-        max_prompt_length=64,
-        max_completion_length=64,
+        max_sequence_length=128,
         dtype="float32",
     )
     engine = None
