@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.adversarial.targets import PARSERS, PIECES, READERS, fuzz_jsonl, fuzz_text  # noqa: E402
+from tests.adversarial.targets import PARSERS, PIECES, READERS, fuzz_jsonl, fuzz_text
 
 GROWTH_SIZES = (1_000, 10_000, 100_000, 1_000_000)  # characters
 

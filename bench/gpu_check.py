@@ -12,7 +12,7 @@ Prints, per role and overall: rollout tokens/s, training tokens/s (prompt + comp
 backward), weight-sync seconds, peak GPU memory (this process, and the device as a whole including vLLM's), and MFU
 against the GPU's dense bf16 peak (6 x parameters x training tokens / time).
 
-With `--backend ddp|fsdp2` both roles train through the project's sharding engines (`pasodoble.sharding`: DDP
+With `--backend ddp|fsdp2` both roles train through the project's sharding backends (`pasodoble.scale.sharding.base`: DDP
 through Accelerate, torch's FSDP2), one rank per GPU under torchrun (or one rank without it): every rank runs the
 step on its own prompts, generation inside `Role.gathered()` as in the loop, and the report adds the backend, the
 world size, every rank's peak memory and the tokens/s summed over ranks. FSDP2 rolls out with the HF engine (the
@@ -39,11 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from pasodoble.grpo import group_advantages  # noqa: E402
-from pasodoble.roles import Role, RoleConfig, Sample  # noqa: E402
-from pasodoble.rollout.settings import VLLMConfig  # noqa: E402
+from pasodoble.core.grpo import group_advantages
+from pasodoble.roles.role import Role, RoleConfig, Sample
+from pasodoble.rollout.settings import VLLMConfig
 
 BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 QWEN3_0_6B = dict(
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         "--backend",
         default="none",
         choices=["none", "ddp", "fsdp2"],
-        help="train both roles through this sharding engine (none: plain PyTorch, one process)",
+        help="train both roles through this sharding backend (none: plain PyTorch, one process)",
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
@@ -271,9 +271,10 @@ def start_backend(backend: str, on_gpu: bool):
         return None, None
     import os
 
-    from pasodoble.distributed import TorchDistributed
     from pasodoble.rollout.server import free_port
-    from pasodoble.sharding import Accelerated, FullyShard
+    from pasodoble.scale.collectives import TorchDistributed
+    from pasodoble.scale.sharding.ddp import Accelerated
+    from pasodoble.scale.sharding.fsdp2 import FullyShard
 
     if "WORLD_SIZE" not in os.environ:  # `python bench/gpu_check.py --backend ...`: a group of one
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
@@ -334,5 +335,7 @@ def format_report(r: dict) -> list[str]:
 
 if __name__ == "__main__":
     code = main()
-    collectives = sys.modules.get("pasodoble.distributed")  # with --backend: end without torch's teardown
+    collectives = sys.modules.get(
+        "pasodoble.scale.collectives"
+    )  # with --backend: end without torch's teardown
     sys.exit(collectives.end_process(code) if collectives is not None else code)

@@ -43,8 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pasodoble.grader import Grader, GraderConfig, extract_answer, extract_boxed, fastpath  # noqa: E402
-from pasodoble.grader.fastpath import parse_number  # noqa: E402
+from pasodoble.grader import Grader, GraderConfig, extract_answer, extract_boxed, fastpath
+from pasodoble.grader.fastpath import parse_number
 
 SETS = ("aime24", "aime25", "amc23", "gsm8k", "math500", "minerva_math", "olympiadbench")
 STEPS = (

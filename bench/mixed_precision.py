@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pasodoble.roles import Role, RoleConfig, Sample  # noqa: E402
+from pasodoble.roles.role import Role, RoleConfig, Sample
 
 PROMPTS = ("What is 1+1?", "What is 2+3?", "What is 7*8?", "What is 9-4?")
 

@@ -22,10 +22,10 @@ import sys
 import time
 from collections.abc import Callable
 
+from pasodoble.core.prompts import parse_proposal
 from pasodoble.grader.extract import extract_answer, extract_box_group
 from pasodoble.grader.fastpath import fast_verdict
 from pasodoble.grader.goldforms import normalise_answer, set_size
-from pasodoble.prompts import parse_proposal
 
 SIZES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024)
 GROWTH_FROM, GROWTH_TO = 64 * 1024, 1024 * 1024

@@ -48,8 +48,9 @@ def measure(mode: str, size: str, dtype_name: str) -> dict:
     import torch
     from gpu_check import QWEN3_0_6B, build_model_dir
 
-    from pasodoble.adapters import LoraConfig, build_shared_roles
-    from pasodoble.roles import Role, RoleConfig, Sample
+    from pasodoble.roles.adapters import LoraConfig
+    from pasodoble.roles.role import Role, RoleConfig, Sample
+    from pasodoble.roles.shared_base import build_shared_roles
     from pasodoble.rollout import Completion
 
     torch.set_num_threads(2)

@@ -1,30 +1,17 @@
 """Atomic, verified, resumable checkpoints of a dual-play run.
 
-What: a checkpoint is a folder `RUN_DIR/checkpoints/step-N/` holding everything a resume needs: both roles
-(Hugging Face weights + tokenizer under `<role>/model/`, optimizer and scheduler states), the loop state
-(`state.json`: step counters, diversity history, question buffer, knowledge-sampler position), the RNG states
-(`rng.pt`) and `manifest.json`, which lists every other file with its size and sha256. `RUN_DIR/checkpoints/latest`
-names the newest complete checkpoint.
+What: `RUN_DIR/checkpoints/step-N/` holds everything a resume needs: both roles (Hugging Face weights and tokenizer,
+optimizer and scheduler states), the loop state (`state.json`), the RNG states (`rng.pt`) and `manifest.json`,
+which lists every other file with its size and sha256; `checkpoints/latest` names the newest complete one.
 
-Why: the reference code saved weights only, so a crashed run started over. Here a run killed at any instant
-(SIGKILL included) resumes from its last complete checkpoint and reproduces the uninterrupted run; a checkpoint
-damaged afterwards (a truncated copy, a deleted file, flipped bytes) is detected instead of half-loaded; and no file
-in a run directory can execute code when it is loaded (run directories get copied between people).
+Why: the reference code saved weights only. Here a run killed at any instant resumes from its last complete
+checkpoint and reproduces the uninterrupted run; a checkpoint damaged later is detected, named and set aside
+(`select_for_resume`), never half-loaded; and nothing in a run directory executes code when loaded (torch files are
+read with `weights_only=True`).
 
-How: the folder is written as `step-N.tmp/`; the manifest is written last, the tree is flushed, then renamed to
-`step-N/` with `os.replace` (atomic on one file system); only then is `latest` rewritten (temp file + rename), and
-only after that are checkpoints beyond `keep_last` removed (renamed to `*.del` first, so a half-deleted folder never
-looks like a checkpoint). A writer that fails (a full disk included) removes its `step-N.tmp/`; leftovers of a
-killed process are cleaned on the next start. On resume `select_for_resume` verifies checkpoints newest first
-against their manifests: a damaged one is named in one warning line and moved aside to `step-N.damaged/`, and the
-newest intact one is used (with `strict`, the first damaged one stops the resume with a one-line error); a
-symbolic link inside a checkpoint is damage, and `latest` may name only a `step-N` child of `checkpoints/`.
-Torch files are read by `load_torch_state` with `weights_only=True`, which refuses anything but tensors and plain
-values. Logs written after the checkpoint (metrics.jsonl, samples.jsonl) are cut back to its step on resume
-(`truncate_jsonl`).
-
-Departures: checkpoints written before manifests existed (a `state.json` and no `manifest.json`) are still resumed,
-unverified, with a warning line.
+How: written as `step-N.tmp/`, manifest last, flushed, renamed into place with `os.replace`, then `latest`
+rewritten, then old checkpoints beyond `keep_last` removed. Logs are cut back to the checkpoint's step on resume.
+Checkpoints from before manifests existed resume unverified, with a warning. Details: docs/CHECKPOINTS.md.
 """
 
 from __future__ import annotations

@@ -20,19 +20,19 @@ from pasodoble.errors import UserError
 
 # Order is the order of `pasodoble --help`.
 COMMAND_MODULES = (
-    "pasodoble.demo",
-    "pasodoble.train",
-    "pasodoble.layout",
-    "pasodoble.experiment",
+    "pasodoble.runs.demo",
+    "pasodoble.runs.train",
+    "pasodoble.runs.layout_cmd",
+    "pasodoble.runs.experiment",
     "pasodoble.sft.cli",
     "pasodoble.kb.cli",
     "pasodoble.evals.cli",
     "pasodoble.code.cli",
     "pasodoble.grader.cli",
-    "pasodoble.plotting",
-    "pasodoble.samples_html",
-    "pasodoble.config_show",
-    "pasodoble.adapters",
+    "pasodoble.reports.plotting",
+    "pasodoble.reports.samples_html",
+    "pasodoble.runs.config_show",
+    "pasodoble.runs.export",
     "pasodoble.rollout.server",
 )
 
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 141
     collectives = sys.modules.get(
-        "pasodoble.distributed"
+        "pasodoble.scale.collectives"
     )  # loaded only by commands that may run several ranks
     return (
         collectives.end_process(code) if collectives is not None else code

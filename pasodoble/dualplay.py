@@ -1,6 +1,6 @@
 """The dual-play loop: online and offline schedules (and the oracle control), readable top to bottom.
 
-What: `DualPlay` runs METHOD.md's steps with two `Role`s, a grader and a passage sampler:
+What: `DualPlay` runs docs/METHOD.md's steps with two `Role`s, a grader and a passage sampler:
   online step   passage(s) -> Proposer (I per passage) -> parse + validity gate -> Solver (J per valid question)
                 -> grade -> pass rates -> diversity -> Proposer rewards -> group advantages -> skip rule
                 -> Proposer update on all its completions, Solver update on the learnable questions (0.2 < p < 1).
@@ -9,32 +9,19 @@ What: `DualPlay` runs METHOD.md's steps with two `Role`s, a grader and a passage
                 `solver_phase_updates` updates, each on the next `solver_batch_questions` buffer questions,
                 re-answered J times and kept if learnable.
   oracle        (experiment control, not the method) Solver-only GRPO on questions with TRUE answers.
-Every inner step writes one row to metrics.jsonl (`step` = inner-step counter); rollout samples go to
-samples.jsonl every `samples_every` steps.
+Every inner step writes one row to metrics.jsonl; samples go to samples.jsonl every `samples_every` steps.
+State every rank must share (counters, diversity history, buffer, sampler position) lives in `LoopState`; each
+rank works on its share of a step (`scale/data_parallel.py`) and the gathered results give every rank the same
+decisions. Every random choice is seeded from (seed, inner step, tag), so a resumed run matches an uninterrupted one.
 
-State that a multi-rank version must keep identical on every rank (step counters, diversity history, question
-buffer, sampler position, skip decisions) lives in ONE place, `LoopState`. On several ranks (`TorchDistributed`)
-each rank generates, grades and trains on its share of a step (`pasodoble.data_parallel`); the results are
-gathered, so every rank computes the same decisions, which still pass through `Collective.broadcast` (rank 0's
-value wins) as a guard. Only rank 0 writes samples.jsonl and runs the in-training evaluation.
-
-Determinism: every stochastic choice is seeded from (seed, inner step, tag) (`derive_seed`), so a run resumed from
-a checkpoint reproduces the uninterrupted one exactly on CPU.
-
-Departures from the reference code: the diversity history is one shared object (the reference kept it on rank 0
-only); the offline skip flag is a local of each attempt (the reference never reset it: an infinite loop); grader
-failures are counted per answer (the reference zeroed the whole batch on any exception); a Proposer phase may be
-bounded by `proposer_phase_max_attempts`; several passages per step (`passages_per_step`, 1 = the paper) with
-Proposer advantages normalised per passage group. Questions of a step are scored against the history before the
-step and then appended (skipped steps included: they were still proposed), so a step's own questions do not
-penalise each other. In the random-reward ablation only the Solver's reward is random; pass rates (and so the
-Proposer's reward and the question selection) still come from real grading, which isolates the Solver signal.
+Departures from the reference code (docs/METHOD.md lists them all): a step's questions are scored against the
+history before the step, then appended (skipped steps too); in the random-reward ablation only the Solver's reward
+is random, pass rates still come from real grading.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -44,15 +31,12 @@ from typing import Any
 
 import torch
 
-from pasodoble.buffer import BufferItem, QuestionBuffer
-from pasodoble.data_parallel import generate_shared, solve_shared, update_shared
-from pasodoble.distributed import Collective, SingleProcess  # noqa: F401  (SingleProcess: imported from here too)
-from pasodoble.diversity import QuestionHistory
-from pasodoble.errors import ConfigError
-from pasodoble.grpo import group_advantages
-from pasodoble.io import append_jsonl
-from pasodoble.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
-from pasodoble.rewards import (
+from pasodoble.core.buffer import BufferItem, QuestionBuffer
+from pasodoble.core.digests import digest, weights_digest
+from pasodoble.core.diversity import QuestionHistory
+from pasodoble.core.grpo import group_advantages
+from pasodoble.core.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
+from pasodoble.core.rewards import (
     RewardConfig,
     learnable,
     pass_rates,
@@ -60,8 +44,8 @@ from pasodoble.rewards import (
     skip_reason,
     solver_rewards,
 )
-from pasodoble.roles import Role, Sample
-from pasodoble.step_metrics import (
+from pasodoble.core.step_metrics import (
+    Timer,
     console_line,
     grader_metrics,
     mean,
@@ -69,6 +53,11 @@ from pasodoble.step_metrics import (
     role_update_metrics,
     rollout_totals,
 )
+from pasodoble.errors import ConfigError
+from pasodoble.io import append_jsonl
+from pasodoble.roles.role import Role, Sample
+from pasodoble.scale.collectives import Collective, SingleProcess
+from pasodoble.scale.data_parallel import generate_shared, solve_shared, update_shared
 
 MODES = ("online", "offline", "oracle")
 
@@ -162,20 +151,6 @@ def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed from (seed, parts...), stable across processes (unlike Python's salted `hash`)."""
     digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (2**31 - 1)
-
-
-def digest(obj: object) -> str:
-    """A short stable fingerprint of JSON-able state (history, buffer) for cross-rank comparisons."""
-    return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
-
-
-def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
-    """Fingerprint of a model's full weights (bit-exact): equal on every rank after a synchronised update."""
-    h = hashlib.blake2b(digest_size=12)
-    for name, p in state_dict.items():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 @dataclass
@@ -282,7 +257,7 @@ class DualPlay:
 
     # ------------------------------------------------------------------ online
     def online_step(self, *, train_solver: bool = True, to_buffer: bool = False) -> dict[str, float]:
-        """One dual-play step (METHOD.md 1-10). Returns the metrics row it logged."""
+        """One dual-play step (docs/METHOD.md 1-10). Returns the metrics row it logged."""
         s, timer = self.state.inner_step, Timer()
         passages = self._passages(s)
         with timer("propose"):
@@ -571,35 +546,3 @@ class DualPlay:
                 }
             )
         append_jsonl(self.run_dir / "samples.jsonl", rows)
-
-
-class Timer:
-    """Wall-clock seconds per phase and generated tokens per role, reported under time/."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.tokens: dict[str, int] = {}
-        self.start = time.perf_counter()
-
-    def __call__(self, phase: str):
-        timer = self
-
-        class _Span:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + time.perf_counter() - self.t0
-
-        return _Span()
-
-    def add_tokens(self, role: str, n: int) -> None:
-        self.tokens[role] = self.tokens.get(role, 0) + n
-
-    def metrics(self) -> dict[str, float]:
-        out = {f"time/{k}_s": v for k, v in self.seconds.items()}
-        for role, phase in (("proposer", "propose"), ("solver", "solve")):
-            if role in self.tokens and self.seconds.get(phase):
-                out[f"time/{role}/tokens_per_s"] = self.tokens[role] / self.seconds[phase]
-        out["time/step_s"] = time.perf_counter() - self.start
-        return out

@@ -49,13 +49,13 @@ _CORE = (  # (tag, pattern, first characters), in resolution order: an integer b
 class StrictLoader(yaml.SafeLoader):
     """SafeLoader with the YAML 1.2 core schema, unique keys, and no anchors or aliases (see module docstring)."""
 
-    yaml_implicit_resolvers: dict = {}  # noqa: RUF012 (PyYAML's class-level registry, filled below)
+    yaml_implicit_resolvers: dict = {}
 
     def __init__(self, stream: str):
         super().__init__(stream)
         self._depth = 0
 
-    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 (PyYAML's name)
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
         # The scanner's bookkeeping costs O(depth) per bracket, so 10^6 `[` took minutes before the composer's
         # depth check could run: stop at the bracket itself.
         if self.flow_level >= MAX_DEPTH:
@@ -153,7 +153,7 @@ def load_yaml(text: str, where: str) -> Any:
     if size > MAX_BYTES:
         raise ConfigError(where, f"too large: {size:,} bytes, and a recipe may hold at most {MAX_BYTES:,}")
     try:
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+        return yaml.load(text, Loader=StrictLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f"{where}:{mark.line + 1}" if mark is not None else where

@@ -11,18 +11,18 @@ import os
 import sys
 import time
 
-import torch
-
-from pasodoble.distributed import end_process, from_env
+from pasodoble.scale.collectives import end_process, from_env
 
 
 def ddp_update_vs_one_rank(
     collective, *, checkpointing: bool, fsdp2: bool = False, num_iterations: int = 1
 ) -> dict:
     """Two updates through Accelerate's DDP (or torch's FSDP2), each rank on its share, vs one rank on all."""
-    from pasodoble.data_parallel import update_shared
-    from pasodoble.roles import Role, RoleConfig
-    from pasodoble.sharding import FullyShard, Unsharded, build_sharding
+    from pasodoble.roles.role import Role, RoleConfig
+    from pasodoble.scale.data_parallel import update_shared
+    from pasodoble.scale.sharding import build_sharding
+    from pasodoble.scale.sharding.fsdp2 import FullyShard
+    from pasodoble.scale.sharding.unsharded import Unsharded
     from tests.loop_helpers import make_model, make_tokenizer
     from tests.test_roles import sampled
 
@@ -63,7 +63,6 @@ def main(scenario: str) -> int:
         out = {
             "broadcast": collective.broadcast({"from": rank}, "test"),
             "gather": collective.all_gather(["r", rank], "test"),
-            "tensors": [t.tolist() for t in collective.all_gather_tensor(torch.tensor([rank, rank * 10]))],
         }
         collective.barrier("test")
         print(json.dumps(out), flush=True)

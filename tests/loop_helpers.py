@@ -65,6 +65,8 @@ class ScriptedEngine:
     """A rollout engine whose completion texts come from `script(prompt_text, sample_index)`; token ids are the
     text's ids plus EOS and log-probs are the live model's (so updates on these samples are real GRPO steps)."""
 
+    copies_weights = False  # reads the live module
+
     def __init__(self, model, tokenizer, script):
         self.model, self.tokenizer, self.script = model, tokenizer, script
         self.calls = 0
@@ -72,10 +74,13 @@ class ScriptedEngine:
     def update_weights(self, model) -> None:
         self.model = model
 
+    def close(self) -> None:
+        pass
+
     def generate(
         self, prompt_ids, sampling, on_batch=None, on_progress=None
     ):  # all at once; callbacks unused
-        from pasodoble.grpo import token_logprobs
+        from pasodoble.core.grpo import token_logprobs
         from pasodoble.rollout import Completion
 
         self.calls += 1
@@ -110,7 +115,7 @@ class ExactGrader:
     def grade(self, golds, responses, *, extract: bool = True):
         from types import SimpleNamespace
 
-        from pasodoble.prompts import last_boxed
+        from pasodoble.core.prompts import last_boxed
 
         verdicts = []
         for gold, response in zip(golds, responses):

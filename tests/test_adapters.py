@@ -6,10 +6,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from pasodoble import adapters
-from pasodoble.adapters import AdapterView, LoraConfig, build_shared_roles, export_role
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.roles import Role, RoleConfig, Sample
+from pasodoble.roles import adapters
+from pasodoble.roles.adapters import AdapterView, LoraConfig
+from pasodoble.roles.role import Role, RoleConfig, Sample
+from pasodoble.roles.shared_base import build_shared_roles
+from pasodoble.runs.export import export_role
 from tests.loop_helpers import save_tiny
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "up_proj"])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pasodoble.buffer import BufferItem, QuestionBuffer
+from pasodoble.core.buffer import BufferItem, QuestionBuffer
 
 
 def items(n: int, start: int = 0) -> list[BufferItem]:

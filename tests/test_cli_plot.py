@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 from pasodoble.cli import main
-from pasodoble.plotting import load_series
-from pasodoble.tracking import Tracker
+from pasodoble.reports.series import load_series
+from pasodoble.reports.tracking import Tracker
 
 
 def test_help_lists_commands(capsys):

@@ -9,7 +9,7 @@ import pytest
 
 from pasodoble.cli import main
 from pasodoble.config import load_config
-from pasodoble.config_show import commented_yaml, config_kinds, field_comments, flat_keys
+from pasodoble.runs.config_show import commented_yaml, config_kinds, field_comments, flat_keys
 
 
 @dataclass

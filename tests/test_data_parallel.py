@@ -12,11 +12,11 @@ import threading
 import pytest
 import torch
 
-from pasodoble.data_parallel import combine_stats, global_batch, local_generate
-from pasodoble.distributed import share
-from pasodoble.roles import Role
+from pasodoble.roles.role import Role
 from pasodoble.rollout import Completion
-from pasodoble.sharding import Unsharded
+from pasodoble.scale.collectives import share
+from pasodoble.scale.data_parallel import combine_stats, global_batch, local_generate
+from pasodoble.scale.sharding.unsharded import Unsharded
 from tests.test_roles import make_role, sampled
 
 

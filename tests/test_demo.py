@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from pasodoble.demo import (
+from pasodoble.io import append_jsonl, read_jsonl
+from pasodoble.runs.demo import (
     DemoConfig,
     DemoDualPlayConfig,
     DemoEvalConfig,
@@ -18,7 +19,6 @@ from pasodoble.demo import (
     register,
     run_demo,
 )
-from pasodoble.io import append_jsonl, read_jsonl
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
 
@@ -63,7 +63,7 @@ def test_demo_minimal_end_to_end(tmp_path):
 
 def test_cli_overrides(tmp_path, monkeypatch):
     seen = {}
-    monkeypatch.setattr("pasodoble.demo.run_demo", lambda config, progress: seen.update(config=config))
+    monkeypatch.setattr("pasodoble.runs.demo.run_demo", lambda config, progress: seen.update(config=config))
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["demo", "--out", str(tmp_path), "sft.max_steps=7", "eval.num_samples=4"])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pasodoble.diversity import QuestionHistory, jaccard, token_set
+from pasodoble.core.diversity import QuestionHistory, jaccard, token_set
 
 
 def test_token_set_and_jaccard_hand_computed():

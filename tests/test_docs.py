@@ -141,7 +141,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "--config recipes/tiny-online.yaml": Skip(
         "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
     ),
-    # docs/ROLLOUTS.md, the GPU check through the sharding engines
+    # docs/ROLLOUTS.md, the GPU check through the sharding backends
     "python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2": Skip(
         "a GPU; tests/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
     ),
@@ -389,7 +389,7 @@ def _fabricate_runs(work: Path) -> None:
     """What the fast commands read: a small train run folder and two evaluation folders."""
     from pasodoble.evals.report import build_results, write_run_outputs
     from pasodoble.evals.runner import EvalReport, EvalSettings, settings_dict
-    from pasodoble.tracking import Tracker
+    from pasodoble.reports.tracking import Tracker
 
     run = work / "runs" / "tour"
     with Tracker(run) as t:

@@ -9,14 +9,14 @@ import re
 import pytest
 import torch
 
-from pasodoble.buffer import BufferItem
+from pasodoble.core.buffer import BufferItem
+from pasodoble.core.knowledge import KnowledgeConfig, Passage, PassageSampler
+from pasodoble.core.prompts import PromptConfig
+from pasodoble.core.rewards import RewardConfig
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError
-from pasodoble.knowledge import KnowledgeConfig, Passage, PassageSampler
-from pasodoble.prompts import PromptConfig
-from pasodoble.rewards import RewardConfig
-from pasodoble.roles import Role, RoleConfig
-from pasodoble.tracking import Tracker
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.role import Role, RoleConfig
 from tests.loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
 
 PROMPTS = PromptConfig(

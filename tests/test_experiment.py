@@ -7,7 +7,8 @@ import json
 import pytest
 
 from pasodoble.errors import ConfigError
-from pasodoble.experiment import (
+from pasodoble.io import append_jsonl
+from pasodoble.runs.experiment import (
     ExperimentConfig,
     eval_settings,
     operand_count,
@@ -18,7 +19,6 @@ from pasodoble.experiment import (
     summarise_all,
     train_config,
 )
-from pasodoble.io import append_jsonl
 
 
 def result(condition, seed, t3, t4, label=None):
@@ -124,8 +124,8 @@ def test_conditions_map_to_train_overrides(tmp_path):
 
 def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
     import pasodoble.checkpoint
-    import pasodoble.experiment as experiment
-    import pasodoble.train
+    import pasodoble.runs.experiment as experiment
+    import pasodoble.runs.train
 
     cfg = ExperimentConfig(out_dir=str(tmp_path / "exp"), eval_limit=300)
     done = tmp_path / "exp" / "runs" / "online-s0" / "eval.json"
@@ -149,7 +149,7 @@ def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
 
     weights = {"dir": tmp_path / "ckpt"}
     monkeypatch.setattr(experiment, "_scores", scores)
-    monkeypatch.setattr(pasodoble.train, "run_train", train)
+    monkeypatch.setattr(pasodoble.runs.train, "run_train", train)
     monkeypatch.setattr(pasodoble.checkpoint, "latest_checkpoint", lambda run_dir: weights["dir"])
     again = run_one(cfg, "online", 0)
     assert calls == {"scores": 1, "train": 0}  # new settings: evaluated again from the final weights
@@ -164,7 +164,7 @@ def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_tiny_experiment_end_to_end(tmp_path):
-    from pasodoble.experiment import run_experiment
+    from pasodoble.runs.experiment import run_experiment
     from pasodoble.sft import SFTConfig
     from pasodoble.world import WorldConfig
     from pasodoble.world.cache import ensure_sft_models

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pasodoble.adapters import ADAPTER_FILE
 from pasodoble.checkpoint import latest_checkpoint, write_manifest
 from pasodoble.cli import main
 from pasodoble.io import current_umask
+from pasodoble.roles.adapters import ADAPTER_FILE
 from tests.test_resume_changes import make_trained
 
 

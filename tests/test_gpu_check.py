@@ -1,4 +1,4 @@
-"""`bench/gpu_check.py` through the sharding engines on CPU ranks: the path the GPU check takes with `--backend`
+"""`bench/gpu_check.py` through the sharding backends on CPU ranks: the path the GPU check takes with `--backend`
 (the GPU run itself is a device check, not a test). Marker `distributed`."""
 
 from __future__ import annotations

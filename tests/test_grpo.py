@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pasodoble.grpo import entropy_from_logits, group_advantages, policy_loss, token_logprobs
+from pasodoble.core.grpo import entropy_from_logits, group_advantages, policy_loss, token_logprobs
 
 
 def test_group_advantages_hand_computed_sample_std():
@@ -200,7 +200,7 @@ def test_one_step_raises_logprob_of_positively_advantaged_tokens(tiny_lm):
 
 
 def test_logprob_gap_is_measured_on_masked_tokens_only():
-    from pasodoble.grpo import logprob_gap
+    from pasodoble.core.grpo import logprob_gap
 
     train = torch.tensor([[0.0, -1.0, -2.0, -9.0]])
     engine = torch.tensor([[5.0, -1.5, -2.0, 0.0]])
@@ -210,7 +210,7 @@ def test_logprob_gap_is_measured_on_masked_tokens_only():
 
 
 def test_tis_weights_truncate_the_trainer_engine_ratio_and_scale_the_loss():
-    from pasodoble.grpo import policy_loss, tis_weights
+    from pasodoble.core.grpo import policy_loss, tis_weights
 
     train = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
     engine = torch.log(torch.tensor([[0.25, 0.5, 0.05]]))

@@ -8,7 +8,8 @@ import pytest
 
 from pasodoble.cli import main
 from pasodoble.config import load_config
-from pasodoble.layout import (
+from pasodoble.runs.train import TrainConfig
+from pasodoble.scale.layout import (
     Launch,
     LayoutError,
     check_layout,
@@ -17,7 +18,6 @@ from pasodoble.layout import (
     model_architectures,
     parameter_count,
 )
-from pasodoble.train import TrainConfig
 
 # Qwen3-4B(-Base)'s config.json numbers (the architecture only; no weights).
 QWEN3_4B = {

@@ -14,7 +14,7 @@ def test_loop_and_gpu_check_import_without_datasets_or_math_verify():
     code = (
         "import sys\n"
         "for m in ('math_verify', 'datasets', 'latex2sympy2_extended'): sys.modules[m] = None\n"
-        "import pasodoble.dualplay, pasodoble.roles, pasodoble.adapters, pasodoble.rollout.factory\n"
+        "import pasodoble.dualplay, pasodoble.roles.role, pasodoble.roles.adapters, pasodoble.rollout.factory\n"
         "import pasodoble.rollout.server, pasodoble.grader.extract\n"
         "import runpy; runpy.run_path('bench/gpu_check.py', run_name='gpu_check')\n"
         "try:\n"

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pasodoble.roles import Role, RoleConfig, Sample
+from pasodoble.roles.role import Role, RoleConfig, Sample
 from tests.loop_helpers import save_tiny
 
 
@@ -142,8 +142,8 @@ def test_float16_role_scales_the_loss_and_saves_the_scaler(model_dir, tmp_path):
 
 def test_tiny_world_solver_in_bf16_runs_one_update(tmp_path):
     from pasodoble.config import load_config
+    from pasodoble.runs.train import TrainConfig, build_roles
     from pasodoble.sft import SFTConfig
-    from pasodoble.train import TrainConfig, build_roles
     from pasodoble.world import WorldConfig
 
     cfg = load_config(

@@ -11,10 +11,10 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-import pasodoble.models as models
+import pasodoble.roles.models as models
 from pasodoble.cli import main
 from pasodoble.errors import ConfigError
-from pasodoble.models import check_model_spec
+from pasodoble.roles.models import check_model_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,9 +93,9 @@ def _no_build(*args, **kwargs):
     ["proposer.model=/nonexistent", "solver.model=.", "proposer.model=tiny:x", "solver.model=org/absent"],
 )
 def test_train_with_a_bad_model_writes_nothing(tmp_path, capsys, monkeypatch, empty_hub_cache, override):
-    import pasodoble.train
+    import pasodoble.runs.train
 
-    monkeypatch.setattr(pasodoble.train, "ensure_sft_models", _no_build)
+    monkeypatch.setattr(pasodoble.runs.train, "ensure_sft_models", _no_build)
     monkeypatch.setattr(models, "hub_offline", lambda: True)
     run_dir = tmp_path / "run"
     argv = ["train", "--config", str(ROOT / "recipes" / "tiny-online.yaml"), override, f"run_dir={run_dir}"]

@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pasodoble.errors import ConfigError
-from pasodoble.prompts import (
+from pasodoble.core.prompts import (
     INVALID_REASONS,
     PromptConfig,
     Proposal,
@@ -17,6 +16,7 @@ from pasodoble.prompts import (
     proposer_messages,
     solver_messages,
 )
+from pasodoble.errors import ConfigError
 
 CFG = PromptConfig()
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pasodoble.config import load_config
-from pasodoble.demo import DemoConfig
-from pasodoble.experiment import ExperimentConfig
-from pasodoble.layout import Launch, LayoutError, check_layout, model_architectures
-from pasodoble.train import TrainConfig
+from pasodoble.runs.demo import DemoConfig
+from pasodoble.runs.experiment import ExperimentConfig
+from pasodoble.runs.train import TrainConfig
+from pasodoble.scale.layout import Launch, LayoutError, check_layout, model_architectures
 from tests.test_layout import ARCHS, model_dir
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -39,7 +39,7 @@ def test_recipe_validates(path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "unused")  # cold-start recipes name it; validation checks it is set
     cfg = load_config(kind(path), path)
     if isinstance(cfg, ExperimentConfig):  # every run's TrainConfig (overrides included) validates too
-        from pasodoble.experiment import train_config
+        from pasodoble.runs.experiment import train_config
 
         for condition in cfg.conditions:
             train_config(cfg, condition, cfg.seeds[0]).validate()

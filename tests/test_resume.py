@@ -22,15 +22,15 @@ import torch
 from safetensors.torch import load_file
 
 from pasodoble.checkpoint import latest_checkpoint, list_checkpoints, verify_checkpoint
+from pasodoble.core.knowledge import KnowledgeConfig, Passage, PassageSampler
+from pasodoble.core.prompts import PromptConfig
+from pasodoble.core.rewards import RewardConfig
+from pasodoble.core.step_metrics import deterministic
 from pasodoble.dualplay import DualPlay, ScheduleConfig
 from pasodoble.io import read_jsonl
-from pasodoble.knowledge import KnowledgeConfig, Passage, PassageSampler
-from pasodoble.prompts import PromptConfig
-from pasodoble.rewards import RewardConfig
-from pasodoble.roles import Role, RoleConfig
-from pasodoble.step_metrics import deterministic
-from pasodoble.tracking import Tracker
-from pasodoble.train import prepare_resume, write_checkpoint
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.role import Role, RoleConfig
+from pasodoble.runs.train import prepare_resume, write_checkpoint
 from tests.loop_helpers import ExactGrader, ScriptedEngine, make_model, make_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

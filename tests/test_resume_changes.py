@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pasodoble.adapters import LoraConfig
 from pasodoble.cli import main
 from pasodoble.errors import UserError
 from pasodoble.io import read_jsonl
-from pasodoble.roles import Role, RoleConfig
+from pasodoble.roles.adapters import LoraConfig
+from pasodoble.roles.role import Role, RoleConfig
 from tests.loop_helpers import make_model, make_tokenizer, save_tiny
 
 ROOT = Path(__file__).resolve().parents[1]

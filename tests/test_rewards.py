@@ -1,4 +1,4 @@
-"""Rewards: every formula and gate of METHOD.md steps 4, 5, 7, 9, 10 on hand-computed values."""
+"""Rewards: every formula and gate of docs/METHOD.md steps 4, 5, 7, 9, 10 on hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from pasodoble.errors import ConfigError
-from pasodoble.rewards import (
+from pasodoble.core.rewards import (
     PROPOSER_REWARDS,
     RewardConfig,
     learnable,
@@ -17,6 +16,7 @@ from pasodoble.rewards import (
     skip_reason,
     solver_rewards,
 )
+from pasodoble.errors import ConfigError
 
 CFG = RewardConfig()
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pasodoble.errors import ConfigError
-from pasodoble.roles import Role, RoleConfig, Sample, collate
+from pasodoble.roles.role import Role, RoleConfig, Sample, collate
 from pasodoble.rollout import Completion
 from tests.loop_helpers import make_model, make_tokenizer
 
@@ -139,7 +139,7 @@ def test_role_config_validation_names_the_field():
 
 def test_top_k_and_min_p_are_validated_and_reach_the_engine():
     from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig
+    from pasodoble.runs.train import TrainConfig
 
     cfg = load_config(TrainConfig, overrides=["solver.top_k=5", "solver.min_p=0.1", "schedule.mode=oracle"])
     assert (cfg.solver.top_k, cfg.solver.min_p) == (5, 0.1)

@@ -8,9 +8,9 @@ import signal
 import pytest
 
 from pasodoble.checkpoint import latest_checkpoint
-from pasodoble.run_notes import resume_hint, stop_on_interrupt, train_finished
+from pasodoble.runs.run_notes import resume_hint, stop_on_interrupt, train_finished
+from pasodoble.runs.train import prepare_resume
 from pasodoble.threads import resolve_num_threads, usable_cpus
-from pasodoble.train import prepare_resume
 from tests.test_resume import assert_same_run, build_loop
 
 
@@ -83,9 +83,9 @@ def test_default_threads_are_the_usable_cpus():
 
 
 def test_run_train_stopped_by_ctrl_c_checkpoints_then_raises_so_callers_stop(tmp_path, monkeypatch, capsys):
-    import pasodoble.train as train
-    from pasodoble.rewards import RewardConfig
-    from pasodoble.train import TrainConfig
+    import pasodoble.runs.train as train
+    from pasodoble.core.rewards import RewardConfig
+    from pasodoble.runs.train import TrainConfig
     from tests.test_resume import PROMPTS
 
     loop, sampler = build_loop(tmp_path / "scratch", steps=4)

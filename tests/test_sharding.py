@@ -1,4 +1,4 @@
-"""The sharding engines behind `Role`: refusals, and FSDP2's phase lifecycle and full state dicts on one rank.
+"""The sharding backends behind `Role`: refusals, and FSDP2's phase lifecycle and full state dicts on one rank.
 
 `FullyShard` is exercised here in this process on a one-rank gloo group (fully_shard, DTensor parameters, the
 gather/reshard lifecycle, gathered state dicts and their loading); several ranks run in tests/test_distributed.py
@@ -13,9 +13,11 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from pasodoble.errors import ConfigError
-from pasodoble.roles import Role, RoleConfig
+from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.rollout.weights import write_weights
-from pasodoble.sharding import FullyShard, _by_index, _by_name, _tie, check_roles
+from pasodoble.scale.sharding import check_roles
+from pasodoble.scale.sharding.base import _by_index, _by_name, _tie
+from pasodoble.scale.sharding.fsdp2 import FullyShard
 from tests.loop_helpers import make_model, make_tokenizer
 from tests.test_distributed import free_port
 from tests.test_roles import sampled

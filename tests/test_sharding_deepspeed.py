@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from pasodoble.errors import ConfigError
-from pasodoble.roles import RoleConfig
-from pasodoble.sharding import check_roles
-from pasodoble.sharding_deepspeed import engine_config, import_deepspeed
+from pasodoble.roles.role import RoleConfig
+from pasodoble.scale.sharding import check_roles
+from pasodoble.scale.sharding.deepspeed import engine_config, import_deepspeed
 from tests.test_roles import sampled
 from tests.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixture)
 
@@ -67,7 +67,7 @@ def test_engine_config_carries_clipping_accumulation_and_offload():
 def zero(one_rank_group, monkeypatch):  # noqa: F811
     """`DeepSpeedZero` on the one-rank group (LOCAL_RANK: what a launcher sets)."""
     pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed (make deepspeed-env)")
-    from pasodoble.sharding_deepspeed import DeepSpeedZero
+    from pasodoble.scale.sharding.deepspeed import DeepSpeedZero
 
     monkeypatch.setenv("LOCAL_RANK", "0")
     return DeepSpeedZero

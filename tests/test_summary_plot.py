@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pasodoble.cli import main
-from pasodoble.summary_plot import moving_average, reward_rule, smooth_window
-from pasodoble.tracking import Tracker
+from pasodoble.reports.series import moving_average
+from pasodoble.reports.summary_plot import reward_rule, smooth_window
+from pasodoble.reports.tracking import Tracker
 
 
 def _fake_run(run_dir, steps=60, with_eval=True):

@@ -1,7 +1,7 @@
 """`pasodoble train` with `distributed.backend=deepspeed` (ZeRO-1/2/3 on CPU/gloo): the whole dual-play loop.
 
 Every rank generates, solves and trains on its share; each trainable role is one DeepSpeed engine
-(`pasodoble.sharding_deepspeed.DeepSpeedZero`) that accumulates the micro-batches, reduces, clips and steps AdamW
+(`pasodoble.scale.sharding.deepspeed.DeepSpeedZero`) that accumulates the micro-batches, reduces, clips and steps AdamW
 on its partition. The tests run the tiny online recipe on 2 ranks under DDP and under ZeRO-2 from the same seed:
 every rank's decisions log identical line by line, the same decisions under both backends, and final weights and
 AdamW moments equal within float rounding (a micro-batch's gradient lost to DeepSpeed's accumulation, or a stale

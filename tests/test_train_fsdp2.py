@@ -1,7 +1,7 @@
 """`pasodoble train` with `distributed.backend=fsdp2` (torch's fully_shard on CPU/gloo): the whole dual-play loop.
 
 Every rank generates, solves and trains on its share with its weights sharded between phases and gathered once
-per phase (`pasodoble.sharding.FullyShard`). The tests run the tiny online recipe on 2 ranks under DDP and under
+per phase (`pasodoble.scale.sharding.fsdp2.FullyShard`). The tests run the tiny online recipe on 2 ranks under DDP and under
 FSDP2 from the same seed and compare them: every rank's decisions log identical line by line, the same decisions
 under both backends, and final weights and AdamW states equal within float rounding (the gradient is averaged by
 an all-reduce under DDP and by a reduce-scatter under FSDP2, which may add the ranks' terms in another order; with

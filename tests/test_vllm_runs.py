@@ -26,7 +26,7 @@ pytestmark = [
 ]  # 20-step runs: 10-20 min each
 
 from pasodoble.config import load_config  # noqa: E402
-from pasodoble.train import TrainConfig, run_train  # noqa: E402
+from pasodoble.runs.train import TrainConfig, run_train  # noqa: E402
 
 WORLD = VLLM_WORLD  # cached once (tests/conftest.py `tiny_world_vllm`)
 CHEAP = [

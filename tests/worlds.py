@@ -17,7 +17,7 @@ VLLM_WORLD = [
 def recipe_world(overrides: list[str]):
     """The cached models of recipes/tiny-online.yaml's world under `overrides`, built first if missing."""
     from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig, _tiny_models
+    from pasodoble.runs.train import TrainConfig, _tiny_models
 
     recipe = ROOT / "recipes" / "tiny-online.yaml"
     return _tiny_models(load_config(TrainConfig, recipe, [*overrides, "logging.quiet=true"]))

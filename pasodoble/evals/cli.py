@@ -46,9 +46,9 @@ from pasodoble.evals.runner import (
 from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
-from pasodoble.models import check_model_spec
 from pasodoble.qa.normalize import RULES as QA_RULES
 from pasodoble.qa.proposal import SOLVER_TEMPLATE as QA_TEMPLATE
+from pasodoble.roles.models import check_model_spec
 from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
 EVAL_FALLBACK = "auto"  # answers outside \\boxed{}: see --grader-fallback
@@ -401,10 +401,10 @@ def eval_grader_config(args: argparse.Namespace | None = None) -> GraderConfig:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from pasodoble.distributed import from_env
     from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
     from pasodoble.grader import Grader
     from pasodoble.qa.grading import QAGrader
+    from pasodoble.scale.collectives import from_env
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)
@@ -455,9 +455,7 @@ def run_eval(args: argparse.Namespace) -> int:
         say(f"\nstopped: {saved} samples kept in {path}; the same command resumes from there", flush=True)
         raise
     finally:
-        close = getattr(engine, "close", None)  # vLLM engines hold processes; HFEngine holds nothing
-        if close is not None:
-            close()
+        engine.close()  # vLLM engines hold processes; HFEngine holds nothing
     if report is None:  # a rank other than 0: rank 0 writes the run
         return 0
     write_report(args, settings, report, counts)

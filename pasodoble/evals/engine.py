@@ -17,10 +17,10 @@ import json
 import os
 from pathlib import Path
 
-from pasodoble.adapters import LoraConfig
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.precision import DTYPES
-from pasodoble.roles import RoleConfig
+from pasodoble.roles.adapters import LoraConfig
+from pasodoble.roles.role import RoleConfig
 from pasodoble.rollout.settings import VLLMConfig
 
 ROLE_NAME = "eval"  # the name the factory gives the engine (error fields, the adapter's name in vLLM)
@@ -136,7 +136,7 @@ def load_model(path: str, dtype: str, device: str, adapter: Path | None):
     if adapter is not None:
         from peft import PeftModel
 
-        from pasodoble.adapters import AdapterView
+        from pasodoble.roles.adapters import AdapterView
 
         peft = PeftModel.from_pretrained(model, str(adapter), adapter_name=ADAPTER_NAME)
         model = AdapterView(peft, ADAPTER_NAME)

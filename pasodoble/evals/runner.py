@@ -26,12 +26,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from pasodoble.distributed import SingleProcess, share
 from pasodoble.errors import ConfigError
 from pasodoble.evals.metrics import add_qa_scores, average_sources, score_source
 from pasodoble.evals.problems import Problem
 from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
 from pasodoble.io import append_jsonl
+from pasodoble.scale.collectives import SingleProcess, share
 
 DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
 
@@ -256,7 +256,7 @@ def evaluate(
 ) -> EvalReport | None:
     """Generate, grade and score `settings.num_samples` answers per problem (see module docstring).
 
-    With a `collective` of several ranks (`pasodoble.distributed`), each rank generates its share of the chunks
+    With a `collective` of several ranks (`pasodoble.scale.collectives`), each rank generates its share of the chunks
     left to do; rank 0 alone reads and writes `samples_path` and returns the report (the other ranks: None)."""
     settings.validate()
     keys = [(p.source, p.id) for p in problems]

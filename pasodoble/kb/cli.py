@@ -16,11 +16,11 @@ import json
 import sys
 from pathlib import Path
 
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.errors import UserError
 from pasodoble.io import write_json_atomic
 from pasodoble.kb.dedup import DedupConfig, dedup_corpus
 from pasodoble.kb.stream import LengthFilter, corpus_stats
-from pasodoble.knowledge import KnowledgeConfig, PassageSampler
 
 
 def _knowledge(args: argparse.Namespace) -> KnowledgeConfig:

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pasodoble.core.knowledge import KnowledgeConfig
 from pasodoble.errors import ConfigError
 from pasodoble.kb.stream import LengthFilter, filtered
-from pasodoble.knowledge import KnowledgeConfig
 
 MAX_NUM_PERM = 4096  # past this, signatures cost memory and time for no better estimate
 MAX_MISS = 0.01  # the chance that a pair at the threshold is never a candidate

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from pasodoble.errors import ConfigError
-from pasodoble.knowledge import (
+from pasodoble.core.knowledge import (
     CHARS_PER_TOKEN,
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -37,6 +36,7 @@ from pasodoble.knowledge import (
     _Renderer,
     corpus_files,
 )
+from pasodoble.errors import ConfigError
 
 SKIP_REASONS = ("bad_json", "not_object", "missing_field", "too_short", "too_long")
 PERCENTILES = (0, 10, 50, 90, 99, 100)
@@ -68,10 +68,6 @@ class LengthFilter:
             raise ConfigError("--max-chars", "must be at least --min-chars")
         if None not in (self.min_tokens, self.max_tokens) and self.max_tokens < self.min_tokens:
             raise ConfigError("--max-tokens", "must be at least --min-tokens")
-
-    @property
-    def needs_tokens(self) -> bool:
-        return self.min_tokens is not None or self.max_tokens is not None
 
     def reason(self, text: str, tokens: int | None) -> str | None:
         """None if `text` passes; else "too_short" / "too_long"."""
@@ -155,7 +151,7 @@ def _parquet(path: Path, name: str, render: _Renderer) -> Iterator[Record]:
 
 
 def _hf(spec: str, render: _Renderer) -> Iterator[Record]:
-    from pasodoble.knowledge import _HFDataset
+    from pasodoble.core.knowledge import _HFDataset
 
     data = _HFDataset(spec, render).data
     for index, row in enumerate(data):

@@ -1,8 +1,8 @@
 """The rollout interface: one small protocol that every generation engine implements.
 
-The dual-play loop, the SFT evaluation and the benchmark harness only ever call `engine.generate(prompt_ids,
-sampling)` and `engine.update_weights(model)`. Engines (Hugging Face `generate` here; vLLM in-process or as a server
-later) live one per file behind this protocol, so the loop never branches on which engine it has.
+The dual-play loop, the evaluations and the benchmark harness only call `generate`, `update_weights` and `close`,
+and sharding reads `copies_weights`. Engines (Hugging Face `generate`, vLLM in process, a vLLM server) live one per
+file behind this protocol, built by `rollout.factory`, so no caller branches on which engine it has.
 
 Prompts go in as token ids, not text: the caller applies the chat template and truncation once and uses the same
 ids for generation and for the loss. (The reference code truncated the prompt differently in the two places.)
@@ -86,4 +86,9 @@ class RolloutEngine(Protocol):
     def update_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from `model`'s current weights (called after each optimizer step). A trainable
         role's parameters are float32 master weights; an engine holding its own copy casts them to its dtype."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (processes, a server, weight folders); idempotent, and a no-op for an
+        engine that holds nothing."""
         ...

@@ -13,30 +13,32 @@ from pathlib import Path
 
 import torch
 
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
-from pasodoble.precision import DTYPES
 from pasodoble.rollout.hf import HFEngine
+from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import validate_engine
 
 
-def _max_len(role_cfg) -> int:
-    return role_cfg.max_prompt_length + role_cfg.max_completion_length
-
-
-def _is_adapter(model) -> bool:
-    return hasattr(model, "save_adapter")
+def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
+    """The `engine: hf` of a role: generation on its live module, in its batch size and compute dtype."""
+    return HFEngine(
+        model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
+    )
 
 
 def build_engine(
-    name: str, role_cfg, model: torch.nn.Module, tokenizer, model_path: str | Path, placement=None
+    name: str,
+    role_cfg,
+    model: torch.nn.Module,
+    tokenizer,
+    model_path: str | Path,
+    placement: Placement | None = None,
 ):
     """`placement` (`rollout.placement.Placement`): where a `vllm_server` role's server runs (None: one process)."""
-    engine = getattr(role_cfg, "engine", "hf")
+    engine, lora = role_cfg.engine, role_cfg.lora
     if engine == "hf":
-        return HFEngine(
-            model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
-        )
-    lora = getattr(role_cfg, "lora", None)
+        return hf_engine(role_cfg, model, tokenizer)
     try:
         validate_engine(
             engine,
@@ -47,7 +49,7 @@ def build_engine(
         )
     except ConfigError as e:  # name the role: the model folder is only known once `tiny:` specs are resolved
         raise ConfigError(f"{name}.{e.where}", e.message) from None
-    adapters = (name,) if _is_adapter(model) else ()
+    adapters = (name,) if lora is not None else ()  # a LoRA role's model is its adapter view
     if engine == "vllm":
         from pasodoble.rollout.vllm import VLLMEngine
 
@@ -55,16 +57,14 @@ def build_engine(
             role_cfg.vllm,
             model_path,
             tokenizer,
-            max_model_len=_max_len(role_cfg),
+            max_model_len=role_cfg.max_sequence_length,
             dtype=role_cfg.dtype,
             adapters=adapters,
             max_lora_rank=role_cfg.vllm.max_lora_rank,
         )
     else:
-        from pasodoble.rollout.server import VLLMServerEngine
-
-        core = VLLMServerEngine.for_role(
-            name, role_cfg, model_path, tokenizer, adapters=adapters, placement=placement
+        core = (placement or Placement()).server_engine(
+            name, role_cfg, model_path, tokenizer, adapters=adapters
         )
     if not adapters:
         return core
@@ -74,17 +74,12 @@ def build_engine(
 
 
 def build_shared_engine(
-    roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path, placement=None
+    roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path, placement: Placement | None = None
 ) -> dict:
     """One engine for the adapters of a shared base: {role name: engine view}; `hf` gives each an HFEngine."""
     first = next(iter(roles_cfgs.values()))
     if first.engine == "hf":
-        return {
-            n: HFEngine(
-                models[n], tokenizer, batch_size=c.generation_batch_size, autocast_dtype=DTYPES[c.dtype]
-            )
-            for n, c in roles_cfgs.items()
-        }
+        return {n: hf_engine(c, models[n], tokenizer) for n, c in roles_cfgs.items()}
     for cfg in roles_cfgs.values():
         validate_engine(
             cfg.engine,
@@ -93,7 +88,7 @@ def build_shared_engine(
             lora_rank=cfg.lora.rank,
             on_cpu=not torch.cuda.is_available(),
         )
-    max_len = max(_max_len(c) for c in roles_cfgs.values())
+    max_len = max(c.max_sequence_length for c in roles_cfgs.values())
     if first.engine == "vllm":
         from pasodoble.rollout.vllm import VLLMEngine
 
@@ -107,16 +102,8 @@ def build_shared_engine(
             max_lora_rank=first.vllm.max_lora_rank,
         )
     else:
-        from pasodoble.rollout.server import VLLMServerEngine
-
-        core = VLLMServerEngine.for_role(
-            "shared base",
-            first,
-            base_path,
-            tokenizer,
-            adapters=tuple(roles_cfgs),
-            max_len=max_len,
-            placement=placement,
+        core = (placement or Placement()).server_engine(
+            "shared base", first, base_path, tokenizer, adapters=tuple(roles_cfgs), max_len=max_len
         )
     views = {}
     for n in roles_cfgs:

@@ -12,7 +12,7 @@ Sampling is set only by `SamplingParams`: `generate` fills every field the call 
 `generation_config` (a checkpoint's generation_config.json may carry top_k, temperature, repetition_penalty...)
 and then from library defaults (top_k=50), so the engine passes top_k=0 for "off" and swaps in a bare
 generation config for the duration of the call. With `autocast_dtype` (a trainable role's float32 master weights,
-`pasodoble.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
+`pasodoble.core.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
 `synced_gpus` is always off: transformers switches it on for an FSDP module on several ranks (an all-reduce per
 decoded token, which hangs when ranks make different numbers of generate() calls); a sharded role generates
 inside `Role.gathered()`, on full weights that need no collective.
@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from pasodoble.grpo import token_logprobs
-from pasodoble.precision import autocast
+from pasodoble.core.grpo import token_logprobs
+from pasodoble.core.precision import autocast
 from pasodoble.rollout.base import Completion, SamplingParams
 
 
@@ -98,6 +98,9 @@ class HFEngine:
 
     def update_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # generation reads the live weights
+
+    def close(self) -> None:
+        """Nothing to release: the engine holds only the role's own module."""
 
     def generate(
         self,

@@ -1,42 +1,30 @@
 """Rollout placement: where a run's rollouts are generated when it has several ranks, and who syncs the weights.
 
-What: `distributed.rollout` (see `pasodoble.layout`) is one of
-  colocated  every rank generates its share on its own training device: the HF engine or an in-process vLLM
-             engine (`vllm.sleep_mode` frees vLLM's GPU memory between rollouts), or, with `engine: vllm_server`,
-             a server of its own pinned to the rank's GPU. The default.
-  dedicated  rank 0 starts one vLLM server for each role with `engine: vllm_server` (and no `vllm.server_url`) on
-             GPUs of their own: the last `distributed.vllm_gpus` GPUs of its node, `vllm.tensor_parallel_size`
-             each, in role order; on a machine without CUDA the servers share its cores. Each listens on
-             `vllm.server_port` or a free port; every rank sends its share of a step's prompts to the same server,
-             which batches the requests of all ranks. This is the paper's layout (2 vLLM GPUs + N training GPUs),
-             for any N.
-A server every rank shares (dedicated, or one given by `vllm.server_url` on several ranks) has one weight owner:
-after each optimizer step every rank holds the same weights (DDP), rank 0 pushes them, and the others wait at a
-barrier, so the server reloads once per step and no rank samples from half-synced weights.
+`distributed.rollout` is `colocated` (the default: every rank generates its share on its own device, with the HF
+engine, an in-process vLLM engine or a vLLM server of its own) or `dedicated` (rank 0 starts one vLLM server per
+`vllm_server` role on the last `distributed.vllm_gpus` GPUs of its node, and every rank sends its prompts there:
+the paper's 2 + N layout). A server all ranks share has one weight owner: rank 0 pushes the weights after each
+step and the others wait at a barrier, so no rank samples from half-synced weights. Rank 0 picks the port and the
+server's token and broadcasts both before the server is up; every rank then waits for `/health` itself.
 
-How: `Placement.for_run(cfg.distributed, collective)` where the roles are built; `rollout.factory` asks it for a
-role's server (`server_for`). Rank 0 picks the port and the server's token (`rollout.server_auth`) and broadcasts
-both before the server is up (a collective never waits on a server start); every rank then waits for `/health`
-itself for `vllm.server_start_timeout_s`, checking the server's proof that it holds the token.
-If rank 0's server fails to start, rank 0 exits with the server's last log lines, and the launcher stops the other
-ranks (else they report the server as not healthy when their wait ends).
-
-Limits: the owner writes the weights under /dev/shm, so a shared server runs on rank 0's machine (other nodes reach
-it over the network: set `vllm.server_host` to an interface they can reach; the URL then carries MASTER_ADDR).
-Servers start one after another on rank 0. Under FSDP2 every rank gathers the full weights after an update
-(`sharding.FullyShard.sync_engine`) and the owner writes them.
+How: `Placement.for_run(cfg.distributed, collective, ...)` where the roles are built; `rollout.factory` asks it for
+a role's server engine (`server_engine`). Details and limits (a shared server runs on rank 0's machine): the
+"Rollout placement" section of docs/SCALE.md.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pasodoble.rollout.hosts import advertised_host, bind_host
+from pasodoble.rollout.server import VLLMServer, VLLMServerEngine, free_port, wait_until_healthy
 from pasodoble.rollout.server_auth import client_token, new_token
+from pasodoble.rollout.shm import make_shm_dir
 
 PLACEMENTS = ("colocated", "dedicated")
-ANY_INTERFACE = ("0.0.0.0", "::", "")
 
 
 def server_roles(roles: dict) -> list[str]:
@@ -61,26 +49,6 @@ def server_gpus(visible: int, vllm_gpus: int, sizes: dict[str, int]) -> dict[str
         out[name] = list(range(nxt, nxt + k))
         nxt += k
     return out
-
-
-def device_list(indices: Sequence[int], env: dict | None = None) -> str:
-    """CUDA_VISIBLE_DEVICES for a child that should see `indices` of this process's visible GPUs."""
-    env = os.environ if env is None else env
-    parent = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return ",".join(parent[i] if i < len(parent) else str(i) for i in indices)
-
-
-def bind_host(host: str) -> str:
-    """The address to probe for a free port on: the interface itself, or all of them."""
-    return "0.0.0.0" if host in ANY_INTERFACE else host
-
-
-def advertised_host(host: str, env: dict | None = None) -> str:
-    """The address other ranks use for a server listening on `host` (all interfaces: the rendezvous address)."""
-    env = os.environ if env is None else env
-    if host in ANY_INTERFACE:
-        return env.get("MASTER_ADDR", "127.0.0.1")
-    return host
 
 
 @dataclass
@@ -109,7 +77,7 @@ class Placement:
     def for_run(
         cls, dist_cfg, collective, roles: dict, visible_gpus: int, say=None, log_dir="."
     ) -> Placement:
-        mode = getattr(dist_cfg, "rollout", "colocated")
+        mode = dist_cfg.rollout
         gpus = {}
         if mode == "dedicated":
             sizes = {n: roles[n].vllm.tensor_parallel_size for n in server_roles(roles)}
@@ -121,11 +89,11 @@ class Placement:
 
     @property
     def rank(self) -> int:
-        return getattr(self.collective, "rank", 0)
+        return self.collective.rank if self.collective is not None else 0
 
     @property
     def world_size(self) -> int:
-        return getattr(self.collective, "world_size", 1)
+        return self.collective.world_size if self.collective is not None else 1
 
     def shared(self, role_cfg) -> bool:
         """Rank 0 starts (or was given) the role's one server and syncs it; every rank talks to it. A dedicated
@@ -148,8 +116,6 @@ class Placement:
                 devices=devices, port=cfg.server_port, host=cfg.server_host, wait=True, token=token
             )
             return SharedServer(server.url, owner=True, server=server, token=token)
-        from pasodoble.rollout.server import free_port, wait_until_healthy
-
         port = token = None
         if self.rank == 0:
             port, token = cfg.server_port or free_port(bind_host(cfg.server_host)), new_token()
@@ -170,6 +136,42 @@ class Placement:
             wait_until_healthy(url, cfg.server_start_timeout_s, who=who, token=token)
         self.collective.barrier(f"{name} vLLM server up")
         return SharedServer(url, owner=self.rank == 0, server=server, token=token, **self._wait(role_cfg))
+
+    def server_engine(
+        self, name: str, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None
+    ) -> VLLMServerEngine:
+        """The role's engine on the server this placement gives it (one process: its own server, or server_url)."""
+        cfg = role_cfg.vllm
+        length = max_len or role_cfg.max_sequence_length
+        shm = make_shm_dir("server")  # before the start: a server it starts reloads from this folder only
+
+        def start(**where) -> VLLMServer:
+            return VLLMServer.start(
+                model_path,
+                cfg,
+                max_model_len=length,
+                dtype=role_cfg.dtype,
+                adapters=adapters,
+                log_dir=self.log_dir,
+                weights_root=shm,
+                **where,
+            )
+
+        try:
+            shared = self.server_for(name, role_cfg, start)
+        except BaseException:
+            shutil.rmtree(shm, ignore_errors=True)  # a failed start leaves no weights folder behind
+            raise
+        return VLLMServerEngine(
+            shared.url,
+            tokenizer,
+            cfg,
+            server=shared.server,
+            owner=shared.owner,
+            after_sync=shared.after_sync,
+            token=shared.token,
+            shm=shm,
+        )
 
     def _wait(self, role_cfg) -> dict:
         if not self.shared(role_cfg):

@@ -39,14 +39,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.folders import claim_folder
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.placement import advertised_host, bind_host, device_list
+from pasodoble.rollout.hosts import advertised_host, bind_host, device_list
 from pasodoble.rollout.server_auth import (
     CHALLENGE_HEADER,
     MIDDLEWARE,
@@ -59,7 +59,7 @@ from pasodoble.rollout.server_auth import (
 )
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
-from pasodoble.rollout.vllm import WORKER_EXTENSION, _top_k, request_seed
+from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.weights import write_weights
 
 SERVED_NAME = "base"
@@ -300,7 +300,7 @@ def _cuda() -> bool:
         return False
 
 
-class VLLMServerEngine:
+class VLLMServerEngine(ServesAdapters):
     """`RolloutEngine` over a vLLM server's HTTP API (see module docstring)."""
 
     copies_weights = True  # its own copy, written by `update_weights`
@@ -326,46 +326,6 @@ class VLLMServerEngine:
         self._versions = itertools.count(1)
         self._lora: dict[str, str] = {}  # adapter -> served LoRA name of its current version
 
-    @classmethod
-    def for_role(
-        cls, name, role_cfg, model_path, tokenizer, *, adapters=(), max_len: int | None = None, placement=None
-    ):
-        """The role's engine on the server `placement` gives it (one process: its own server, or server_url)."""
-        from pasodoble.rollout.placement import Placement
-
-        cfg = role_cfg.vllm
-        length = max_len or role_cfg.max_prompt_length + role_cfg.max_completion_length
-        placement = placement or Placement()
-        shm = make_shm_dir("server")  # before the start: a server it starts reloads from this folder only
-
-        def start(**where) -> VLLMServer:
-            return VLLMServer.start(
-                model_path,
-                cfg,
-                max_model_len=length,
-                dtype=role_cfg.dtype,
-                adapters=adapters,
-                log_dir=placement.log_dir,
-                weights_root=shm,
-                **where,
-            )
-
-        try:
-            shared = placement.server_for(name, role_cfg, start)
-        except BaseException:
-            shutil.rmtree(shm, ignore_errors=True)  # a failed start leaves no weights folder behind
-            raise
-        return cls(
-            shared.url,
-            tokenizer,
-            cfg,
-            server=shared.server,
-            owner=shared.owner,
-            after_sync=shared.after_sync,
-            token=shared.token,
-            shm=shm,
-        )
-
     # ------------------------------------------------------------------ HTTP
     def _post(self, path: str, body: dict, timeout: float | None = None) -> dict:
         data = json.dumps(body).encode()
@@ -390,35 +350,19 @@ class VLLMServerEngine:
         return json.loads(raw) if raw and is_json else {}  # LoRA loads answer in plain text
 
     # ------------------------------------------------------------------ sampling
-    def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-        *,
-        adapter: str | None = None,
+    def _generate(
+        self, adapter: str | None, prompt_ids, sampling: SamplingParams, on_batch
     ) -> list[list[Completion]]:
-        """`RolloutEngine.generate`: one request per prompt; `on_batch` hears of each prompt as it comes back."""
         model = SERVED_NAME if adapter is None else self._lora.get(adapter)
         if model is None:
             raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM server yet")
-        greedy = sampling.temperature == 0
 
         def one(i: int) -> list[Completion]:
             body = {
                 "model": model,
                 "prompt": list(prompt_ids[i]),
-                "n": sampling.n,
-                "temperature": sampling.temperature,
-                "top_p": 1.0 if greedy else sampling.top_p,
-                "top_k": _top_k(sampling),
-                "min_p": 0.0 if greedy else float(getattr(sampling, "min_p", 0.0) or 0.0),
-                "max_tokens": sampling.max_new_tokens,
-                "seed": request_seed(sampling.seed, i),
-                "logprobs": 0,
+                **vllm_sampling(sampling, i),
                 "return_token_ids": True,
-                "skip_special_tokens": True,
             }
             choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
             return [self._completion(c) for c in choices]
@@ -434,12 +378,8 @@ class VLLMServerEngine:
         return result
 
     def _completion(self, choice: dict) -> Completion:
-        ids = list(choice["token_ids"])
-        logps = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
-        if len(logps) != len(ids):
-            raise RuntimeError("the vLLM server returned fewer log-probs than tokens (logprobs=0 ignored?)")
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return Completion(self.tokenizer.decode(ids, skip_special_tokens=True), ids, logps, finish)
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        return make_completion(choice["token_ids"], logprobs, choice.get("finish_reason"), self.tokenizer)
 
     # ------------------------------------------------------------------ weight sync
     def update_weights(self, model) -> None:
@@ -474,15 +414,12 @@ class VLLMServerEngine:
         if self.after_sync is not None:
             self.after_sync()
 
-    def for_adapter(self, name: str):
-        from pasodoble.rollout.vllm import AdapterEngine
-
-        return AdapterEngine(self, name)
-
     def close(self) -> None:
+        """Remove the weights folder and stop the server this rank started (idempotent)."""
         shutil.rmtree(self._shm, ignore_errors=True)
-        if self.server is not None:
-            self.server.stop()
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop()
 
 
 # ---------------------------------------------------------------------- `pasodoble serve`

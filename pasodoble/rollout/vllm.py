@@ -4,7 +4,7 @@ What: `VLLMEngine` implements `RolloutEngine` over `vllm.LLM`: token-id prompts,
 request (derived from the call's seed and the prompt's index, so a batch is reproducible whatever vLLM schedules),
 the sampled tokens' log-probs (`logprobs=0` with `logprobs_mode="processed_logprobs"`, i.e. under
 softmax(logits / temperature), the quantity `grpo.token_logprobs` computes; greedy calls are scored at temperature
-1, as there), and finish reasons. `AdapterEngine` is the same engine seen through one LoRA adapter, so one engine can
+1, as there), and finish reasons. `vllm_common.AdapterEngine` is the same engine seen through one LoRA adapter, so one engine can
 serve the Proposer's and the Solver's adapters of one shared base (`max_loras=2`).
 
 Weight sync (`update_weights`, after every optimizer step): full models are written as safetensors under /dev/shm
@@ -29,7 +29,7 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -37,28 +37,13 @@ import torch
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import VLLMConfig
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
+from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.weights import write_weights
 
-WORKER_EXTENSION = "pasodoble.rollout.vllm_worker.SyncExtension"
 _ENGINES = itertools.count()  # engines started in this process (CPU core pinning)
 
 
-def request_seed(seed: int | None, index: int) -> int | None:
-    """The seed of prompt `index` in a call seeded `seed` (a pure function; None stays None)."""
-    return None if seed is None else (seed * 1_000_003 + index) % (2**31 - 1)
-
-
-def completion_from_output(output, tokenizer) -> Completion:
-    """One vLLM `CompletionOutput` -> Completion (sampled ids, their log-probs, "stop" | "length")."""
-    ids = list(output.token_ids)
-    logps = [entry[tok].logprob for tok, entry in zip(ids, output.logprobs or [])]
-    if len(logps) != len(ids):
-        raise RuntimeError("vLLM returned fewer log-probs than tokens; the engine must run with logprobs=0")
-    finish = "length" if output.finish_reason == "length" else "stop"
-    return Completion(tokenizer.decode(ids, skip_special_tokens=True), ids, logps, finish)
-
-
-class VLLMEngine:
+class VLLMEngine(ServesAdapters):
     """`RolloutEngine` over an in-process `vllm.LLM` (see module docstring)."""
 
     copies_weights = True  # its own copy, written by `update_weights`
@@ -112,44 +97,34 @@ class VLLMEngine:
         self._asleep = False
 
     # ------------------------------------------------------------------ sampling
-    def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-        *,
-        adapter: str | None = None,
+    def _generate(
+        self, adapter: str | None, prompt_ids, sampling: SamplingParams, on_batch
     ) -> list[list[Completion]]:
-        """`RolloutEngine.generate`; one `llm.generate` call, so `on_batch` hears of all completions at once."""
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
 
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("VLLMEngine.generate got an empty prompt; every prompt needs at least one token")
         self._wake()
-        greedy = sampling.temperature == 0
-        params = [
-            VSamplingParams(
-                n=sampling.n,
-                temperature=sampling.temperature,
-                top_p=1.0 if greedy else sampling.top_p,
-                top_k=_top_k(sampling),
-                min_p=0.0 if greedy else float(getattr(sampling, "min_p", 0.0) or 0.0),
-                max_tokens=sampling.max_new_tokens,
-                seed=request_seed(sampling.seed, i),
-                logprobs=0,
-                skip_special_tokens=True,
-            )
-            for i in range(len(prompt_ids))
-        ]
+        params = [VSamplingParams(**vllm_sampling(sampling, i)) for i in range(len(prompt_ids))]
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
         lora = self._lora.get(adapter) if adapter is not None else None
         if adapter is not None and lora is None:
             raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM engine yet")
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False, lora_request=lora)
         self._sleep()
-        result = [[completion_from_output(o, self.tokenizer) for o in out.outputs] for out in outputs]
+        result = [
+            [
+                make_completion(
+                    o.token_ids,
+                    [entry[tok].logprob for tok, entry in zip(o.token_ids, o.logprobs or [])],
+                    o.finish_reason,
+                    self.tokenizer,
+                )
+                for o in out.outputs
+            ]
+            for out in outputs
+        ]
         if on_batch is not None:
             on_batch(0, [c for completions in result for c in completions])
         return result
@@ -198,9 +173,6 @@ class VLLMEngine:
                 "the engine may be dead or overloaded"
             ) from None
 
-    def for_adapter(self, name: str) -> AdapterEngine:
-        return AdapterEngine(self, name)
-
     # ------------------------------------------------------------------ sleep mode (GPU only)
     def _sleep(self) -> None:
         if self.cfg.sleep_mode and not self._asleep:
@@ -222,41 +194,3 @@ class VLLMEngine:
 
     def __del__(self):
         shutil.rmtree(getattr(self, "_shm", "/nonexistent"), ignore_errors=True)
-
-
-class AdapterEngine:
-    """One LoRA adapter of a shared `VLLMEngine`, as a `RolloutEngine` of its own."""
-
-    copies_weights = True  # the adapter's, written by `update_weights`
-
-    def __init__(self, engine: VLLMEngine, name: str):
-        self.engine, self.name = engine, name
-
-    def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        sampling: SamplingParams,
-        on_batch: Callable[[int, list[Completion]], None] | None = None,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> list[list[Completion]]:
-        return self.engine.generate(prompt_ids, sampling, on_batch, on_progress, adapter=self.name)
-
-    def close(self) -> None:
-        if self.engine.llm is not None:
-            self.engine.close()
-
-    def update_weights(self, model: torch.nn.Module) -> None:
-        """`model` is the role's adapter view (`adapters.AdapterView`); only its adapter travels."""
-        folder = self.engine._shm / f"save-{self.name}"
-        shutil.rmtree(folder, ignore_errors=True)
-        model.save_adapter(folder)
-        try:
-            self.engine.sync_adapter(self.name, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _top_k(sampling: SamplingParams) -> int:
-    """vLLM's top_k: -1 (or 0) means off; the project's None / 0 mean off too."""
-    k = getattr(sampling, "top_k", None)
-    return -1 if sampling.temperature == 0 or not k else int(k)

@@ -3,7 +3,7 @@
 What: `write_weights(model, folder)` writes `folder/model.safetensors` from `model.state_dict()` (float tensors as
 they are: the engine casts to its dtype), one tensor for tied parameters (the embedding and a tied LM head share
 storage; vLLM re-ties the head itself). `FullWeights(model, state_dict)` is a sharded module seen with the full
-weights its sharding engine gathered (`sharding.FullyShard.sync_engine`), so an engine reads it like a module.
+weights its sharding backend gathered (`scale.sharding.fsdp2.FullyShard.sync_engine`), so an engine reads it like a module.
 
 Why not `save_pretrained`: transformers writes nothing on ranks other than 0 once torch.distributed is initialised
 (`should_save_on_this_rank`), silently; every rank of a colocated layout syncs its own engine, so each must write.

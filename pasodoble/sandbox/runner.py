@@ -28,7 +28,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contextlib
 
-from values import canonical, decode, encode  # noqa: E402
+from values import canonical, decode, encode
 
 MAX_FRAME = 64 << 20
 OUT_PATH = ".candidate-output"  # in the working directory: the jail's capped tmpfs

@@ -22,15 +22,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.folders import check_folder, claim_folder
 from pasodoble.grader import Grader
-from pasodoble.models import check_model_spec
-from pasodoble.precision import DTYPES
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.models import check_model_spec
 from pasodoble.sft.data import SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import TeacherConfig, build_teacher
 from pasodoble.sft.trainer import SFTConfig, load_examples, split_examples, train_sft
-from pasodoble.tracking import Tracker
 from pasodoble.world.build import WorldConfig
 from pasodoble.world.cache import TINY_PREFIX, ensure_sft_models, resolve_model
 

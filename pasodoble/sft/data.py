@@ -1,4 +1,4 @@
-"""`pasodoble sft-data`: verified Proposer and Solver SFT sets from a teacher and a checker (METHOD.md "Cold start").
+"""`pasodoble sft-data`: verified Proposer and Solver SFT sets from a teacher and a checker (docs/METHOD.md "Cold start").
 
 What: for passages drawn from the knowledge corpus, the teacher writes `samples_per_passage` Proposer outputs with
 the project's Proposer prompt; each is parsed with `parse_proposal` (the RL validity gate); the checker answers each
@@ -39,13 +39,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from pasodoble.config import save_config
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.core.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.folders import claim_folder
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.kb.dedup import normalise
-from pasodoble.knowledge import KnowledgeConfig, PassageSampler
-from pasodoble.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
 from pasodoble.sft.teacher import Teacher, TeacherConfig
 
 FATES = ("kept", "checker_disagreed", "unparseable", "leaked_answer", "duplicate", "error")

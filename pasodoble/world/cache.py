@@ -30,10 +30,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble.config import to_dict
 from pasodoble.errors import UserError
 from pasodoble.io import build_lock, default_cache_dir, make_build_dir, read_jsonl, write_json_atomic
-from pasodoble.models import TINY_PREFIX, TINY_ROLES
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.models import TINY_PREFIX, TINY_ROLES
 from pasodoble.sft import SFTConfig, train_sft
-from pasodoble.tracking import Tracker
 from pasodoble.world.build import FORMAT_VERSION, WorldConfig, WorldPaths, build_world
 from pasodoble.world.select import NextTierStop
 

@@ -1,6 +1,6 @@
 """Prompt templates and completion formats of the tiny world.
 
-The formats are the ones real models use in this project (METHOD.md): the Proposer writes
+The formats are the ones real models use in this project (docs/METHOD.md): the Proposer writes
 `<problem>QUESTION</problem><answer>STEPS \\boxed{N}</answer>` and the Solver writes `STEPS \\boxed{N}`. Templates are
 rendered into a user message; the chat template is applied afterwards. They are kept very short because the tiny
 models have a small context (prompt + completion stays under about 128 tokens).

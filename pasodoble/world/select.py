@@ -1,6 +1,6 @@
 """When the tiny world's SFT warm-up stops: at the first check where the next tier is within the Solver's reach.
 
-Why: dual-play learns from questions the Solver solves sometimes (pass rate in (0.2, 1), METHOD.md step 10), so the
+Why: dual-play learns from questions the Solver solves sometimes (pass rate in (0.2, 1), docs/METHOD.md step 10), so the
 tiny world's SFT start must know its SFT tiers and have half-learned the tier above them. That tier is learned in a
 jump: its accuracy stays near 0 while the SFT tiers are still being learned, then rises from a few percent to 70%+
 in about 100 steps. When the jump happens depends on the data order (`sft.seed`) and on float rounding, so a fixed
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from pasodoble.core.prompts import last_boxed
 from pasodoble.errors import ConfigError
 from pasodoble.evals.runner import EvalSettings, render_prompt
-from pasodoble.prompts import last_boxed
 from pasodoble.rollout import HFEngine, SamplingParams
 from pasodoble.world import formats, problems
 

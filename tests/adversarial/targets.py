@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pasodoble.config import apply_override
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler, chunk_text
+from pasodoble.core.prompts import answer_leaked, normalized_tokens, parse_proposal
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.problems import parse_answers, read_rows
 from pasodoble.evals.samples import load_resume_state
@@ -23,9 +25,7 @@ from pasodoble.grader import extract, fastpath, goldforms, prose
 from pasodoble.grader.cli import _read_rows as verify_answers_rows
 from pasodoble.io import read_jsonl
 from pasodoble.jsonl import LineError, decode_line, read_jsonl_skipping
-from pasodoble.knowledge import KnowledgeConfig, PassageSampler, chunk_text
-from pasodoble.plotting import load_series
-from pasodoble.prompts import answer_leaked, normalized_tokens, parse_proposal
+from pasodoble.reports.series import load_series
 from pasodoble.sft import load_examples
 from pasodoble.strict_yaml import load_yaml
 from pasodoble.world import arith
@@ -108,7 +108,7 @@ READERS: dict[str, Target] = {
     "sft.load_examples": (load_examples, (UserError,)),
     "samples.load_resume_state": (lambda p: load_resume_state(p, 2), (UserError,)),
     "knowledge.PassageSampler": (_sampler, (UserError,)),
-    "plotting.load_series": (load_series, ()),
+    "series.load_series": (load_series, ()),
 }
 
 # Pieces that steer random text into the parsers' structure: tags, boxes, braces, numbers, YAML and JSON syntax.

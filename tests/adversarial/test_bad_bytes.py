@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.errors import UserError
 from pasodoble.evals.samples import load_resume_state
-from pasodoble.knowledge import KnowledgeConfig, PassageSampler
-from pasodoble.plotting import load_series
+from pasodoble.reports.series import load_series
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,7 +122,7 @@ def test_samples_resume_treats_an_undecodable_last_line_as_torn(tmp_path):
 
 
 def test_chunking_text_with_a_lone_surrogate_does_not_reach_the_tokenizer():
-    from pasodoble.knowledge import chunk_text
+    from pasodoble.core.knowledge import chunk_text
     from tests.conftest import build_char_tokenizer
 
     chunks = chunk_text("ab\ud800cd " * 10, 4, build_char_tokenizer())  # raised TypeError in the tokenizer

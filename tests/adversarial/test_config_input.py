@@ -19,8 +19,8 @@ import pytest
 
 from pasodoble.config import load_config, save_config, validate_tree
 from pasodoble.errors import ConfigError
-from pasodoble.roles import RoleConfig
-from pasodoble.train import TrainConfig
+from pasodoble.roles.role import RoleConfig
+from pasodoble.runs.train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -75,10 +75,10 @@ class CompletionsServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self):  # noqa: N802 - the stdlib's name
+            def do_GET(self):
                 self._send(200 if self.path == "/health" else 404, {})
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path != "/v1/completions":
                     return self._send(404, {"error": self.path})

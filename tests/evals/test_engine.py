@@ -89,7 +89,7 @@ def test_a_lora_adapter_folder_is_sampled_with_its_base(tiny_lm, sums, tmp_path)
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pasodoble.adapters import AdapterView, LoraConfig, peft_config
+    from pasodoble.roles.adapters import AdapterView, LoraConfig, peft_config
 
     path = tiny_lm[2]
     model = AutoModelForCausalLM.from_pretrained(path)  # a copy: the session's shared model stays untouched

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pasodoble.core.prompts import _contains
 from pasodoble.grader.extract import extract_answer_tag
-from pasodoble.prompts import _contains
 
 _SPEC = importlib.util.spec_from_file_location(
     "bench_parsers", Path(__file__).resolve().parents[2] / "bench" / "parsers.py"

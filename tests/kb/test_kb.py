@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from pasodoble.cli import main
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler, chunk_text
 from pasodoble.errors import ConfigError
 from pasodoble.io import read_jsonl
 from pasodoble.kb import DedupConfig, Deduplicator, LengthFilter, corpus_stats, dedup_corpus, iter_records
 from pasodoble.kb.dedup import shingles
 from pasodoble.kb.stream import chunk_lengths, percentiles
-from pasodoble.knowledge import KnowledgeConfig, PassageSampler, chunk_text
 
 SHARED = Path(os.environ.get("PASODOBLE_DATA_DIR") or Path(__file__).resolve().parents[2] / ".." / "shared")
 COLLEGE_MATH = SHARED / "corpora" / "college_math.jsonl"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import regex
 
-from pasodoble.prompts import PromptConfig, proposer_messages, solver_messages
+from pasodoble.core.prompts import PromptConfig, proposer_messages, solver_messages
 from pasodoble.realmodels import _ranks_dir
 from pasodoble.realmodels.qwen import RANKS_FILE, SPLIT_PATTERN, read_ranks
-from pasodoble.roles import Role, RoleConfig
+from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.rollout import SamplingParams
 from pasodoble.rollout.hf import _eos_ids
 from tests.realmodels.rank_encode import rank_encode

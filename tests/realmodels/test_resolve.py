@@ -9,10 +9,10 @@ import pytest
 
 from pasodoble.errors import UserError
 from pasodoble.evals.cli import default_label, resolve_model_spec
-from pasodoble.layout import read_architecture
 from pasodoble.realmodels import entry_dir, resolve_pkg
 from pasodoble.realmodels.store import build_entry
-from pasodoble.train import TrainConfig, resolve
+from pasodoble.runs.train import TrainConfig, resolve
+from pasodoble.scale.layout import read_architecture
 from pasodoble.world.cache import resolve_model
 
 SPEC = "pkg:smollm2-135m-instruct"

@@ -9,18 +9,18 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pasodoble.adapters import LoraConfig
 from pasodoble.cli import main
+from pasodoble.core.grpo import token_logprobs
+from pasodoble.core.knowledge import KnowledgeConfig, Passage, PassageSampler
+from pasodoble.core.prompts import PromptConfig
+from pasodoble.core.rewards import RewardConfig
 from pasodoble.dualplay import DualPlay, ScheduleConfig
-from pasodoble.grpo import token_logprobs
 from pasodoble.io import read_jsonl
-from pasodoble.knowledge import KnowledgeConfig, Passage, PassageSampler
-from pasodoble.prompts import PromptConfig
 from pasodoble.realmodels import verify_entry
-from pasodoble.rewards import RewardConfig
-from pasodoble.roles import Role, RoleConfig
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.adapters import LoraConfig
+from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.rollout import HFEngine, SamplingParams
-from pasodoble.tracking import Tracker
 from tests.loop_helpers import ExactGrader, ScriptedEngine
 
 pytestmark = pytest.mark.real

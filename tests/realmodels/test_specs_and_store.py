@@ -9,11 +9,11 @@ import random
 import pytest
 
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.models import check_model_spec
 from pasodoble.realmodels import entry_dir, parse_spec
 from pasodoble.realmodels.qwen import byte_alphabet, vocab_and_merges
 from pasodoble.realmodels.specs import SMOLLM2
 from pasodoble.realmodels.store import MANIFEST, build_entry, fetch_member, verify_entry
+from pasodoble.roles.models import check_model_spec
 from tests.realmodels.rank_encode import rank_encode
 
 

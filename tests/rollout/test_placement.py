@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pasodoble.rollout.placement import Placement, advertised_host, device_list, server_gpus, server_roles
+from pasodoble.rollout.hosts import advertised_host, device_list
+from pasodoble.rollout.placement import Placement, server_gpus, server_roles
 from pasodoble.rollout.server import EngineUnavailable, VLLMServerEngine, free_port
 from pasodoble.rollout.server_auth import CHALLENGE_HEADER, PID_HEADER, PROOF_HEADER, proof
 from pasodoble.rollout.settings import VLLMConfig
@@ -43,7 +44,7 @@ def health_server():
     """A /health endpoint that proves it holds TOKEN, as a started server's guard does (`server_auth`)."""
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the stdlib's name
+        def do_GET(self):
             self.send_response(200 if self.path == "/health" else 404)
             challenge = self.headers.get(CHALLENGE_HEADER, "")
             self.send_header(PROOF_HEADER, proof(TOKEN, challenge, 4242))

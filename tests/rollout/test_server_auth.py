@@ -115,10 +115,10 @@ def test_serve_refuses_all_interfaces_without_allow_remote(tmp_path, capsys):
 class Recorder(http.server.BaseHTTPRequestHandler):
     """Records each request's path and headers; answers by `self.server.reply(handler)`."""
 
-    def do_GET(self):  # noqa: N802 - the stdlib's name
+    def do_GET(self):
         self._answer()
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self._answer()
 

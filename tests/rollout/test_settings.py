@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from pasodoble.core.step_metrics import role_update_metrics, rollout_totals
 from pasodoble.errors import ConfigError
-from pasodoble.roles import RoleConfig
+from pasodoble.roles.role import RoleConfig
 from pasodoble.rollout import settings
 from pasodoble.rollout.settings import VLLMConfig, validate_engine
-from pasodoble.step_metrics import role_update_metrics, rollout_totals
 
 
 def model_dir(tmp_path, heads=4, kv=2, head_dim=32):

@@ -12,8 +12,8 @@ import torch
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
-from pasodoble import adapters  # noqa: E402
-from pasodoble.adapters import LoraConfig  # noqa: E402
+from pasodoble.roles import adapters  # noqa: E402
+from pasodoble.roles.adapters import LoraConfig  # noqa: E402
 from pasodoble.rollout import SamplingParams  # noqa: E402
 from pasodoble.rollout.settings import VLLMConfig  # noqa: E402
 from tests.loop_helpers import make_tokenizer  # noqa: E402
@@ -74,7 +74,7 @@ def _ids(x):
 
 def _gap(model, prompt, completion, temperature: float) -> float:
     """Largest |engine log-prob - training model's log-prob| over one completion's tokens."""
-    from pasodoble.grpo import token_logprobs
+    from pasodoble.core.grpo import token_logprobs
 
     ids = torch.tensor([prompt + completion.token_ids])
     mask = torch.ones_like(ids)

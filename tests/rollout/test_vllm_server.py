@@ -25,7 +25,7 @@ from pasodoble import checkpoint  # noqa: E402
 from pasodoble.config import load_config  # noqa: E402
 from pasodoble.rollout.server import EngineUnavailable, VLLMServer  # noqa: E402
 from pasodoble.rollout.settings import VLLMConfig  # noqa: E402
-from pasodoble.train import TrainConfig, resolve, run_train  # noqa: E402
+from pasodoble.runs.train import TrainConfig, resolve, run_train  # noqa: E402
 from tests.test_vllm_runs import CHEAP, WORLD  # noqa: E402
 
 

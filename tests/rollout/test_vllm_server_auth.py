@@ -1,7 +1,7 @@
 """A started vLLM server (the CPU build) refuses its dev routes and LoRA loads without the run's token, takes them
 with it, reloads only from the run's own weight folder, and its start swept a killed run's shared-memory folder.
 
-One server for the module, started the way a run starts it (`VLLMServerEngine.for_role`), with LoRA on.
+One server for the module, started the way a run starts it (`Placement.server_engine`), with LoRA on.
 Marker `vllm`: run with `make test-vllm`."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # a server start takes 1-3 min on 2 cores
 
-from pasodoble import adapters  # noqa: E402
-from pasodoble.adapters import LoraConfig  # noqa: E402
+from pasodoble.roles import adapters  # noqa: E402
+from pasodoble.roles.adapters import LoraConfig  # noqa: E402
 from pasodoble.rollout import SamplingParams  # noqa: E402
 from pasodoble.rollout.placement import Placement  # noqa: E402
 from pasodoble.rollout.server import EngineUnavailable, VLLMServerEngine, wait_until_healthy  # noqa: E402
@@ -53,19 +53,13 @@ def served(tmp_path_factory):
         write_weights(model, folder / "weights-1")  # what a SIGKILL during a sync leaves behind
     role_cfg = SimpleNamespace(
         vllm=VLLMConfig(max_lora_rank=8, cpu_kvcache_space_gb=1),
-        max_prompt_length=64,
-        max_completion_length=64,
+        max_sequence_length=128,
         dtype="float32",
     )
     engine = None
     try:
-        engine = VLLMServerEngine.for_role(
-            "solver",
-            role_cfg,
-            path,
-            tokenizer,
-            adapters=("solver",),
-            placement=Placement(log_dir=str(run_dir)),
+        engine = Placement(log_dir=str(run_dir)).server_engine(
+            "solver", role_cfg, path, tokenizer, adapters=("solver",)
         )
         yield SimpleNamespace(
             engine=engine, model=model, tokenizer=tokenizer, run_dir=run_dir, stale=stale, kept=kept

@@ -17,18 +17,18 @@ import pytest
 import yaml
 
 from pasodoble.cli import main
+from pasodoble.core.prompts import parse_proposal
 from pasodoble.errors import ConfigError
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import read_jsonl
-from pasodoble.prompts import parse_proposal
 from pasodoble.sft import load_examples
 from pasodoble.sft.data import FATES, SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import OpenAITeacher, TeacherConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import TINY_PROMPTS  # noqa: E402
-from hostile_server import HostileServer, sft_data_recipe  # noqa: E402
-from openai_server import OpenAIServer  # noqa: E402
+from conftest import TINY_PROMPTS
+from hostile_server import HostileServer, sft_data_recipe
+from openai_server import OpenAIServer
 
 KEY = "sk-pasodoble-test-5e1d0c"
 KEY_ENV = "PASODOBLE_SFT_TEST_KEY"

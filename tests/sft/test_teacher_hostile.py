@@ -24,7 +24,7 @@ from pasodoble.io import read_jsonl
 from pasodoble.sft.teacher import OpenAITeacher, TeacherConfig, TeacherStopped
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hostile_server import HostileServer, sft_data_recipe, wait_for  # noqa: E402
+from hostile_server import HostileServer, sft_data_recipe, wait_for
 
 KEY = "sk-hostile-7c1e55aa90"
 KEY_ENV = "PASODOBLE_HOSTILE_KEY"

@@ -223,7 +223,7 @@ def test_system_messages_go_through_the_chat_template(world):
 
 
 def test_cli_recipe_with_flags_writes_a_checkpoint_train_accepts(world, tmp_path):
-    from pasodoble.roles import Role, RoleConfig
+    from pasodoble.roles.role import Role, RoleConfig
 
     recipe = tmp_path / "sft.yaml"
     recipe.write_text(

@@ -30,7 +30,7 @@ from pasodoble.sft.teacher import LocalTeacher
 from tests.worlds import BUILD_BUDGET_S
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_data import KEY, KEY_ENV, assert_consistent, assert_no_key, config, run  # noqa: E402
+from test_data import KEY, KEY_ENV, assert_consistent, assert_no_key, config, run
 
 VLLM_PYTHON = Path(
     os.environ.get("PASODOBLE_VLLM_PYTHON") or default_cache_dir() / "venv-vllm" / "bin" / "python"

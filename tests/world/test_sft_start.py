@@ -1,7 +1,7 @@
 """The default tiny world's SFT start meets its floors (slow: the shared `tiny_world` fixture builds it from nothing
 on a machine that has none, about 5 minutes on a free core; elsewhere it checks the cached one).
 
-The floors are what dual-play needs from the start (METHOD.md step 10: the Solver learns from pass rates in
+The floors are what dual-play needs from the start (docs/METHOD.md step 10: the Solver learns from pass rates in
 (0.2, 1)): the SFT tiers learned, and the next tier half-learned, with a good share of its problems in that band.
 Before the stop rule (`world/select.py`) a fixed 800 steps left t3 at 1-2% greedy for some seeds.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pasodoble.demo import DemoEvalConfig, evaluate_solver
+from pasodoble.runs.demo import DemoEvalConfig, evaluate_solver
 from pasodoble.world.tiers import load_tier_problems
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]

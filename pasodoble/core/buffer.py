@@ -1,4 +1,4 @@
-"""The offline mode's question buffer (METHOD.md, offline mode).
+"""The offline mode's question buffer (docs/METHOD.md, offline mode).
 
 What: an ordered store of (question, answer, pass rate, step) items. The Proposer-only phase adds every valid
 question with a learnable pass rate; the Solver-only phase `take`s the next k in order.

@@ -26,15 +26,14 @@ Tests: tests/test_layout.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pasodoble.distributed import share_sizes
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.realmodels import entry_dir, is_pkg_spec
 from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
+from pasodoble.scale.collectives import share_sizes
 
 BACKENDS = ("ddp", "fsdp2", "deepspeed")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -149,7 +148,7 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
             0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
         )
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
-    tokens = role.micro_batch_size * (role.max_prompt_length + role.max_completion_length)
+    tokens = role.micro_batch_size * role.max_sequence_length
     layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
     kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
@@ -257,7 +256,7 @@ def check_placement(cfg, launch: Launch) -> dict[str, list[int]]:
 def resolve_shares(cfg, world_size: int) -> ResolvedLayout:
     proposals = cfg.schedule.passages_per_step * cfg.proposer.num_generations
     answers = proposals * cfg.solver.num_generations
-    if cfg.schedule.mode == "oracle":
+    if not has_proposer(cfg):
         proposals, answers = 0, cfg.schedule.oracle_questions * cfg.solver.num_generations
     return ResolvedLayout(
         world_size=world_size,
@@ -314,9 +313,14 @@ def launch_from_env(world_size: int) -> Launch:
     return Launch(world_size=world_size, local_world_size=local, visible_gpus=visible, gpu_memory_gb=memory)
 
 
+def has_proposer(cfg) -> bool:
+    """Whether a run builds a Proposer: every mode but oracle (Solver-only GRPO on true answers)."""
+    return cfg.schedule.mode != "oracle"
+
+
 def generating_roles(cfg) -> dict:
     """The roles a run builds, by name (oracle runs have no Proposer)."""
-    if cfg.schedule.mode == "oracle":
+    if not has_proposer(cfg):
         return {"solver": cfg.solver}
     return {"proposer": cfg.proposer, "solver": cfg.solver}
 
@@ -325,38 +329,6 @@ def model_architectures(cfg) -> dict[str, dict | None]:
     return {
         name: read_architecture(role.model, cfg.cache_dir) for name, role in generating_roles(cfg).items()
     }
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "layout", help="check a recipe's multi-GPU layout and print its memory estimate"
-    )
-    p.add_argument("--config", type=Path, required=True, help="YAML recipe")
-    p.add_argument("--processes", type=int, default=1, help="training processes (world size) to check")
-    p.add_argument("--nodes", type=int, default=1, help="nodes the processes are spread over")
-    p.add_argument("--visible-gpus", type=int, default=None, help="GPUs per node (default: this machine's)")
-    p.add_argument(
-        "--gpu-memory-gb", type=float, default=None, help="memory of one GPU (default: this machine's)"
-    )
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
-    p.set_defaults(func=run_layout_cmd)
-
-
-def run_layout_cmd(args: argparse.Namespace) -> int:
-    from pasodoble.config import load_config
-    from pasodoble.train import TrainConfig
-
-    cfg = load_config(TrainConfig, args.config, args.overrides)
-    here = launch_from_env(args.processes)
-    launch = Launch(
-        world_size=args.processes,
-        local_world_size=-(-args.processes // args.nodes),
-        visible_gpus=here.visible_gpus if args.visible_gpus is None else args.visible_gpus,
-        gpu_memory_gb=args.gpu_memory_gb if args.gpu_memory_gb is not None else here.gpu_memory_gb,
-    )
-    resolved = check_layout(cfg, launch, model_architectures(cfg), show=lambda lines: print("\n".join(lines)))
-    print(describe(resolved))
-    return 0
 
 
 def describe(resolved: ResolvedLayout) -> str:

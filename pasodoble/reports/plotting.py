@@ -2,8 +2,8 @@
 
 `pasodoble plot RUN_DIR` groups metrics by their first name segment (`proposer/...`, `solver/...`, `grader/...`,
 `time/...`) and draws one figure per group, one panel per metric, against the step, with an optional moving
-average; for a dual-play run it also draws the one-page summary (`summary.png`, see `summary_plot.py`). Because it reads only the file, it works the same on a finished, crashed or resumed run, and on a run
-directory copied off a cluster.
+average; for a dual-play run it also draws the one-page summary (`summary.png`, see `summary_plot.py`). Because it reads only the
+file, it works the same on a finished, crashed or resumed run, and on a run directory copied off a cluster.
 """
 
 from __future__ import annotations
@@ -15,35 +15,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.io import read_jsonl
+from pasodoble.reports.series import load_series, moving_average
+from pasodoble.reports.summary_plot import draw_summary
 
 PANELS_PER_FIGURE = 12
-
-
-def load_series(metrics_path: Path) -> dict[str, tuple[list[int], list[float]]]:
-    """metric name -> (steps, values); later rows for the same step win (a resumed run re-logs nothing twice)."""
-    by_key: dict[str, dict[int, float]] = defaultdict(dict)
-    for row in read_jsonl(metrics_path, skip_bad=True):  # a copied run may hold a damaged line
-        step = row.get("step")
-        if not isinstance(step, int):
-            continue
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                by_key[k][step] = float(v)
-    return {k: (sorted(d), [d[s] for s in sorted(d)]) for k, d in by_key.items()}
-
-
-def moving_average(values: list[float], window: int) -> list[float]:
-    """Trailing mean over `window` points (fewer at the start); window <= 1 returns the values unchanged."""
-    if window <= 1:
-        return values
-    out, acc = [], 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= window:
-            acc -= values[i - window]
-        out.append(acc / min(i + 1, window))
-    return out
 
 
 def plot_metrics(
@@ -128,8 +103,6 @@ def run_plot(args: argparse.Namespace) -> int:
             f"{metrics} has no numeric metrics" + (f" matching {args.metrics}" if patterns else "")
         )
     if any(p.name in ("proposer.png", "solver.png") for p in paths):  # a dual-play run: the summary too
-        from pasodoble.summary_plot import draw_summary
-
         paths.insert(0, draw_summary(args.run_dir, out / "summary.png"))
     for path in paths:
         print(path)

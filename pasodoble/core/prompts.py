@@ -2,7 +2,7 @@
 
 What: chat messages for the Proposer (from a knowledge passage, or none for the no-knowledge ablation) and for the
 Solver (from a question); `parse_proposal` turns a Proposer completion into (question, answer) or an invalid
-reason; `answer_leaked` is the leak test of the validity gate (METHOD.md steps 3 and 5).
+reason; `answer_leaked` is the leak test of the validity gate (docs/METHOD.md steps 3 and 5).
 
 Why: every Proposer reward starts here, so malformed model output (no tags, unbalanced braces, huge or non-text
 output) must end as an *invalid proposal with a reason* that the loop counts, never as an exception, and in time

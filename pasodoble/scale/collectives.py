@@ -60,10 +60,6 @@ class Collective(Protocol):
         """Every rank's `obj`, in rank order, on every rank."""
         ...
 
-    def all_gather_tensor(self, tensor: torch.Tensor, what: str = "") -> list[torch.Tensor]:
-        """Every rank's tensor (same shape and dtype on all ranks), in rank order."""
-        ...
-
     def barrier(self, what: str = "") -> None:
         """Wait until every rank has arrived."""
         ...
@@ -88,9 +84,6 @@ class SingleProcess:
 
     def all_gather(self, obj: Any, what: str = "") -> list[Any]:
         return [obj]
-
-    def all_gather_tensor(self, tensor: torch.Tensor, what: str = "") -> list[torch.Tensor]:
-        return [tensor]
 
     def barrier(self, what: str = "") -> None:
         return None
@@ -192,11 +185,6 @@ class TorchDistributed:
         self._run("all_gather", what, lambda: self.dist.all_gather_object(out, obj, group=self.objects))
         return out
 
-    def all_gather_tensor(self, tensor: torch.Tensor, what: str = "") -> list[torch.Tensor]:
-        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        self._run("all_gather_tensor", what, lambda: self.dist.all_gather(out, tensor.contiguous()))
-        return out
-
     def barrier(self, what: str = "") -> None:
         timeout = datetime.timedelta(seconds=self.timeout_s)
         self._run(
@@ -210,7 +198,7 @@ class TorchDistributed:
             self.dist.destroy_process_group()
 
     def fail_on_peer_loss(self, error: BaseException, where: str) -> None:
-        """One error line and exit, as for this class's own operations, when a collective of a sharding engine
+        """One error line and exit, as for this class's own operations, when a collective of a sharding backend
         (not run through this class) lost a peer; any other error is left to the caller."""
         if peer_lost(error):
             first = str(error).strip().splitlines()[0]

@@ -8,9 +8,7 @@ What:
   hold a view of the same peft model (one frozen base in memory, adapters `proposer` and `solver`).
 - `save_adapter` / `load_weights`: a LoRA role's checkpoint holds its adapter in peft format (adapter_config.json +
   adapter_model.safetensors), a full role's holds the Hugging Face model; `load_weights` restores either in place.
-- `export_run` (`pasodoble export RUN_DIR [--merge] --out DIR`): each role of a run's last checkpoint, verified
-  against its manifest, as a plain Hugging Face model folder (merged into its base for a LoRA role with --merge;
-  the adapter folder without), written into a fresh folder and swapped in whole.
+- `build_shared_roles` lives in `shared_base.py`; `pasodoble export` in `export.py`.
 
 Why: a shared base halves the memory of dual play, and one vLLM engine can serve both adapters (`max_loras=2`).
 
@@ -22,19 +20,12 @@ Departures: none from the method; the reference code trained full models only.
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from pasodoble import checkpoint
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.io import current_umask
 
 ADAPTER_FILE = "adapter_model.safetensors"
 
@@ -207,141 +198,3 @@ def load_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype, load=
             f"{folder}: the saved model's shape differs from this role's model ({shape_problem(err)}); "
             "resume with the model the run was trained from"
         ) from None
-
-
-def build_shared_roles(
-    proposer_cfg, solver_cfg, base_path: str, *, updates: tuple[int, int], sharding=None, placement=None
-):
-    """Proposer and Solver as two adapters of one frozen base, each with its own optimizer; one engine for both.
-    On several ranks `sharding` wraps each adapter view (DDP reduces only that adapter's gradients) and
-    `placement` places the shared vLLM server."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from pasodoble.roles import DTYPES, Role, resolve_device
-    from pasodoble.rollout.factory import build_shared_engine
-
-    if proposer_cfg.lora is None or solver_cfg.lora is None:
-        raise ConfigError(
-            "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
-        )
-    for name in ("engine", "dtype", "device"):
-        if getattr(proposer_cfg, name) != getattr(solver_cfg, name):
-            raise ConfigError(f"solver.{name}", f"roles.shared_base needs the same {name} for both roles")
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[proposer_cfg.dtype])
-    proposer_view = wrap_lora(base.to(resolve_device(proposer_cfg.device)), "proposer", proposer_cfg.lora)
-    solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
-    models = {"proposer": proposer_view, "solver": solver_view}
-    engines = build_shared_engine(
-        {"proposer": proposer_cfg, "solver": solver_cfg}, models, tokenizer, base_path, placement=placement
-    )
-    roles = []
-    for n, c, u in (("proposer", proposer_cfg, updates[0]), ("solver", solver_cfg, updates[1])):
-        models[
-            n
-        ].activate()  # only the active adapter is trainable, and the optimizer takes trainable weights
-        roles.append(Role(n, c, models[n], tokenizer, engine=engines[n], total_updates=u, sharding=sharding))
-    return tuple(roles)
-
-
-# ---------------------------------------------------------------------- export
-def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> str:
-    """One role folder of a checkpoint -> a new Hugging Face folder at `out`; returns what was written."""
-    src = role_dir / "model"
-    if not (src / ADAPTER_FILE).is_file():
-        shutil.copytree(src, out)
-        return "full model"
-    if not merge:
-        shutil.copytree(src, out)
-        return "LoRA adapter (peft format; --merge for a plain model)"
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if base is None:
-        raise UserError(f"{role_dir}: cannot find the base model of this adapter")
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(model, str(src)).merge_and_unload()
-    merged.save_pretrained(out)
-    AutoTokenizer.from_pretrained(
-        str(src) if (src / "tokenizer_config.json").is_file() else base
-    ).save_pretrained(out)
-    return "merged LoRA model"
-
-
-def verified_latest(run_dir: Path) -> Path:
-    """The run's newest checkpoint after the manifest check resume makes; a damaged one is one `UserError`."""
-
-    ckpt = checkpoint.latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise UserError(f"{run_dir}: no complete checkpoint to export")
-    problem, verified = checkpoint.verify_checkpoint(ckpt)
-    if problem is not None:
-        raise UserError(
-            f"checkpoint {ckpt} is damaged ({problem}); nothing exported: restore it from a copy, or let "
-            f"`pasodoble train --resume {run_dir}` set it aside and export the intact one before it"
-        )
-    if not verified:
-        print(
-            f"warning: checkpoint {ckpt} has no {checkpoint.MANIFEST} (an older format); exported unverified",
-            file=sys.stderr,
-        )
-    return ckpt
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Put the finished folder `tmp` at `out`; a previous `out` is moved aside first and then removed."""
-    if out.exists():
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-        os.replace(out, old / out.name)
-        os.replace(tmp, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out)
-
-
-def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
-    """Each role of the run's newest verified checkpoint as a folder under `out`, written into a fresh temporary
-    folder beside it and swapped in whole: a previous export in `out` leaves nothing behind."""
-    from pasodoble.config import load_config
-    from pasodoble.folders import check_folder, mark_folder
-    from pasodoble.train import TrainConfig, resolve
-
-    check_folder(out, "export", "--out")
-    ckpt = verified_latest(run_dir)
-    cfg = load_config(TrainConfig, run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
-        written = {}
-        for role in ("proposer", "solver"):
-            if not (ckpt / role / "model").is_dir():
-                continue
-            spec = getattr(cfg, role).model if cfg is not None else None
-            base = resolve(spec, cfg) if spec is not None else None
-            written[role] = export_role(ckpt / role, base, tmp / role, merge=merge)
-        mark_folder(tmp, "export")
-        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would make the export private to its writer
-        _swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return written
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "export", help="write a run's last checkpoint as plain Hugging Face model folders"
-    )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a folder `pasodoble train` wrote")
-    p.add_argument("--merge", action="store_true", help="merge LoRA adapters into their base model")
-    p.add_argument("--out", type=Path, required=True, help="output folder (one sub-folder per role)")
-    p.set_defaults(func=run_export_cmd)
-
-
-def run_export_cmd(args: argparse.Namespace) -> int:
-    if not args.run_dir.is_dir():
-        raise UserError(f"{args.run_dir}: not a folder; pass a run directory")
-    for role, what in export_run(args.run_dir, args.out, merge=args.merge).items():
-        print(f"{role}: {what} -> {args.out / role}")
-    return 0

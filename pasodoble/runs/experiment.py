@@ -2,7 +2,7 @@
 
 What: for each condition and seed, train from the same SFT start for the same number of steps, then evaluate the
 Solver on the world's held-out tiers twice: greedily, and with the paper's protocol (pass@1 as the mean of
-`eval_samples` samples at `eval_temperature`; METHOD.md: mean of 6 samples at 0.6). Conditions:
+`eval_samples` samples at `eval_temperature`; docs/METHOD.md: mean of 6 samples at 0.6). Conditions:
     sft            no RL (the start: the same model for every seed, evaluated with each seed's sampling seed)
     online         dual-play, both roles every step (the method)
     offline        dual-play, alternating phases with a question buffer
@@ -85,7 +85,7 @@ class ExperimentConfig:
 
 def train_config(cfg: ExperimentConfig, condition: str, seed: int):
     """The TrainConfig of one run: recipe + experiment overrides + the condition's switches."""
-    from pasodoble.train import TrainConfig
+    from pasodoble.runs.train import TrainConfig
 
     run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
     overrides = [
@@ -206,7 +206,7 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
     its final weights are evaluated again, without training again.
     """
     from pasodoble.checkpoint import latest_checkpoint
-    from pasodoble.train import resolve, run_train
+    from pasodoble.runs.train import resolve, run_train
 
     train = train_config(cfg, condition, seed)
     run_dir = Path(train.run_dir)

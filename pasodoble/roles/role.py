@@ -9,7 +9,7 @@ Solver different values (prompt budgets 1280 vs 512 in the paper).
 Why one class: the method trains two policies with the same GRPO recipe; forking a trainer per role is the
 failure mode the project exists to avoid.
 
-How to run: built by `pasodoble.train`; tests in `tests/test_roles.py`.
+How to run: built by `pasodoble.runs.train`; tests in `tests/test_roles.py`.
 
 Departures from the reference code:
 - Prompts are tokenised once (chat template applied) and left-truncated to `max_prompt_length`, keeping the END
@@ -20,7 +20,7 @@ Departures from the reference code:
 - Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
   (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
 - `dtype` is the compute dtype: a trainable role keeps float32 master weights and AdamW states and autocasts its
-  forward passes to `dtype` (`pasodoble.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
+  forward passes to `dtype` (`pasodoble.core.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
   updates away.
 """
 
@@ -35,16 +35,19 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-from pasodoble import adapters, grpo, precision
-from pasodoble.adapters import LoraConfig, shape_problem
 from pasodoble.checkpoint import load_torch_state
-from pasodoble.data_parallel import GlobalBatch
+from pasodoble.core import grpo, precision
+from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.precision import DTYPES
-from pasodoble.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
-from pasodoble.rollout.factory import build_engine
+from pasodoble.roles import adapters
+from pasodoble.roles.adapters import LoraConfig, shape_problem
+from pasodoble.rollout import Completion, RolloutEngine, SamplingParams
+from pasodoble.rollout.factory import build_engine, hf_engine
+from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import VLLMConfig, validate_engine
-from pasodoble.sharding import Unsharded
+from pasodoble.scale.data_parallel import GlobalBatch
+from pasodoble.scale.sharding.base import Sharding
+from pasodoble.scale.sharding.unsharded import Unsharded
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
@@ -145,6 +148,11 @@ class RoleConfig:
         if self.epsilon_high is not None and self.epsilon_high <= 0:
             raise ConfigError("epsilon_high", f"must be > 0, or null to use epsilon; got {self.epsilon_high}")
 
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest prompt plus completion a rollout of this role holds, in tokens."""
+        return self.max_prompt_length + self.max_completion_length
+
     def _validate_sizes(self) -> None:
         if self.num_generations > MAX_GENERATIONS:
             raise ConfigError(
@@ -152,7 +160,7 @@ class RoleConfig:
                 f"{self.num_generations} completions per prompt is past the limit of {MAX_GENERATIONS} "
                 "(GRPO groups are 4-64; the paper uses 6)",
             )
-        tokens = self.max_prompt_length + self.max_completion_length
+        tokens = self.max_sequence_length
         if tokens > MAX_SEQUENCE_TOKENS:
             raise ConfigError(
                 "max_completion_length",
@@ -196,7 +204,7 @@ class Role:
         *,
         engine: RolloutEngine | None = None,
         total_updates: int | None = None,
-        sharding=None,
+        sharding: Sharding | None = None,
     ):
         self.name, self.cfg, self.tokenizer = name, cfg, tokenizer
         self.compute_dtype = DTYPES[cfg.dtype]
@@ -205,16 +213,7 @@ class Role:
         # `train_model` is what the loss runs through (the engine's wrapper); `model` stays the plain module.
         self.sharding = sharding if sharding is not None else Unsharded()
         self.train_model = self.model
-        self.engine = (
-            engine
-            if engine is not None
-            else HFEngine(
-                model,
-                tokenizer,
-                batch_size=cfg.generation_batch_size,
-                autocast_dtype=self.compute_dtype,
-            )
-        )
+        self.engine = engine if engine is not None else hf_engine(cfg, model, tokenizer)
         self.scaler = precision.grad_scaler(next(model.parameters()).device, self.compute_dtype)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
@@ -232,7 +231,9 @@ class Role:
             )
 
     @classmethod
-    def from_pretrained(cls, name: str, cfg: RoleConfig, path: str | Path, placement=None, **kwargs) -> Role:
+    def from_pretrained(
+        cls, name: str, cfg: RoleConfig, path: str | Path, placement: Placement | None = None, **kwargs
+    ) -> Role:
         """Load the model and tokenizer from a Hugging Face folder (or hub id); `placement` places a vLLM server
         (`rollout.placement`; None: one process)."""
         tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -369,7 +370,7 @@ class Role:
 
     def _clip_and_step(self) -> float:
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
-        # the sharding engine steps: unscale (float16), clip, optimizer step (skipped on a float16 overflow)
+        # the sharding backend steps: unscale (float16), clip, optimizer step (skipped on a float16 overflow)
         grad_norm = self.sharding.step(self.train_model, self.optimizer, self.scaler, max_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -29,8 +29,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pasodoble.distributed import Collective, share, share_sizes
 from pasodoble.rollout import Completion
+from pasodoble.scale.collectives import Collective, share, share_sizes
 
 
 @dataclass(frozen=True)

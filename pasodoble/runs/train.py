@@ -37,34 +37,36 @@ from pathlib import Path
 import torch
 
 from pasodoble import checkpoint
-from pasodoble.adapters import RolesConfig, build_shared_roles
 from pasodoble.config import load_config, save_config
-from pasodoble.distributed import from_env
+from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
+from pasodoble.core.prompts import PromptConfig
+from pasodoble.core.rewards import RewardConfig
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
 from pasodoble.folders import check_folder, claim_folder, folder_owner, mark_folder
 from pasodoble.grader import Grader, GraderConfig
-from pasodoble.knowledge import KnowledgeConfig, PassageSampler
-from pasodoble.layout import (
+from pasodoble.realmodels import is_pkg_spec, resolve_pkg
+from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.adapters import RolesConfig
+from pasodoble.roles.models import check_model_spec
+from pasodoble.roles.role import Role, RoleConfig
+from pasodoble.roles.shared_base import build_shared_roles, check_shared_base
+from pasodoble.rollout.placement import Placement
+from pasodoble.runs.run_notes import stop_on_interrupt, train_finished
+from pasodoble.scale.collectives import from_env
+from pasodoble.scale.layout import (
     DistributedConfig,
     check_layout,
     describe,
     generating_roles,
+    has_proposer,
     launch_from_env,
     model_architectures,
 )
-from pasodoble.models import check_model_spec
-from pasodoble.prompts import PromptConfig
-from pasodoble.realmodels import is_pkg_spec, resolve_pkg
-from pasodoble.rewards import RewardConfig
-from pasodoble.roles import Role, RoleConfig
-from pasodoble.rollout.placement import Placement
-from pasodoble.run_notes import stop_on_interrupt, train_finished
+from pasodoble.scale.sharding import build_sharding, check_roles
 from pasodoble.sft import SFTConfig
-from pasodoble.sharding import build_sharding, check_roles
 from pasodoble.threads import busy_warning, resolve_num_threads
-from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig
 from pasodoble.world.cache import ensure_sft_models
 
@@ -120,14 +122,12 @@ class TrainConfig:
     roles: RolesConfig = field(default_factory=RolesConfig)  # how the two roles share weights (shared_base)
 
     def validate(self) -> None:
-        if self.roles.shared_base and (self.proposer.lora is None or self.solver.lora is None):
-            raise ConfigError(
-                "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
-            )
+        if self.roles.shared_base:
+            check_shared_base(self.proposer, self.solver)
         if self.schedule.eval_every is not None and self.eval is None:
             raise ConfigError("schedule.eval_every", "needs an eval section (eval.problems_file)")
         uses_tiny = any(m.startswith(TINY) for m in (self.proposer.model, self.solver.model))
-        needs_corpus = self.schedule.mode != "oracle" and not self.schedule.no_knowledge
+        needs_corpus = has_proposer(self) and not self.schedule.no_knowledge
         if self.knowledge.path is None and not uses_tiny and needs_corpus:
             raise ConfigError(
                 "knowledge.path", "give a corpus (JSONL/Parquet/text/hf:...) or set no_knowledge"
@@ -171,7 +171,9 @@ def resolve(spec: str, cfg: TrainConfig) -> str:
     return str(folders[role])
 
 
-def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[Role | None, Role]:
+def build_roles(
+    cfg: TrainConfig, world_size: int = 1, placement: Placement | None = None
+) -> tuple[Role | None, Role]:
     """Both roles, wrapped for `world_size` ranks by the configured engine (one sharding object for both);
     `placement` (`rollout.placement.Placement`) says where their vLLM servers run (None: one process)."""
     p_updates, s_updates = total_updates(cfg)
@@ -207,12 +209,12 @@ def build_roles(cfg: TrainConfig, world_size: int = 1, placement=None) -> tuple[
             placement=placement,
         )
 
-    proposer = build("proposer") if cfg.schedule.mode != "oracle" else None
+    proposer = build("proposer") if has_proposer(cfg) else None
     return proposer, build("solver")
 
 
 def build_sampler(cfg: TrainConfig, proposer: Role | None) -> PassageSampler | None:
-    if cfg.schedule.mode == "oracle" or cfg.schedule.no_knowledge:
+    if not has_proposer(cfg) or cfg.schedule.no_knowledge:
         return None
     knowledge = cfg.knowledge
     if knowledge.path is None:
@@ -340,7 +342,7 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
 
     Under `torchrun` / `accelerate launch` every rank runs this; rank 0 alone writes the run directory."""
     check_model_spec(cfg.solver.model, "solver.model")  # before any folder is written or model is built
-    if cfg.schedule.mode != "oracle":
+    if has_proposer(cfg):
         check_model_spec(cfg.proposer.model, "proposer.model")
     threads = resolve_num_threads(cfg.num_threads)
     torch.set_num_threads(threads)
@@ -352,7 +354,7 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
     except (
         RuntimeError,
         OSError,
-    ) as e:  # a sharding engine's own collective (DDP, FSDP2, DeepSpeed) lost a peer
+    ) as e:  # a sharding backend's own collective (DDP, FSDP2, DeepSpeed) lost a peer
         collective.fail_on_peer_loss(e, "training")
         raise
     finally:
@@ -415,12 +417,11 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
         close_engines(proposer, solver)
 
 
-def close_engines(*roles) -> None:
-    """Stop engines that hold processes or servers (vLLM); the HF engine has nothing to stop."""
+def close_engines(*roles: Role | None) -> None:
+    """Stop the roles' engines (vLLM ones hold processes or servers; an HF engine has nothing to stop)."""
     for role in roles:
-        close = getattr(getattr(role, "engine", None), "close", None)
-        if callable(close):
-            close()
+        if role is not None:
+            role.engine.close()
 
 
 def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, resume, strict_resume) -> Path:

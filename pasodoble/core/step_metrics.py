@@ -10,6 +10,7 @@ Why a separate module: keeps `dualplay.py` readable as the algorithm, and these 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -135,3 +136,35 @@ def console_line(step: int, total: int, row: dict, elapsed_s: float, eta_s: floa
             parts.append(f"{label}={row[key]:.2f}")
     parts.append(f"{elapsed_s:.1f}s ETA {eta_s / 60:.1f}m")
     return " | ".join(parts)
+
+
+class Timer:
+    """Wall-clock seconds per phase and generated tokens per role, reported under time/."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}
+        self.start = time.perf_counter()
+
+    def __call__(self, phase: str):
+        timer = self
+
+        class _Span:
+            def __enter__(self):
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + time.perf_counter() - self.t0
+
+        return _Span()
+
+    def add_tokens(self, role: str, n: int) -> None:
+        self.tokens[role] = self.tokens.get(role, 0) + n
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"time/{k}_s": v for k, v in self.seconds.items()}
+        for role, phase in (("proposer", "propose"), ("solver", "solve")):
+            if role in self.tokens and self.seconds.get(phase):
+                out[f"time/{role}/tokens_per_s"] = self.tokens[role] / self.seconds[phase]
+        out["time/step_s"] = time.perf_counter() - self.start
+        return out

@@ -1,6 +1,6 @@
 """Rewards of both roles: Solver correctness, pass rates, the Proposer's reward and the step-skip rule.
 
-What: METHOD.md steps 4, 5, 7, 9 and 10 as pure functions on plain values. The Proposer's reward is chosen by name
+What: docs/METHOD.md steps 4, 5, 7, 9 and 10 as pure functions on plain values. The Proposer's reward is chosen by name
 from `PROPOSER_REWARDS` ("pasodoble", and the peers "rzero" and "spice" for comparison runs).
 
 Why: every threshold is a `RewardConfig` field whose default is the paper's value, so ablations are config edits and
@@ -67,7 +67,7 @@ class RewardConfig:
 
 
 def pasodoble_reward(p: float, d: float, cfg: RewardConfig) -> float:
-    """PasoDoble (METHOD.md step 7): 0 if p <= low; 0 if d <= diversity_low; else offset - p + weight * d.
+    """PasoDoble (docs/METHOD.md step 7): 0 if p <= low; 0 if d <= diversity_low; else offset - p + weight * d.
 
     With `pass_rate_high` set, p >= it also gives 0. With `use_diversity=False` the diversity gate and term are
     dropped: r = offset - p.
@@ -155,7 +155,7 @@ def skip_reason(
     proposer_advantages: Sequence[float],
     cfg: RewardConfig,
 ) -> str | None:
-    """Why the whole step is skipped (METHOD.md step 9), or None to train.
+    """Why the whole step is skipped (docs/METHOD.md step 9), or None to train.
 
     "no_learnable_question": no valid question has pass_rate_low < p < 1;
     "zero_proposer_advantages": every Proposer advantage is 0 (nothing to learn from).

@@ -44,17 +44,17 @@ from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
-from pasodoble.plotting import load_series
+from pasodoble.reports.series import load_series
+from pasodoble.reports.tracking import Tracker
 from pasodoble.rollout import HFEngine
 from pasodoble.sft import SFTConfig
-from pasodoble.tracking import Tracker
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.problems import TIER_DESCRIPTIONS, TIERS
 from pasodoble.world.tiers import load_tier_problems
 
-log = logging.getLogger("pasodoble.demo")
-BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (METHOD.md, step 10)
+log = logging.getLogger("pasodoble.runs.demo")
+BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (docs/METHOD.md, step 10)
 
 
 @dataclass
@@ -226,7 +226,7 @@ def _copy_checkpoints(models, run_dir: Path) -> Path:
 def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None) -> Path:
     """A short online dual-play run from the SFT models; returns its final Solver (HF folder)."""
     from pasodoble.checkpoint import latest_checkpoint
-    from pasodoble.train import TrainConfig, run_train
+    from pasodoble.runs.train import TrainConfig, run_train
 
     recipe = Path(config.dualplay.recipe)
     if not recipe.is_file() and not recipe.is_absolute():  # from a clone, run from another folder

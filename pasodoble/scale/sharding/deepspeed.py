@@ -1,48 +1,9 @@
-"""DeepSpeed ZeRO stages 1, 2 and 3 behind the sharding interface of `pasodoble.sharding`.
+"""DeepSpeed ZeRO stages 1, 2 and 3 (`distributed.backend: deepspeed`), one `deepspeed.initialize` engine per role.
 
-What: `DeepSpeedZero` wraps each trainable role's model and AdamW in its own `deepspeed.initialize` engine (two
-engines live in the same processes), on GPU (NCCL) and on CPU (gloo, where the tests run it). ZeRO-1 partitions
-the AdamW states over ranks, ZeRO-2 the gradients too; with `offload_optimizer` the partitions live in CPU memory
-and torch's AdamW steps them there (DeepSpeed's compiled CPU Adam is not used: no op to build).
-Under ZeRO-1/2 every rank holds the full weights, so generation, scoring and the vLLM engines' weight sync read
-the role's module as under DDP. ZeRO-3 partitions the weights too (every parameter: the persistence threshold is
-0) and normally all-gathers each module's parameters in its forward through hooks; ranks run DIFFERENT numbers of
-forwards in generation (ragged shares, decode lengths, the evaluation on rank 0 alone), so those per-forward
-gathers would hang. Instead `gathered` (every rank enters it around each phase that runs the model) gathers every
-parameter once (`GatheredParameters`) and removes ZeRO-3's module hooks, including the start-of-forward one that
-checks the forward trace against the other ranks, so forwards inside run locally; on exit the hooks come back and
-the weights are partitioned again. The update phase (`updating`) keeps the hooks: every rank runs every
-micro-batch, so the per-forward gathers and the per-backward gradient reduce-scatters match. In memory terms
-ZeRO-3 holds full weights inside a generation phase (like FSDP2) and partitioned weights, gradients and AdamW
-states in updates and between phases. Checkpoints, weight digests and a weight-copying (vLLM) engine's sync get
-the weights gathered (a collective, every rank calls it), and loading writes the module's partitions as well as
-the float32 master ones.
-
-Why DeepSpeed directly: Accelerate's DeepSpeed path drops DeepSpeed on a CPU machine (it needs a GPU-type run) and
-steps per `backward()` unless its accumulation is configured per update; calling `deepspeed.initialize` gives one
-code path for CPU and GPU with the accumulation set per micro-batch.
-
-How one update runs: every rank runs the same number of micro-batches (ranks with a shorter share run zero-weight
-dummies, see `Role._update`); `accumulate(model, last)` marks the micro-batch as the accumulation boundary or not
-(`set_gradient_accumulation_boundary`: without it DeepSpeed keeps only the last micro-batch's gradient, silently),
-`backward` runs `engine.backward(loss, scale_wrt_gas=False)` (the loss already carries the micro-batch's weight in
-the full batch), which sums over micro-batches and averages over ranks (`grad_scale` = world size turns that into
-the full-batch sum; ZeRO-2 reduces each micro-batch right after its backward, ZeRO-1 at the boundary: every rank
-runs every micro-batch, so the collectives match), and `step` is `engine.step()`: clipping to `max_grad_norm` and
-AdamW on this rank's partition, then the updated weights are gathered into every rank's module. The returned norm
-is the global pre-clip gradient norm (a non-finite one makes DeepSpeed skip the step). Under ZeRO-1/2 no forward
-communicates, so ranks may run different numbers of them (generation); under ZeRO-3 see above.
-The LR scheduler stays on the torch optimizer, whose parameter groups DeepSpeed shares.
-
-Checkpoints: the same files as DDP and FSDP2 (Hugging Face weights, AdamW state keyed by parameter index), so a
-DeepSpeed run resumes on any number of ranks and under any backend, and theirs resume here. The full AdamW moments
-come from `safe_get_full_optimizer_state` (a collective, every rank calls it); loading goes through
-`safe_set_full_fp32_param` / `safe_set_full_optimizer_state`, because ZeRO keeps its own float32 master partitions
-(loading the module alone would be overwritten by the next step).
-
-Departures: float16 roles are refused under DeepSpeed (the role's loss scaler and DeepSpeed's would both act; use
-bfloat16 or float32). LoRA is refused on several ranks: a resumed adapter is loaded into the module only, and DeepSpeed's master copy would overwrite it.
-A frozen role and the reference model (`beta > 0`) are not wrapped.
+Called directly rather than through Accelerate, so CPU (gloo) and GPU (NCCL) share one code path with the
+accumulation set per micro-batch. Under ZeRO-3 every rank gathers the weights once per generation phase and the
+update phase keeps ZeRO's per-forward gathers. Checkpoints hold the same files as DDP and FSDP2. float16 roles and
+LoRA on several ranks are refused (`check_roles`). The mechanism is in docs/SCALE.md ("DeepSpeed ZeRO").
 """
 
 from __future__ import annotations
@@ -52,7 +13,10 @@ import os
 
 import torch
 
-from pasodoble.sharding import Unsharded, _tie, nested_once
+from pasodoble.errors import ConfigError
+from pasodoble.rollout.base import RolloutEngine
+from pasodoble.rollout.weights import FullWeights
+from pasodoble.scale.sharding.base import Sharding, _tie, nested_once, refuse_lora
 
 
 def import_deepspeed():
@@ -93,8 +57,10 @@ def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float
     }
 
 
-class DeepSpeedZero(Unsharded):
+class DeepSpeedZero(Sharding):
     """One DeepSpeed ZeRO-1/2/3 engine per trainable role; see the module docstring."""
+
+    backend = "deepspeed"
 
     def __init__(self, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
         self.grad_scale = float(world_size)  # ZeRO averages gradients over ranks
@@ -171,13 +137,11 @@ class DeepSpeedZero(Unsharded):
             return contextlib.nullcontext()
         return self.gathered(model)
 
-    def sync_engine(self, model: torch.nn.Module, engine) -> None:
+    def sync_engine(self, model: torch.nn.Module, engine: RolloutEngine) -> None:
         """ZeRO-3: an engine with its own copy of the weights (vLLM) gets the full weights, gathered on every
         rank; an engine that runs the module reads it inside `gathered`."""
-        if self._partitioned(model) is None or not getattr(engine, "copies_weights", False):
+        if self._partitioned(model) is None or not engine.copies_weights:
             return engine.update_weights(model)
-        from pasodoble.rollout.weights import FullWeights
-
         engine.update_weights(FullWeights(model, self._full_weights(self._engine(model))))
 
     def _full_weights(self, engine) -> dict:
@@ -308,10 +272,10 @@ def check_roles(backend: str, world_size: int, roles: dict) -> None:
     """Refuse, before any model loads, the settings DeepSpeed on several ranks does not train with."""
     if backend != "deepspeed" or world_size <= 1:
         return
-    from pasodoble.errors import ConfigError
-    from pasodoble.sharding import refuse_lora
-
-    why = "a resumed adapter is loaded into the module, not into DeepSpeed's float32 master copy, so the next step would undo it"
+    why = (
+        "a resumed adapter is loaded into the module, not into DeepSpeed's float32 master copy, "
+        "so the next step would undo it"
+    )
     refuse_lora(backend, world_size, roles, why)
     for name, cfg in roles.items():
         if cfg.trainable and cfg.dtype == "float16":

@@ -1,4 +1,4 @@
-"""Diversity of proposed questions against a history of recent ones (METHOD.md step 6).
+"""Diversity of proposed questions against a history of recent ones (docs/METHOD.md step 6).
 
 What: a FIFO history of the last `maxlen` (H = 100) questions, each kept as its set of token ids. A new question's
 diversity d is the fraction of history items whose Jaccard similarity to it is <= `similarity_threshold` (0.8);

@@ -1,4 +1,4 @@
-"""The knowledge base: deterministic, resumable passage sampling from large corpora (METHOD.md step 1).
+"""The knowledge base: deterministic, resumable passage sampling from large corpora (docs/METHOD.md step 1).
 
 What: `PassageSampler(cfg).sample(step)` returns the knowledge passage(s) of a training step. A corpus is a JSONL,
 Parquet or plain-text file, a folder of them, or a Hugging Face dataset (`hf:org/name`, `hf:org/name:split`, or

@@ -35,9 +35,9 @@ from pasodoble.errors import UserError
 
 def config_kinds() -> dict[str, type]:
     """Recipe kinds and their top-level dataclass (imported lazily: they pull in torch)."""
-    from pasodoble.demo import DemoConfig
-    from pasodoble.experiment import ExperimentConfig
-    from pasodoble.train import TrainConfig
+    from pasodoble.runs.demo import DemoConfig
+    from pasodoble.runs.experiment import ExperimentConfig
+    from pasodoble.runs.train import TrainConfig
 
     return {"train": TrainConfig, "experiment": ExperimentConfig, "demo": DemoConfig}
 

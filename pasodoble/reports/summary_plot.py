@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from pasodoble.plotting import load_series, moving_average
+from pasodoble.reports.series import load_series, moving_average
 
 HIST = "proposer/pass_rate_hist/"
 

@@ -1,6 +1,6 @@
 """GRPO on tensors: group advantages, per-token log-probs and the clipped policy-gradient loss.
 
-What: `group_advantages` (METHOD.md step 8), `token_logprobs` (log-prob of each next token under a model), and
+What: `group_advantages` (docs/METHOD.md step 8), `token_logprobs` (log-prob of each next token under a model), and
 `policy_loss` (step 11: token-level clipped surrogate with `dr_grpo`, `grpo` or `dapo` normalisation and an optional
 k3 KL term to a frozen reference). Shapes: B sequences, T positions; `# (B, T)` comments say which.
 

@@ -1,0 +1,32 @@
+"""Addresses and devices of a vLLM server process: which interface to bind, which one to advertise, which GPUs.
+
+Used by the server that starts a process (`rollout/server.py`) and by the placement that decides where it runs
+(`rollout/placement.py`); pure functions of their arguments and the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+ANY_INTERFACE = ("0.0.0.0", "::", "")
+
+
+def device_list(indices: Sequence[int], env: dict | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for a child that should see `indices` of this process's visible GPUs."""
+    env = os.environ if env is None else env
+    parent = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return ",".join(parent[i] if i < len(parent) else str(i) for i in indices)
+
+
+def bind_host(host: str) -> str:
+    """The address to probe for a free port on: the interface itself, or all of them."""
+    return "0.0.0.0" if host in ANY_INTERFACE else host
+
+
+def advertised_host(host: str, env: dict | None = None) -> str:
+    """The address other ranks use for a server listening on `host` (all interfaces: the rendezvous address)."""
+    env = os.environ if env is None else env
+    if host in ANY_INTERFACE:
+        return env.get("MASTER_ADDR", "127.0.0.1")
+    return host
