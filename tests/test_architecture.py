@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("pasodoble", "errors", "io", "jsonl", "strict_yaml", "threads", "folders", "config", "checkpoint"),
     ),
     ("core", ("core", "grader", "kb", "realmodels")),
+    ("domain plug-ins", ("domains",)),
     ("rollout", ("rollout",)),
     ("scale", ("scale",)),
     ("roles", ("roles",)),
