@@ -1,6 +1,7 @@
 """The dual-play loop: online and offline schedules (and the oracle control), readable top to bottom.
 
-What: `DualPlay` runs docs/METHOD.md's steps with two `Role`s, a grader and a passage sampler:
+What: `DualPlay` runs docs/METHOD.md's steps with two `Role`s, a `Domain` (prompts, parse and gate, diversity
+key, metrics; `pasodoble.domains`, math by default), the domain's checker (`grader`) and its passage sampler:
   online step   passage(s) -> Proposer (I per passage) -> parse + validity gate -> Solver (J per valid question)
                 -> grade -> pass rates -> diversity -> Proposer rewards -> group advantages -> skip rule
                 -> Proposer update on all its completions, Solver update on the learnable questions (0.2 < p < 1).
@@ -35,7 +36,7 @@ from pasodoble.core.buffer import BufferItem, QuestionBuffer
 from pasodoble.core.digests import digest, weights_digest
 from pasodoble.core.diversity import QuestionHistory
 from pasodoble.core.grpo import group_advantages
-from pasodoble.core.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
+from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import (
     RewardConfig,
     learnable,
@@ -47,12 +48,12 @@ from pasodoble.core.rewards import (
 from pasodoble.core.step_metrics import (
     Timer,
     console_line,
-    grader_metrics,
     mean,
     proposer_metrics,
     role_update_metrics,
     rollout_totals,
 )
+from pasodoble.domains import Domain, get_domain, read_proposals
 from pasodoble.errors import ConfigError
 from pasodoble.io import append_jsonl
 from pasodoble.roles.role import Role, Sample
@@ -188,8 +189,10 @@ class DualPlay:
         on_checkpoint: Callable[[DualPlay], None] | None = None,
         verbose: bool = True,
         decisions_dir: str | Path | None = None,
+        domain: Domain | None = None,
     ):
         self.proposer, self.solver, self.grader = proposer, solver, grader
+        self.domain = domain if domain is not None else get_domain("math")
         self.schedule, self.rewards, self.prompts = schedule, rewards, prompts
         self.sampler, self.seed, self.tracker = sampler, seed, tracker
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -261,11 +264,13 @@ class DualPlay:
         s, timer = self.state.inner_step, Timer()
         passages = self._passages(s)
         with timer("propose"):
-            prompt_ids = [self.proposer.prompt_ids(proposer_messages(p, self.prompts)) for p in passages]
+            prompt_ids = [
+                self.proposer.prompt_ids(self.domain.proposer_messages(p, self.prompts)) for p in passages
+            ]
             groups = generate_shared(
                 self.proposer, prompt_ids, derive_seed(self.seed, s, "proposer"), self.collective, "proposals"
             )
-        proposals = [parse_proposal(c.text) for group in groups for c in group]
+        proposals = read_proposals(self.domain, [c.text for group in groups for c in group])
         valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         attempts = self.solve(
             [proposals[i].question for i in valid_idx], [proposals[i].answer for i in valid_idx], s, timer
@@ -274,7 +279,9 @@ class DualPlay:
         for i, p in zip(valid_idx, pass_rates(attempts.correct)):
             rates[i] = p
         diversity = [0.0] * len(proposals)
-        question_ids = [self._question_ids(proposals[i].question) for i in valid_idx]
+        question_ids = [
+            self.domain.diversity_key(proposals[i].question, self.proposer.tokenizer) for i in valid_idx
+        ]
         for i, d in zip(valid_idx, self.state.history.scores(question_ids)):
             diversity[i] = d
         self.state.history.extend(question_ids)
@@ -407,7 +414,7 @@ class DualPlay:
     # ------------------------------------------------------------------ shared pieces
     def solve(self, questions: list[str], golds: list[str], step: int, timer: Timer) -> Attempts:
         """J Solver answers per question, graded against `golds` (grader failures are counted, not fatal)."""
-        prompt_ids = [self.solver.prompt_ids(solver_messages(q, self.prompts)) for q in questions]
+        prompt_ids = [self.solver.prompt_ids(self.domain.solver_messages(q, self.prompts)) for q in questions]
         completions, correct, answered, counters = solve_shared(
             self.solver,
             prompt_ids,
@@ -436,7 +443,7 @@ class DualPlay:
             "solver/completion_len_tokens/mean": mean([len(c.token_ids) for c in flat]),
             # Monte-Carlo entropy estimate: mean negative log-prob of the sampled tokens.
             "solver/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
-            **grader_metrics(attempts.counters),
+            **self.domain.metrics(attempts.counters),
             **role_update_metrics("solver", stats),
         }
         if stats:

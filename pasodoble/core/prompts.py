@@ -160,6 +160,15 @@ def _is_text(text: object) -> bool:
 
 def parse_proposal(text: str, *, max_chars: int = 20_000) -> Proposal:
     """Parse a Proposer completion and apply the validity gate; never raises on model output."""
+    proposal = parse_tags(text, max_chars=max_chars)
+    if proposal.invalid_reason is not None:
+        return proposal
+    reason = box_in_question_reason(proposal) or leak_reason(proposal)
+    return proposal if reason is None else Proposal(proposal.question, proposal.answer, reason)
+
+
+def parse_tags(text: str, *, max_chars: int = 20_000) -> Proposal:
+    """The parse alone: tags, thinking part and boxed answer; the content checks of the gate come after."""
     if not _is_text(text):
         return Proposal(None, None, "not_text")
     if len(text) > max_chars:
@@ -180,11 +189,17 @@ def parse_proposal(text: str, *, max_chars: int = 20_000) -> Proposal:
     answer = boxed.strip()
     if not answer:
         return Proposal(question, answer, "empty_answer")
-    if _BOX_WORD_RE.search(question):
-        return Proposal(question, answer, "boxed_in_question")
-    if answer_leaked(question, answer):
-        return Proposal(question, answer, "answer_leaked")
     return Proposal(question, answer, None)
+
+
+def box_in_question_reason(proposal: Proposal) -> str | None:
+    """Gate stage: a question that holds a box hands the Solver a formatted answer."""
+    return "boxed_in_question" if _BOX_WORD_RE.search(proposal.question) else None
+
+
+def leak_reason(proposal: Proposal) -> str | None:
+    """Gate stage: the answer's tokens appear in the question (`answer_leaked`)."""
+    return "answer_leaked" if answer_leaked(proposal.question, proposal.answer) else None
 
 
 _FRAC_RE = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")

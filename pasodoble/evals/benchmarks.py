@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pasodoble.domains.math import EVAL_SETS as MATH_EVAL_SETS
 from pasodoble.errors import UserError
 from pasodoble.evals.problems import FieldMap, Problem, load_hf_problems, load_problems_file
 
@@ -119,14 +120,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ]
 }
 
-PAPER_BENCHMARKS = (
-    "aime24",
-    "aime25",
-    "amc23",
-    "gsm8k",
-    "math500",
-    "olympiadbench",
-)  # the paper's AVG columns
+PAPER_BENCHMARKS = MATH_EVAL_SETS  # the paper's AVG columns, the math domain's evaluation sets
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:

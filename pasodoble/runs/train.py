@@ -41,11 +41,12 @@ from pasodoble.config import load_config, save_config
 from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
+from pasodoble.domains import get_domain
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
 from pasodoble.folders import check_folder, claim_folder, folder_owner, mark_folder
-from pasodoble.grader import Grader, GraderConfig
+from pasodoble.grader import GraderConfig
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.reports.tracking import Tracker
 from pasodoble.roles.adapters import RolesConfig
@@ -91,6 +92,7 @@ class LoggingConfig:
 @dataclass
 class TrainConfig:
     run_dir: str | None = None  # output folder (None: runs/train-<date>-<time>)
+    domain: str = "math"  # what the game is about: a registered domain (pasodoble.domains)
     seed: int = 0  # seeds every stochastic choice: sampling, passages, random rewards
     num_threads: int | None = (
         None  # torch CPU threads (None: every CPU this process may use; 1 on a busy machine)
@@ -122,6 +124,7 @@ class TrainConfig:
     roles: RolesConfig = field(default_factory=RolesConfig)  # how the two roles share weights (shared_base)
 
     def validate(self) -> None:
+        get_domain(self.domain)
         if self.roles.shared_base:
             check_shared_base(self.proposer, self.solver)
         if self.schedule.eval_every is not None and self.eval is None:
@@ -219,7 +222,7 @@ def build_sampler(cfg: TrainConfig, proposer: Role | None) -> PassageSampler | N
     knowledge = cfg.knowledge
     if knowledge.path is None:
         knowledge = KnowledgeConfig(**{**knowledge.__dict__, "path": str(_tiny_models(cfg).world.corpus)})
-    return PassageSampler(knowledge, tokenizer=proposer.tokenizer)
+    return get_domain(cfg.domain).open_corpus(knowledge, tokenizer=proposer.tokenizer)
 
 
 def build_evaluator(cfg: TrainConfig, grader) -> SolverEvaluator | None:
@@ -427,8 +430,9 @@ def close_engines(*roles: Role | None) -> None:
 def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, resume, strict_resume) -> Path:
     rank0 = collective.rank == 0
     sampler = build_sampler(cfg, proposer)
+    domain = get_domain(cfg.domain)
     with (
-        Grader(cfg.grader) as grader,
+        domain.open_checker(cfg.grader) as grader,
         Tracker(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project)
         if rank0
         else contextlib.nullcontext() as tracker,
@@ -450,6 +454,7 @@ def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, res
             on_checkpoint=lambda dp: write_checkpoint(dp, sampler, run_dir, cfg.schedule.keep_last),
             verbose=rank0 and not cfg.logging.quiet,
             decisions_dir=run_dir / "decisions" if cfg.distributed.decisions_log else None,
+            domain=domain,
         )
         if resume:
             at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)
