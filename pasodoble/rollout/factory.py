@@ -34,7 +34,12 @@ def build_engine(
     engine = getattr(role_cfg, "engine", "hf")
     if engine == "hf":
         return HFEngine(
-            model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
+            model,
+            tokenizer,
+            batch_size=role_cfg.generation_batch_size,
+            autocast_dtype=DTYPES[role_cfg.dtype],
+            rescore=getattr(role_cfg, "num_iterations", 1)
+            > 1,  # later ratios need the generating policy's log-probs
         )
     lora = getattr(role_cfg, "lora", None)
     try:
@@ -81,7 +86,11 @@ def build_shared_engine(
     if first.engine == "hf":
         return {
             n: HFEngine(
-                models[n], tokenizer, batch_size=c.generation_batch_size, autocast_dtype=DTYPES[c.dtype]
+                models[n],
+                tokenizer,
+                batch_size=c.generation_batch_size,
+                autocast_dtype=DTYPES[c.dtype],
+                rescore=c.num_iterations > 1,
             )
             for n, c in roles_cfgs.items()
         }
