@@ -65,7 +65,7 @@ class ScriptedEngine:
     """A rollout engine whose completion texts come from `script(prompt_text, sample_index)`; token ids are the
     text's ids plus EOS and log-probs are the live model's (so updates on these samples are real GRPO steps)."""
 
-    copies_weights = False  # reads the live module
+    copies_weights = False  # reads the live model, as the HF engine does
 
     def __init__(self, model, tokenizer, script):
         self.model, self.tokenizer, self.script = model, tokenizer, script

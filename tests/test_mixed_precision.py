@@ -86,12 +86,17 @@ def test_engine_log_probs_run_under_the_same_autocast_as_the_loss(model_dir):
 
 
 def test_a_bf16_role_built_from_a_folder_samples_under_its_autocast(model_dir):
-    """The engine `from_pretrained` builds (rollout/factory.py) scores samples exactly as the loss does: the
-    trainer/engine log-prob gap is 0 (float32 scoring of the same samples is about 2e-3 off)."""
-    role = load_role(model_dir, "bfloat16", lr=1e-6)
-    assert role.engine.autocast_dtype == torch.bfloat16
+    """The engine `from_pretrained` builds (rollout/factory.py) re-scores samples exactly as the loss does when the
+    role takes several steps per batch: the trainer/engine log-prob gap is 0 (float32 scoring of the same samples
+    is about 2e-3 off). With one step per batch it skips that pass and the ratio is exactly 1."""
+    role = load_role(model_dir, "bfloat16", lr=1e-6, num_iterations=2)
+    assert role.engine.autocast_dtype == torch.bfloat16 and role.engine.rescore
     samples, adv = fixed_batch(role)
     assert role.update(samples, adv)["logprob_diff_max"] < 1e-6
+    once = load_role(model_dir, "bfloat16", lr=1e-6)
+    assert once.engine.autocast_dtype == torch.bfloat16 and not once.engine.rescore
+    samples, adv = fixed_batch(once)
+    assert once.update(samples, adv)["ratio_mean"] == 1.0
 
 
 def test_frozen_role_and_reference_model_stay_in_the_role_dtype(model_dir):

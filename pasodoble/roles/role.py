@@ -16,7 +16,9 @@ Departures from the reference code:
   (the generation header and the end of the instruction); the very same ids feed generation and the loss, so the
   two can never disagree (the reference truncated them differently).
 - The importance ratio is taken against the log-probs the rollout engine reported for the sampled tokens (the
-  policy that generated them), not against a fresh forward pass of the current weights.
+  policy that generated them). With one optimizer step per batch on the Hugging Face engine (which samples the
+  live module) it is taken against the detached log-probs of the update's own forward, which are the generating
+  policy's; the engine then skips its re-scoring pass (docs/PERFORMANCE.md).
 - Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
   (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
 - `dtype` is the compute dtype: a trainable role keeps float32 master weights and AdamW states and autocasts its
@@ -37,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, precision
+from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles import adapters
@@ -92,6 +95,7 @@ class RoleConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # settings of the vllm / vllm_server engines
     lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
     tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
+    logprob_chunk_tokens: int | None = 2048  # LM-head tokens per chunk of the loss (None: whole logits)
 
     def validate(self) -> None:
         if self.num_generations < 1:
@@ -122,6 +126,13 @@ class RoleConfig:
             )
         if self.micro_batch_size < 1 or self.generation_batch_size < 1:
             raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
+        if self.logprob_chunk_tokens is not None and (
+            isinstance(self.logprob_chunk_tokens, bool) or self.logprob_chunk_tokens < 1
+        ):
+            raise ConfigError(
+                "logprob_chunk_tokens",
+                f"must be an integer >= 1 (e.g. 2048) or null for off, got {self.logprob_chunk_tokens}",
+            )
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ConfigError("tis_cap", f"must be > 0 (e.g. 2.0) or null for off, got {self.tis_cap}")
         local = Path(self.model) / "config.json"
@@ -214,6 +225,10 @@ class Role:
         self.sharding = sharding if sharding is not None else Unsharded()
         self.train_model = self.model
         self.engine = engine if engine is not None else hf_engine(cfg, model, tokenizer)
+        # One step per batch on an engine that samples the live module: for samples generated at the current
+        # weights (`Completion.policy_version`), those weights ARE the generating policy, so the ratio is taken
+        # against their detached log-probs (exactly 1) and the engine need not re-score in the loss's numerics.
+        self.ratio_on_current = cfg.num_iterations == 1 and not self.engine.copies_weights
         self.scaler = precision.grad_scaler(next(model.parameters()).device, self.compute_dtype)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
@@ -291,7 +306,11 @@ class Role:
         if not prompt_ids:
             return []
         self.model.eval()
-        return self.engine.generate(prompt_ids, self.sampling(seed, n=n))
+        groups = self.engine.generate(prompt_ids, self.sampling(seed, n=n))
+        for group in groups:
+            for c in group:
+                c.policy_version = self.updates
+        return groups
 
     def update(
         self, samples: Sequence[Sample], advantages: Sequence[float], *, batch: GlobalBatch | None = None
@@ -384,24 +403,11 @@ class Role:
         batch = collate(samples, self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
-        logps = grpo.token_logprobs(
-            self.train_model,
-            batch["input_ids"],
-            batch["attention_mask"],
-            batch["completion_mask"],
-            temperature=temperature,
-        )
+        logps = self._token_logprobs(self.train_model, batch)
         ref_logps = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logps = grpo.token_logprobs(
-                    self.reference,
-                    batch["input_ids"],
-                    batch["attention_mask"],
-                    batch["completion_mask"],
-                    temperature=temperature,
-                )
+                ref_logps = self._token_logprobs(self.reference, batch)
         mask, engine_logps = batch["completion_mask"], batch["old_logps"]
         behaviour = logps.detach() if first_logps is None else first_logps
         gap = {}
@@ -410,6 +416,8 @@ class Role:
                 behaviour, engine_logps, mask
             )
         old_logps, token_weights = engine_logps, None
+        if self.ratio_on_current and all(s.completion.policy_version == self.updates for s in samples):
+            old_logps = behaviour
         if (
             self.cfg.tis_cap is not None
         ):  # ratio against the trainer's own log-probs, weighted by p_train/p_engine
@@ -429,6 +437,16 @@ class Role:
             token_weights=token_weights,
         )
         return loss, {**stats, **gap}, behaviour
+
+    def _token_logprobs(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, T) log-probs for the loss: in LM-head chunks (`chunked_logprobs`) on an unsharded role whose model
+        allows it, else through the whole logits."""
+        temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
+        args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
+        chunk = self.cfg.logprob_chunk_tokens
+        if chunk is not None and self.train_model is self.model and supports_chunking(model):
+            return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
+        return grpo.token_logprobs(*args, temperature=temperature)
 
     def full_state(self, *, all_ranks: bool = False) -> dict | None:
         """Full weights and optimizer state gathered from the shards (every rank calls it, under FSDP2 a

@@ -60,6 +60,7 @@ class Completion:
         float
     ]  # log-prob of each sampled id under the untruncated softmax(logits / temperature); temperature 1 if greedy
     finish_reason: str  # "stop" (EOS) or "length" (budget exhausted)
+    policy_version: int | None = None  # update count of the generating role (`Role.generate`); None: unknown
 
 
 @runtime_checkable

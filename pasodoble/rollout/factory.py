@@ -21,9 +21,14 @@ from pasodoble.rollout.settings import validate_engine
 
 
 def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
-    """The `engine: hf` of a role: generation on its live module, in its batch size and compute dtype."""
+    """The `engine: hf` of a role: generation on its live module, in its batch size and compute dtype; it re-scores
+    its samples only when later optimizer passes need the generating policy's log-probs (`num_iterations` > 1)."""
     return HFEngine(
-        model, tokenizer, batch_size=role_cfg.generation_batch_size, autocast_dtype=DTYPES[role_cfg.dtype]
+        model,
+        tokenizer,
+        batch_size=role_cfg.generation_batch_size,
+        autocast_dtype=DTYPES[role_cfg.dtype],
+        rescore=role_cfg.num_iterations > 1,
     )
 
 

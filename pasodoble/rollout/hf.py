@@ -1,12 +1,12 @@
 """Rollout engine on Hugging Face `generate`: the CPU / test path, and a fallback on one GPU.
 
 It samples from the live training model (no copy, so `update_weights` is a no-op) in batches of `batch_size`
-sequences with left padding. Log-probs of the sampled tokens are not taken from `generate`'s per-step logits, whose
-memory grows with vocabulary x length (151k x 6k for Qwen); they are recomputed afterwards with one forward pass
-per micro-batch through `grpo.token_logprobs`, the function the loss uses. That makes them the log-probs the loss
-sees for the generating weights, so the first importance ratio of an update is exactly 1. They are log-probs of
-the untruncated softmax(logits / temperature) even when `top_k` / `top_p` / `min_p` truncate what is sampled
-(see `rollout.base`); renormalising them would break that equality with the loss.
+sequences with left padding. By default the log-probs of the sampled tokens are read off the decode steps
+(`rollout.decode_logprobs`: one (B, V) row at a time, no second pass). With `rescore=True` (a role that takes
+several optimizer steps per batch, whose later ratios need the generating policy's log-probs in the loss's own
+numerics) they are recomputed afterwards with one forward pass per micro-batch through `grpo.token_logprobs`, the
+function the loss uses. Either way they are log-probs of the untruncated softmax(logits / temperature) even when
+`top_k` / `top_p` / `min_p` truncate what is sampled (see `rollout.base`).
 
 Sampling is set only by `SamplingParams`: `generate` fills every field the call leaves unset from the model's
 `generation_config` (a checkpoint's generation_config.json may carry top_k, temperature, repetition_penalty...)
@@ -26,11 +26,12 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from pasodoble.core.grpo import token_logprobs
 from pasodoble.core.precision import autocast
 from pasodoble.rollout.base import Completion, SamplingParams
+from pasodoble.rollout.decode_logprobs import SampledLogprobs
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
@@ -86,12 +87,14 @@ class HFEngine:
         batch_size: int = 64,
         logprob_batch_size: int = 16,
         autocast_dtype: torch.dtype | None = None,
+        rescore: bool = False,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.logprob_batch_size = logprob_batch_size
         self.autocast_dtype = autocast_dtype  # None: run in the weights' own dtype
+        self.rescore = rescore  # True: a forward pass re-scores the samples; False: decode-step log-probs
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
@@ -153,10 +156,12 @@ class HFEngine:
             eos_token_id=self.eos_ids,
         )
         counter = None if on_progress is None else _FinishedCounter(width, self.eos_ids, on_progress)
+        recorder = None if self.rescore else SampledLogprobs(sampling.temperature)
         sequences = self.model.generate(
             input_ids=input_ids,
             attention_mask=prompt_mask,
             generation_config=config,
+            logits_processor=LogitsProcessorList([recorder]) if recorder else None,
             stopping_criteria=StoppingCriteriaList([counter]) if counter else None,
             synced_gpus=False,  # never a per-token collective: sharded roles generate on gathered weights
         )
@@ -168,12 +173,15 @@ class HFEngine:
             finish.append("length" if stop is None else "stop")
         if counter is not None and len(prompts) > (counter.done or 0):  # rows that ran out of budget end here
             on_progress(len(prompts) - (counter.done or 0))
-        comp_mask = (
-            torch.arange(completion.shape[1], device=device)[None, :]
-            < torch.tensor(lengths, device=device)[:, None]
-        )
-        mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
-        logps = self._logprobs(sequences, mask, sampling.temperature)[:, width:]  # (B, C)
+        if recorder is not None:
+            logps = recorder.finish(sequences, width)  # (B, C)
+        else:
+            comp_mask = (
+                torch.arange(completion.shape[1], device=device)[None, :]
+                < torch.tensor(lengths, device=device)[:, None]
+            )
+            mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
+            logps = self._logprobs(sequences, mask, sampling.temperature)[:, width:]  # (B, C)
         results = []
         for i, n in enumerate(lengths):
             ids = completion[i, :n].tolist()
