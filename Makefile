@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed real-env fetch-real test-real
+	ci-fresh test-reversed real-env fetch-real test-real demo-real
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,11 @@ fetch-real: real-env
 # The real-model tests (conversion, eval, cold-start SFT, a LoRA dual-play step, Qwen's text path): minutes on 2 cores.
 test-real: fetch-real
 	$(BIN)/python -m pytest -q -m real $(PYTEST_ARGS)
+
+# The whole pipeline on a real model (docs/REAL_MODELS.md, "The whole pipeline"): SmolLM2-135M-Instruct fetched,
+# cold-start SFT on the tiny world's teacher data, online dual-play, the per-tier table; DEMO_ARGS=--quick: a smoke run.
+demo-real: fetch-real
+	$(BIN)/pasodoble demo-real $(DEMO_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

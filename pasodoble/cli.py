@@ -21,6 +21,7 @@ from pasodoble.errors import UserError
 # Order is the order of `pasodoble --help`.
 COMMAND_MODULES = (
     "pasodoble.demo",
+    "pasodoble.demo_real",
     "pasodoble.train",
     "pasodoble.layout",
     "pasodoble.experiment",
