@@ -243,6 +243,10 @@ COMMANDS: dict[str, Run | Skip] = {
         "a packaged model from the cache `make fetch-real` fills; tests/realmodels (-m real) runs eval by spec"
     ),
     "make test-real": Skip("the `real` marker's tests themselves, after `make fetch-real`"),
+    "make demo-real": Skip("an hour on a CPU core after `make fetch-real`; the quick run below is its test"),
+    "pasodoble demo-real --quick --out runs/demo-real-quick": Skip(
+        "a packaged model from the cache; tests/realmodels/test_demo_real.py (real, slow) runs it end to end"
+    ),
 }
 
 
