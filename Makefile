@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed real-env fetch-real test-real sandbox-env
+	ci-fresh test-reversed real-env fetch-real test-real test-real-all sandbox-env demo-real
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ test-all: install
 # The slow end-to-end tests that need nothing beyond the CPU venv (SIGKILL resumes, tmpfs disk-full, docs commands,
 # whole-benchmark grader checks, fuzzing at 1,000 strings a parser).
 test-slow: install
-	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed and not real" $(PYTEST_ARGS)
 
 # DeepSpeed (distributed.backend=deepspeed) into the venv: its CUDA/C++ ops are not prebuilt (DS_BUILD_OPS=0;
 # on CPU it compiles one small shared-memory op with the C++ compiler at first use), and the constraints keep
@@ -114,6 +114,10 @@ fetch-real: real-env
 
 # The real-model tests (conversion, eval, cold-start SFT, a LoRA dual-play step, Qwen's text path): minutes on 2 cores.
 test-real: fetch-real
+	$(BIN)/python -m pytest -q -m "real and not slow" $(PYTEST_ARGS)
+
+# -all adds the real-model smoke run of `demo-real --quick` (real and slow: 5-15 minutes on a CPU core).
+test-real-all: fetch-real
 	$(BIN)/python -m pytest -q -m real $(PYTEST_ARGS)
 
 # The code sandbox's system tools (docs/SANDBOX.md): bubblewrap, setpriv (util-linux) and libseccomp. Installed with
@@ -128,6 +132,11 @@ sandbox-env:
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	else echo "install as root:$$missing (Debian/Ubuntu: apt-get install -y$$missing)"; exit 1; fi
+
+# The whole pipeline on a real model (docs/REAL_MODELS.md, "The whole pipeline"): SmolLM2-135M-Instruct fetched,
+# cold-start SFT on the tiny world's teacher data, online dual-play, the per-tier table; DEMO_ARGS=--quick: a smoke run.
+demo-real: fetch-real
+	$(BIN)/pasodoble demo-real $(DEMO_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

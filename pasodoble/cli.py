@@ -21,6 +21,7 @@ from pasodoble.errors import UserError
 # Order is the order of `pasodoble --help`.
 COMMAND_MODULES = (
     "pasodoble.runs.demo",
+    "pasodoble.runs.demo_real",
     "pasodoble.runs.train",
     "pasodoble.runs.layout_cmd",
     "pasodoble.runs.experiment",

@@ -265,6 +265,10 @@ COMMANDS: dict[str, Run | Skip] = {
     "PYTHONPATH=. python tests/sandbox/layer_table.py": Skip(
         "minutes (every escape case once per layer); its output is the table in docs/SANDBOX.md"
     ),
+    "make demo-real": Skip("an hour on a CPU core after `make fetch-real`; the quick run below is its test"),
+    "pasodoble demo-real --quick --out runs/demo-real-quick": Skip(
+        "a packaged model from the cache; tests/realmodels/test_demo_real.py (real, slow) runs it end to end"
+    ),
 }
 
 

@@ -223,8 +223,9 @@ def _copy_checkpoints(models, run_dir: Path) -> Path:
     return dest / models.solver_dir.name
 
 
-def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None) -> Path:
-    """A short online dual-play run from the SFT models; returns its final Solver (HF folder)."""
+def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None, *, quiet: bool = True) -> Path:
+    """A short online dual-play run from the SFT models; returns its final Solver (HF folder). `quiet`: no
+    per-step console line."""
     from pasodoble.checkpoint import latest_checkpoint
     from pasodoble.runs.train import TrainConfig, run_train
 
@@ -238,7 +239,9 @@ def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None) ->
     out = run_dir / "dualplay"
     shutil.rmtree(out, ignore_errors=True)  # a demo rerun into the same directory starts over
     steps = f"schedule.steps={config.dualplay.steps}"
-    train = load_config(TrainConfig, recipe, [*config.dualplay.overrides, steps, "logging.quiet=true"])
+    train = load_config(
+        TrainConfig, recipe, [*config.dualplay.overrides, steps, f"logging.quiet={str(quiet).lower()}"]
+    )
     train.run_dir, train.world, train.sft = str(out), config.world, config.sft
     train.cache_dir = str(cache) if cache is not None else None
     run_train(train)

@@ -1,0 +1,327 @@
+"""`pasodoble demo-real`: the whole pipeline on a real pretrained model (SmolLM2-135M-Instruct) on a CPU.
+
+The tiny world's arithmetic task (corpus of number passages, four held-out tiers, the programmatic teacher) with a
+real model, its real tokenizer and its chat template. Phases, one log line each with its seconds and an ETA for
+the whole run:
+fetch (the `pkg:` model into the cache, once) -> data (the world's files; its tiny tokenizer and model are unused)
+-> sft (full fine-tune of one model on both roles' teacher data, rendered with the model's chat template; both
+roles start from it) -> eval sft (greedy and sampled, per tier) -> dual-play (online, `recipes/smollm2-135m-online
+.yaml`) -> eval after -> the per-tier table with the change, as `pasodoble demo` prints it.
+
+Run: `pasodoble demo-real [--quick] [--config FILE] [--out DIR] [key=value ...]` (`make demo-real`). `--quick`
+reads `recipes/smollm2-135m-demo-quick.yaml`: a few steps on small sets, minutes, for a smoke test. The run
+directory has the layout of `pasodoble demo` (config.yaml, metrics.jsonl, checkpoints/sft, dualplay/, eval/) and
+`phases.json` (seconds per phase). Measured figures: docs/REAL_MODELS.md ("The whole pipeline").
+
+Departure from `pasodoble demo`: no stop rule during SFT (evaluating a 135M model every few steps costs more than
+the SFT itself); a fixed number of steps instead. ETA: seconds per token of the phases done so far times the
+tokens the remaining phases will process (planned from the data and the configs; rough, within a factor ~1.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pasodoble.config import load_config, save_config
+from pasodoble.errors import ConfigError
+from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
+from pasodoble.realmodels import is_pkg_spec, resolve_pkg
+from pasodoble.reports.tracking import Tracker
+from pasodoble.runs.demo import (
+    DemoDualPlayConfig,
+    DemoEvalConfig,
+    change_table,
+    changes,
+    evaluate_solver,
+    run_dualplay,
+    tiers_above_sft,
+)
+from pasodoble.sft import SFTConfig, train_sft
+from pasodoble.world import WorldConfig, build_world
+from pasodoble.world.select import SelectConfig
+from pasodoble.world.tiers import load_tier_problems
+
+log = logging.getLogger("pasodoble.runs.demo_real")
+REPO = Path(__file__).resolve().parents[1]
+QUICK_RECIPE = "recipes/smollm2-135m-demo-quick.yaml"
+PHASES = ("fetch", "data", "sft", "eval sft", "dual-play", "eval after")
+
+
+def _small_world() -> WorldConfig:
+    """The tiny world's task at a size one core gets through: a few hundred SFT examples, 16 problems per tier."""
+    return WorldConfig(
+        corpus_size=200,
+        tier_size=16,
+        sft_solver_examples=800,
+        sft_proposer_examples=160,
+        select=SelectConfig(every=0),
+    )
+
+
+@dataclass
+class RealDemoConfig:
+    model: str = "pkg:smollm2-135m-instruct"  # the real model both roles start from (pkg: spec or HF folder)
+    world: WorldConfig = field(default_factory=_small_world)  # the task: corpus, tiers, teacher data sizes
+    sft: SFTConfig = field(  # the cold start: full fine-tune of one model on both roles' teacher data
+        default_factory=lambda: SFTConfig(max_steps=40, batch_size=8, lr=1e-4, warmup_steps=4, log_every=5)
+    )
+    dualplay: DemoDualPlayConfig = field(  # online dual-play from the SFT model (its recipe and overrides)
+        default_factory=lambda: DemoDualPlayConfig(steps=10, recipe="recipes/smollm2-135m-online.yaml")
+    )
+    eval: DemoEvalConfig = field(  # per-tier evaluation of the Solver, greedy and sampled
+        default_factory=lambda: DemoEvalConfig(
+            num_samples=4, max_new_tokens=176, problems_per_tier=10, batch_size=50
+        )
+    )
+    run_dir: str | None = None  # output directory (None: runs/demo-real-<date>-<time>)
+    cache_dir: str | None = (
+        None  # model cache for pkg: specs (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
+    )
+
+    def validate(self) -> None:
+        self.world.validate()
+        self.sft.validate()
+        self.dualplay.validate()
+        self.eval.validate()
+        if self.world.select.every:
+            raise ConfigError("world.select.every", "the real demo has no SFT stop rule; set it to 0")
+
+
+def planned_tokens(config: RealDemoConfig, mean_sft_tokens: float, dual_recipe) -> dict[str, float]:
+    """Tokens each phase processes (trained or generated), for the ETA; completions assumed 60% of their cap."""
+    ev, tiers = config.eval, 4
+    per_eval = tiers * (ev.problems_per_tier or config.world.tier_size) * (1 + ev.num_samples)
+    p, s = dual_recipe.proposer, dual_recipe.solver
+    groups = dual_recipe.schedule.passages_per_step * p.num_generations
+    per_step = groups * p.max_completion_length + groups * s.num_generations * s.max_completion_length
+    return {
+        "sft": config.sft.max_steps * config.sft.batch_size * mean_sft_tokens,
+        "eval sft": 0.6 * per_eval * ev.max_new_tokens,
+        "dual-play": 2 * 0.6 * config.dualplay.steps * per_step,  # generated, then trained on
+        "eval after": 0.6 * per_eval * ev.max_new_tokens if config.dualplay.steps else 0.0,
+    }
+
+
+class Clock:
+    """Seconds per phase and a whole-run ETA from the seconds per planned token measured so far."""
+
+    def __init__(self):
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}  # this process's CPU time: the wall time on a quiet core
+        self.plan: dict[str, float] = {}
+
+    def eta_s(self) -> float | None:
+        done = [p for p in self.plan if p in self.seconds]
+        tokens = sum(self.plan[p] for p in done)
+        if not tokens:
+            return None
+        rate = sum(self.seconds[p] for p in done) / tokens
+        return rate * sum(t for p, t in self.plan.items() if p not in self.seconds)
+
+    def phase(self, name: str):
+        clock = self
+
+        class _Timed:
+            def __enter__(self):
+                eta = clock.eta_s()
+                left = f", ETA {eta / 60:.0f} min" if eta is not None else ""
+                elapsed = (time.perf_counter() - clock.start) / 60
+                log.info(
+                    "[demo-real] %d/%d %s (elapsed %.1f min%s)",
+                    PHASES.index(name) + 1,
+                    len(PHASES),
+                    name,
+                    elapsed,
+                    left,
+                )
+                self.t0, self.cpu0, self.note = time.perf_counter(), time.process_time(), ""
+                return self
+
+            def __exit__(self, *exc):
+                if exc[0] is None:
+                    clock.seconds[name] = time.perf_counter() - self.t0
+                    clock.cpu_seconds[name] = time.process_time() - self.cpu0
+                    log.info(
+                        "[demo-real] %-10s %7.1fs (%.1f CPU-s)  %s",
+                        name,
+                        clock.seconds[name],
+                        clock.cpu_seconds[name],
+                        self.note,
+                    )
+
+        return _Timed()
+
+
+def _mean_tokens(tokenizer, examples: list[dict], limit: int = 200) -> float:
+    """Mean prompt (chat-templated) + completion length of the first `limit` examples."""
+    sizes = []
+    for e in examples[:limit]:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": e["prompt"]}], add_generation_prompt=True, tokenize=False
+        )
+        sizes.append(len(tokenizer(prompt + e["completion"], add_special_tokens=False)["input_ids"]) + 1)
+    return sum(sizes) / max(len(sizes), 1)
+
+
+def _recipe_path(config: RealDemoConfig) -> str:
+    recipe = Path(config.dualplay.recipe)
+    if not recipe.is_file() and not recipe.is_absolute():
+        recipe = REPO / recipe
+    if not recipe.is_file():
+        raise ConfigError(
+            "dualplay.recipe", f"{recipe} not found; run from the repository root or give its path"
+        )
+    return str(recipe)
+
+
+def _dual_recipe(config: RealDemoConfig, corpus: Path):
+    """The dual-play TrainConfig as `run_dualplay` will load it (for the ETA plan)."""
+    from pasodoble.runs.train import TrainConfig
+
+    return load_config(
+        TrainConfig, config.dualplay.recipe, [*config.dualplay.overrides, f"knowledge.path={corpus}"]
+    )
+
+
+def cold_start(
+    config: RealDemoConfig, base: str, examples: list[dict], out: Path, tracker: Tracker, progress: bool
+) -> dict:
+    """Full fine-tune of `base` on both roles' teacher data; saves model and tokenizer into `out`."""
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    summary = train_sft(
+        model, tokenizer, examples, config.sft, tracker=tracker, role="both", progress=progress
+    )
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return summary
+
+
+def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
+    """Run every phase (module docstring); returns the run directory."""
+    config.validate()
+    run_dir = Path(config.run_dir or f"runs/demo-real-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if config.sft.num_threads is not None:
+        torch.set_num_threads(config.sft.num_threads)
+    config.dualplay.recipe = _recipe_path(config)
+    save_config(config, run_dir / "config.yaml")
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    log.info("[demo-real] run directory %s", run_dir)
+    clock, cache = Clock(), Path(config.cache_dir) if config.cache_dir else None
+    with Tracker(run_dir) as tracker:
+        with clock.phase("fetch") as ph:
+            base = (
+                resolve_pkg(config.model, cache, progress=progress)
+                if is_pkg_spec(config.model)
+                else config.model
+            )
+            ph.note = base
+        with clock.phase("data") as ph:
+            paths = build_world(run_dir / "world", config.world)
+            examples = read_jsonl(paths.sft_proposer) + read_jsonl(paths.sft_solver)
+            problems = load_tier_problems(paths.tiers, config.eval.problems_per_tier)
+            mean = _mean_tokens(AutoTokenizer.from_pretrained(base), examples)
+            clock.plan = planned_tokens(config, mean, _dual_recipe(config, paths.corpus))
+            ph.note = f"{len(examples)} SFT examples ({mean:.0f} tokens on average), {len(problems)} problems"
+        sft_dir = run_dir / "checkpoints" / "sft"
+        with clock.phase("sft") as ph:
+            sft = cold_start(config, base, examples, sft_dir, tracker, progress)
+            ph.note = f"loss {sft['both/sft/loss_first']:.3f} -> {sft['both/sft/loss_last']:.3f}"
+        eval_dir = run_dir / "eval"
+        with clock.phase("eval sft") as ph:
+            before = evaluate_solver(sft_dir, problems, config.eval, eval_dir / "sft", progress=progress)
+            ph.note = _note(before)
+        after = None
+        if config.dualplay.steps > 0:
+            with clock.phase("dual-play") as ph:
+                overrides = [f"{r}.model={sft_dir}" for r in ("proposer", "solver")]
+                overrides.append(f"knowledge.path={paths.corpus}")
+                config.dualplay.overrides = [*config.dualplay.overrides, *overrides]
+                solver_dir = run_dualplay(config, run_dir, cache, quiet=False)  # step lines carry the ETA
+                ph.note = f"{config.dualplay.steps} online steps in {run_dir / 'dualplay'}"
+            with clock.phase("eval after") as ph:
+                after = evaluate_solver(
+                    solver_dir, problems, config.eval, eval_dir / "dualplay", progress=progress
+                )
+                ph.note = _note(after)
+    total = time.perf_counter() - clock.start
+    cpu = time.process_time() - clock.cpu_start
+    write_json_atomic(
+        run_dir / "phases.json",
+        {
+            "seconds": clock.seconds,
+            "cpu_seconds": clock.cpu_seconds,
+            "total_s": total,
+            "total_cpu_s": cpu,
+            "sft": sft,
+        },
+    )
+    _report(config, before, after, eval_dir)
+    log.info("[demo-real] done in %.1f min (%.1f CPU-min)", total / 60, cpu / 60)
+    return run_dir
+
+
+def _note(summary: dict) -> str:
+    return "  ".join(f"{t} greedy {r['greedy_acc']:.2f}" for t, r in summary["per_tier"].items())
+
+
+def _report(config: RealDemoConfig, before: dict, after: dict | None, eval_dir: Path) -> None:
+    """Writes eval/results.{json,md} and logs the table, as `pasodoble demo` does."""
+    above = tiers_above_sft(config.world)
+    summary = {"sft": before, "dualplay": after, "tiers_above_sft": above}
+    after = after or before  # no dual-play: the table compares the SFT start with itself
+    summary["change"] = changes(before, after)
+    table = change_table(before, after, above)
+    k, temp = config.eval.num_samples, config.eval.temperature
+    title = (
+        f"Solver per tier: SFT start vs after {config.dualplay.steps} online dual-play steps ({config.model})"
+    )
+    write_json_atomic(eval_dir / "results.json", summary)
+    write_text_atomic(
+        eval_dir / "results.md",
+        f"# {title}\n\n{table}\n\nGreedy accuracy and sampled avg@{k} at temperature {temp} (%), change in "
+        f"points; in band: share of problems whose sampled pass rate is in (0.2, 1).\n",
+    )
+    log.info("[demo-real] %s (%s)", title, eval_dir / "results.md")
+    for line in table.splitlines():
+        log.info("%s", line)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo-real",
+        help="real model (SmolLM2-135M) on CPU: cold-start SFT, dual-play, per-tier Solver table before/after",
+    )
+    p.add_argument("--config", type=Path, help="YAML recipe (default: the built-in defaults)")
+    p.add_argument(
+        "--quick", action="store_true", help=f"smoke run: a few steps on small sets ({QUICK_RECIPE})"
+    )
+    p.add_argument("--out", help="run directory (default: runs/demo-real-<date>-<time>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. dualplay.steps=4"
+    )
+    p.set_defaults(func=run_demo_real_cmd)
+
+
+def run_demo_real_cmd(args: argparse.Namespace) -> int:
+    if args.quick and args.config:
+        raise ConfigError("--quick", "give either --quick or --config, not both")
+    recipe = REPO / QUICK_RECIPE if args.quick else args.config
+    config = load_config(RealDemoConfig, recipe, args.overrides)
+    if args.out:
+        config.run_dir = args.out
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log.setLevel(logging.INFO)
+    run_demo_real(config, progress=not args.no_progress)
+    return 0

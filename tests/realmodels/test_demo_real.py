@@ -1,0 +1,55 @@
+"""`pasodoble demo-real --quick` end to end on SmolLM2-135M (every phase, a few steps): the table has every tier
+and both decodings, the cold-start SFT lowered the loss; and the ETA arithmetic on literal figures."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from pasodoble.cli import main
+from pasodoble.runs.demo_real import Clock, RealDemoConfig, planned_tokens
+from pasodoble.runs.train import TrainConfig
+from pasodoble.world.problems import TIERS
+
+
+def test_eta_scales_the_measured_seconds_per_token_to_the_phases_left():
+    clock = Clock()
+    assert clock.eta_s() is None
+    clock.plan = {"sft": 1000.0, "eval sft": 500.0, "dual-play": 2000.0}
+    clock.seconds = {"fetch": 99.0, "sft": 50.0}  # fetch is not planned: it does not set the rate
+    assert clock.eta_s() == pytest.approx(0.05 * 2500)
+
+
+def test_plan_counts_every_phase_and_no_eval_after_without_dual_play():
+    config = RealDemoConfig()
+    plan = planned_tokens(config, 100.0, TrainConfig())
+    assert plan["sft"] == config.sft.max_steps * config.sft.batch_size * 100.0
+    assert plan["eval sft"] == plan["eval after"] > 0 and plan["dual-play"] > 0
+    config.dualplay.steps = 0
+    assert planned_tokens(config, 100.0, TrainConfig())["eval after"] == 0.0
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # a hang guard: minutes on a quiet core, far more on a loaded one
+def test_quick_demo_real_runs_every_phase(smol_dir, tmp_path, caplog):
+    out = tmp_path / "demo"
+    with caplog.at_level(logging.INFO, logger="pasodoble.runs.demo_real"):
+        assert main(["demo-real", "--quick", "--out", str(out), "--no-progress"]) == 0
+    phases = json.loads((out / "phases.json").read_text())
+    assert list(phases["seconds"]) == ["fetch", "data", "sft", "eval sft", "dual-play", "eval after"]
+    sft = phases["sft"]
+    assert sft["both/sft/loss_last"] < sft["both/sft/loss_first"], sft
+    summary = json.loads((out / "eval" / "results.json").read_text())
+    for run in ("sft", "dualplay"):
+        assert list(summary[run]["per_tier"]) == list(TIERS)
+        assert set(summary[run]["settings"]) == {"greedy", "sampled"}
+        for row in summary[run]["per_tier"].values():
+            assert 0.0 <= row["greedy_acc"] <= 1.0 and 0.0 <= row["sampled_avg"] <= 1.0
+    table = (out / "eval" / "results.md").read_text()
+    assert "Greedy SFT" in table and "Sampled after" in table
+    for tier in TIERS:
+        assert f"| {tier}" in table
+    assert "| t4 (above SFT) |" in caplog.text and "[demo-real] done in" in caplog.text
