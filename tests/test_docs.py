@@ -265,6 +265,13 @@ COMMANDS: dict[str, Run | Skip] = {
     "PYTHONPATH=. python tests/sandbox/layer_table.py": Skip(
         "minutes (every escape case once per layer); its output is the table in docs/SANDBOX.md"
     ),
+    "pasodoble eval --engine vllm --model pkg:smollm2-135m-instruct --benchmarks gsm8k,math500 --data-dir "
+    "../shared/benchmarks --limit 300 --max-new-tokens 384 --out runs/real-eval": Skip(
+        "an hour of vLLM CPU generation; tests/evals/test_eval_vllm.py and the real tests run eval on both engines"
+    ),
+    "python bench/real_grading.py runs/real-eval/samples.jsonl --out runs/real-eval/disagreements.jsonl": Skip(
+        "reads the eval run above; its result is the table in docs/REAL_MODELS.md"
+    ),
     "make demo-real": Skip("an hour on a CPU core after `make fetch-real`; the quick run below is its test"),
     "pasodoble demo-real --quick --out runs/demo-real-quick": Skip(
         "a packaged model from the cache; tests/realmodels/test_demo_real.py (real, slow) runs it end to end"
