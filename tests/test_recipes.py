@@ -16,11 +16,14 @@ from tests.test_layout import ARCHS, model_dir
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 KIND = {"demo.yaml": DemoConfig}
+# Recipes that another command completes: demo-real's dual-play recipe gets its world's corpus from the demo.
+NEEDS_CORPUS = {"smollm2-135m-online.yaml"}
 
 
 def kind(path: Path):
     """The config class that reads a recipe: experiments are tiny-ablation*.yaml, cold-start data cold-start*.yaml,
     SFT runs sft-*.yaml."""
+    from pasodoble.runs.demo_real import RealDemoConfig
     from pasodoble.sft.cli import SFTRunConfig
     from pasodoble.sft.data import SFTDataConfig
 
@@ -28,6 +31,7 @@ def kind(path: Path):
         ("tiny-ablation", ExperimentConfig),
         ("cold-start", SFTDataConfig),
         ("sft-", SFTRunConfig),
+        ("smollm2-135m-demo", RealDemoConfig),
     ):
         if path.name.startswith(prefix):
             return cls
@@ -35,9 +39,13 @@ def kind(path: Path):
 
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
-def test_recipe_validates(path, monkeypatch):
+def test_recipe_validates(path, monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "unused")  # cold-start recipes name it; validation checks it is set
-    cfg = load_config(kind(path), path)
+    overrides = []
+    if path.name in NEEDS_CORPUS:
+        (tmp_path / "corpus.jsonl").write_text('{"text": "Numbers: 22, 6, 4. Operations: +."}\n')
+        overrides.append(f"knowledge.path={tmp_path / 'corpus.jsonl'}")
+    cfg = load_config(kind(path), path, overrides)
     if isinstance(cfg, ExperimentConfig):  # every run's TrainConfig (overrides included) validates too
         from pasodoble.runs.experiment import train_config
 
