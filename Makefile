@@ -128,7 +128,6 @@ test-real-all: fetch-real
 # The code sandbox's system tools (docs/SANDBOX.md): bubblewrap, setpriv (util-linux) and libseccomp. Installed with
 # apt-get when run as root and missing; otherwise the missing ones are named. `python -m pasodoble.sandbox` then
 # prints which layers this machine has.
-SANDBOX_DEBS = bubblewrap libseccomp2 util-linux
 sandbox-env:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v setpriv >/dev/null || missing="$$missing util-linux"; \
