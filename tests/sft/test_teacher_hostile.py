@@ -228,7 +228,12 @@ def test_ctrl_c_during_a_trickle_exits_within_seconds_keeping_finished_waves(key
     (130) at once, the first wave's rows on disk; a rerun against a restarted server (another port) resumes."""
     with HostileServer(lambda i, p: "ok" if i < 2 else "trickle_body") as server:
         path = recipe(tmp_path, server.base_url, teacher={"timeout_s": 600})
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        # PYTHONFAULTHANDLER: a hang past the guard is ended with SIGABRT, which prints every thread's stack
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PYTHONFAULTHANDLER": "1",
+        }
         cmd = [sys.executable, "-m", "pasodoble", "sft-data", "--config", str(path), "--no-progress"]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[tuple[float, str]] = []
@@ -247,7 +252,15 @@ def test_ctrl_c_during_a_trickle_exits_within_seconds_keeping_finished_waves(key
             assert proc.poll() is None, "".join(x for _, x in lines)
             proc.send_signal(signal.SIGINT)
             start = time.monotonic()
-            proc.wait(timeout=GUARD_S)  # unbounded: the trickle (600 s deadline, 100 kB at 1 B/s)
+            try:
+                proc.wait(timeout=GUARD_S)  # unbounded: the trickle (600 s deadline, 100 kB at 1 B/s)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)  # the stacks of the hung process, for the failure message
+                proc.wait(timeout=30)
+                reader.join(timeout=30)
+                pytest.fail(
+                    "no exit within the guard after SIGINT; its threads:\n" + "".join(x for _, x in lines)
+                )
             seconds = time.monotonic() - start
         finally:
             proc.kill()
