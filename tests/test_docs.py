@@ -276,7 +276,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "pasodoble demo-real --quick --out runs/demo-real-quick": Skip(
         "a packaged model from the cache; tests/realmodels/test_demo_real.py (real, slow) runs it end to end"
     ),  # docs/QA.md
-    "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] random_reward_control=true --out runs/demo-qa": Skip(
+    "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[dualplay,random_reward] --out runs/demo-qa": Skip(
         "minutes per seed on a CPU core; tests/world/test_qa_models.py (slow) runs it end to end on a small world"
     ),
 }

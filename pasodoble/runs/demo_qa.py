@@ -4,7 +4,7 @@ Phases: the cold start (`world/qa_models.py`: tokenizer, tiny base, joint SFT on
 -> the SFT Solver's closed-book accuracy on each tier of held-out facts (`sft`, `corpus`: stated only in the
 corpus, `multihop`: two corpus facts composed), greedy and sampled -> for each seed in `seeds`, an online
 dual-play run (`train`, a `TrainConfig` with `domain: qa`; the demo fills in the models, the corpus and the seed)
-and, with `random_reward_control`, the same run with a random Solver reward (`rewards.solver_reward=random`)
+and/or (`conditions`) the same run with a random Solver reward (`rewards.solver_reward=random`)
 -> each final Solver evaluated the same way -> `RUN_DIR/results.md`: per condition and tier, accuracy before and
 after, the mean over seeds and each seed. The question it answers: does dual-play teach a closed-book Solver
 corpus facts it was never given, beyond what a random reward does?
@@ -73,7 +73,8 @@ class QADemoConfig:
         default_factory=_qa_train
     )  # the dual-play run (models, corpus, seed: filled in)
     seeds: list[int] = field(default_factory=lambda: [0])  # dual-play seeds, all from the same SFT start
-    random_reward_control: bool = False  # also run each seed with a random Solver reward
+    # which runs per seed: "dualplay" (the method) and/or "random_reward" (the control: a coin-flip Solver reward)
+    conditions: list[str] = field(default_factory=lambda: ["dualplay"])
     eval: QAEvalConfig = field(default_factory=QAEvalConfig)  # the per-tier closed-book evaluation
     run_dir: str | None = None  # output folder (None: runs/demo-qa-<date>-<time>)
     cache_dir: str | None = None  # SFT model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
@@ -83,6 +84,11 @@ class QADemoConfig:
             raise ConfigError("train.domain", f"the QA demo plays the qa domain, got {self.train.domain!r}")
         if not self.seeds:
             raise ConfigError("seeds", "give at least one dual-play seed, e.g. [0, 1, 2]")
+        unknown = sorted(set(self.conditions) - set(CONDITIONS))
+        if unknown or not self.conditions:
+            raise ConfigError(
+                "conditions", f"use one or both of {', '.join(CONDITIONS)}; got {self.conditions}"
+            )
 
 
 def load_heldout(path: Path) -> list[Problem]:
@@ -169,9 +175,8 @@ def run_demo_qa(cfg: QADemoConfig, *, progress: bool = True) -> Path:
     problems = load_heldout(models.world_dir / "heldout.jsonl")
     before = evaluate_tiers(models.model_dir, problems, cfg, run_dir / "eval" / "sft")
     log.info("[demo-qa] SFT Solver greedy %s", json.dumps(before["greedy"]))
-    conditions = ["dualplay"] + ["random_reward"] * cfg.random_reward_control
-    after: dict[str, dict[int, dict]] = {c: {} for c in conditions}
-    for condition in conditions:
+    after: dict[str, dict[int, dict]] = {c: {} for c in cfg.conditions}
+    for condition in cfg.conditions:
         for seed in cfg.seeds:
             name = f"{condition}-seed{seed}"
             run_train(train_config(cfg, models, condition, seed, run_dir / name))

@@ -48,7 +48,7 @@ def test_demo_runs_a_seed_and_the_random_reward_control(tmp_path):
     cfg = load_config(
         QADemoConfig,
         "recipes/tiny-qa.yaml",
-        [f"cache_dir={tmp_path / 'cache'}", "train.schedule.steps=1", "random_reward_control=true"],
+        [f"cache_dir={tmp_path / 'cache'}", "train.schedule.steps=1", "conditions=[dualplay,random_reward]"],
     )
     cfg.warm_up, cfg.run_dir = small(), str(tmp_path / "run")
     cfg.eval.num_samples = 2
