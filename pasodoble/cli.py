@@ -22,6 +22,7 @@ from pasodoble.errors import UserError
 COMMAND_MODULES = (
     "pasodoble.runs.demo",
     "pasodoble.runs.demo_real",
+    "pasodoble.runs.demo_qa",
     "pasodoble.runs.train",
     "pasodoble.runs.layout_cmd",
     "pasodoble.runs.experiment",

@@ -270,7 +270,11 @@ class DualPlay:
             groups = generate_shared(
                 self.proposer, prompt_ids, derive_seed(self.seed, s, "proposer"), self.collective, "proposals"
             )
-        proposals = read_proposals(self.domain, [c.text for group in groups for c in group])
+        proposals = read_proposals(
+            self.domain,
+            [c.text for group in groups for c in group],
+            [passage for passage, group in zip(passages, groups, strict=True) for _ in group],
+        )
         valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         attempts = self.solve(
             [proposals[i].question for i in valid_idx], [proposals[i].answer for i in valid_idx], s, timer

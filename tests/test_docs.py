@@ -276,6 +276,17 @@ COMMANDS: dict[str, Run | Skip] = {
     "pasodoble demo-real --quick --out runs/demo-real-quick": Skip(
         "a packaged model from the cache; tests/realmodels/test_demo_real.py (real, slow) runs it end to end"
     ),
+    # docs/QA.md
+    "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[dualplay,random_reward] "
+    "--out runs/demo-qa": Skip(
+        "minutes per seed on a CPU core; tests/world/test_qa_models.py (slow) runs it end to end on a small world"
+    ),
+    "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[dualplay] "
+    "--out runs/demo-qa-dualplay": Skip(
+        "the measured run of docs/QA.md (minutes per seed); see the entry above"
+    ),
+    "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[random_reward] "
+    "--out runs/demo-qa-random_reward": Skip("the measured control of docs/QA.md; see the entry above"),
 }
 
 

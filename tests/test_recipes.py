@@ -9,13 +9,14 @@ import pytest
 
 from pasodoble.config import load_config
 from pasodoble.runs.demo import DemoConfig
+from pasodoble.runs.demo_qa import QADemoConfig
 from pasodoble.runs.experiment import ExperimentConfig
 from pasodoble.runs.train import TrainConfig
 from pasodoble.scale.layout import Launch, LayoutError, check_layout, model_architectures
 from tests.test_layout import ARCHS, model_dir
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-KIND = {"demo.yaml": DemoConfig}
+KIND = {"demo.yaml": DemoConfig, "tiny-qa.yaml": QADemoConfig}
 # Recipes that another command completes: demo-real's dual-play recipe gets its world's corpus from the demo.
 NEEDS_CORPUS = {"smollm2-135m-online.yaml"}
 

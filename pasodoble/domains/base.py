@@ -26,10 +26,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GateStage:
-    """One stage of the validity gate: `check` gets the proposals still valid and returns a reason or None each."""
+    """One stage of the validity gate: `check` gets the proposals still valid and returns a reason or None each;
+    with `with_passages` it also gets each proposal's passage (None in the no-knowledge ablation)."""
 
     name: str  # what the stage tests, for docs and error messages
-    check: Callable[[Sequence[Proposal]], list[str | None]]  # batch, so a costly stage can run once per step
+    check: Callable[..., list[str | None]]  # batch, so a costly stage can run once per step
+    with_passages: bool = (
+        False  # call `check(proposals, passages)` (a grounding test) instead of `check(proposals)`
+    )
 
 
 class Verdict(Protocol):
@@ -83,14 +87,23 @@ class Domain(Protocol):
         """The checker's counters of a step as metric names and values."""
 
 
-def read_proposals(domain: Domain, texts: Sequence[str]) -> list[Proposal]:
-    """Parse every completion, then run the gate's stages in order on the proposals still valid."""
+def read_proposals(
+    domain: Domain, texts: Sequence[str], passages: Sequence[str | None] | None = None
+) -> list[Proposal]:
+    """Parse every completion, then run the gate's stages in order on the proposals still valid; `passages`
+    (one per completion: the passage its Proposer read) go to the stages that ask for them."""
     proposals = [domain.parse(t) for t in texts]
+    if passages is not None and len(passages) != len(texts):
+        raise ValueError(f"{len(passages)} passages for {len(texts)} completions")
     for stage in domain.gate:
         alive = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         if not alive:
             break
-        reasons = stage.check([proposals[i] for i in alive])
+        batch = [proposals[i] for i in alive]
+        if stage.with_passages:
+            reasons = stage.check(batch, [passages[i] if passages is not None else None for i in alive])
+        else:
+            reasons = stage.check(batch)
         for i, reason in zip(alive, reasons, strict=True):
             if reason is not None:
                 proposals[i] = dataclasses.replace(proposals[i], invalid_reason=reason)

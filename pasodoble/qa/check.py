@@ -66,6 +66,21 @@ def check(
     return Check(bool(correct), float(em), f1, matched if f1 > 0 else None)
 
 
+GOLD_SEPARATOR = (
+    "\n"  # between the answer and its aliases in one gold string (the `qa` domain's Proposal.answer)
+)
+
+
+def join_golds(golds: Sequence[str]) -> str:
+    """One gold string for the answer and its aliases; whitespace inside each collapses (normalisation does too)."""
+    return GOLD_SEPARATOR.join(" ".join(g.split()) for g in golds)
+
+
+def split_golds(gold: str) -> list[str]:
+    """The answer and its aliases of a `join_golds` string (a plain answer is a list of one)."""
+    return gold.split(GOLD_SEPARATOR)
+
+
 _THINK_END = "</think>"
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ANSWER_MARK = re.compile(r"(?:final answer|answer)\s*(?:is)?\s*[:：]", re.IGNORECASE)

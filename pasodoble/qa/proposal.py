@@ -3,6 +3,8 @@
 What: `proposer_messages(passage)` asks for a question about a passage with a short answer and a few aliases, in
 tags; `solver_messages(question)` asks for a closed-book short answer (no passage); `parse_qa_proposal(text,
 passage)` returns a `QAProposal` that is valid or carries one reason of `INVALID_REASONS`, counted by the caller.
+The `qa` domain runs the same checks as stages: `parse_qa_format`, then `size_reason`, `grounding_reason`,
+`leak_reason`, `self_reference_reason`.
 
 Gates (after the format checks, in this order; the first that fails is the reason):
 - `answer_too_long` / `too_many_aliases` / `alias_too_long`: an answer is a span of at most `max_answer_tokens`
@@ -34,6 +36,13 @@ PROPOSER_TEMPLATE = (
     "Enclose the question in <question>...</question>. Then give the short answer (at most {max_answer_tokens} "
     "words), copied exactly from the passage, in <answer>...</answer>. You may add up to {max_aliases} other ways "
     "of writing the same answer that also appear in the passage, each in its own <alias>...</alias>."
+)
+PROPOSER_TEMPLATE_NO_PASSAGE = (  # the no-knowledge ablation: nothing to ground the answer in
+    "You are the proposer in a proposer-solver game. Write one factual question whose answer you know. The question "
+    "must stand on its own: name the people, places and things it asks about.\n\n"
+    "Enclose the question in <question>...</question>. Then give the short answer (at most {max_answer_tokens} "
+    "words) in <answer>...</answer>. You may add up to {max_aliases} other ways of writing the same answer, each "
+    "in its own <alias>...</alias>."
 )
 SOLVER_TEMPLATE = (
     "Answer the question with a short answer of a few words, without explanation.\n"
@@ -156,10 +165,8 @@ def _body(text: str) -> str | None:
     return None if "<think>" in text else text
 
 
-def parse_qa_proposal(
-    text: str, passage: str, gates: QAGates = QAGates(), *, max_chars: int = 20_000
-) -> QAProposal:
-    """Parse a Proposer completion and apply the QA validity gates; never raises on model output."""
+def parse_qa_format(text: str, gates: QAGates = QAGates(), *, max_chars: int = 20_000) -> QAProposal:
+    """The format checks alone (tags, empty parts; `not_text` ... `empty_answer`); the gates come after."""
     if not _is_text(text):
         return QAProposal(None, None, (), "not_text")
     if len(text) > max_chars:
@@ -183,33 +190,61 @@ def parse_qa_proposal(
         alias_norm = normalize(alias, gates.rule)
         if alias_norm and alias_norm not in seen:
             seen.add(alias_norm)
-            aliases.append((alias.strip(), alias_norm))
-    proposal = QAProposal(question, answer, tuple(a for a, _ in aliases), None)
-    return _gated(proposal, norm, [n for _, n in aliases], passage, gates)
+            aliases.append(alias.strip())
+    return QAProposal(question, answer, tuple(aliases), None)
 
 
-def _gated(
-    proposal: QAProposal, norm: str, alias_norms: list[str], passage: str, gates: QAGates
-) -> QAProposal:
-    def invalid(reason: str) -> QAProposal:
-        return QAProposal(proposal.question, proposal.answer, proposal.aliases, reason)
+def size_reason(proposal: QAProposal, gates: QAGates = QAGates()) -> str | None:
+    """Gate stage: the answer and each alias are short spans, and there are few aliases."""
+    norms = [normalize(g, gates.rule) for g in proposal.golds]
+    if len(norms[0].split()) > gates.max_answer_tokens:
+        return "answer_too_long"
+    if len(norms) - 1 > gates.max_aliases:
+        return "too_many_aliases"
+    if any(len(a.split()) > gates.max_answer_tokens for a in norms[1:]):
+        return "alias_too_long"
+    return None
 
-    if len(norm.split()) > gates.max_answer_tokens:
-        return invalid("answer_too_long")
-    if len(alias_norms) > gates.max_aliases:
-        return invalid("too_many_aliases")
-    if any(len(a.split()) > gates.max_answer_tokens for a in alias_norms):
-        return invalid("alias_too_long")
+
+def grounding_reason(proposal: QAProposal, passage: str, gates: QAGates = QAGates()) -> str | None:
+    """Gate stage: the answer and each alias are runs of whole normalised words of the passage."""
     passage_norm = normalize(passage, gates.rule)
-    if not _occurs(norm, passage_norm):
-        return invalid("not_grounded")
-    if not all(_occurs(a, passage_norm) for a in alias_norms):
-        return invalid("alias_not_grounded")
+    norms = [normalize(g, gates.rule) for g in proposal.golds]
+    if not _occurs(norms[0], passage_norm):
+        return "not_grounded"
+    if not all(_occurs(a, passage_norm) for a in norms[1:]):
+        return "alias_not_grounded"
+    return None
+
+
+def leak_reason(proposal: QAProposal, gates: QAGates = QAGates()) -> str | None:
+    """Gate stage: neither the answer nor an alias occurs, normalised, in the question."""
     question_norm = normalize(proposal.question, gates.rule)
-    if any(_occurs(n, question_norm) for n in [norm, *alias_norms]):
-        return invalid("answer_leaked")
-    if _SELF_REFERENCE_RE.search(" ".join(proposal.question.lower().split())):
-        return invalid("not_self_contained")
+    leaked = any(_occurs(normalize(g, gates.rule), question_norm) for g in proposal.golds)
+    return "answer_leaked" if leaked else None
+
+
+def self_reference_reason(proposal: QAProposal) -> str | None:
+    """Gate stage: the question does not point at a text the closed-book Solver never sees."""
+    found = _SELF_REFERENCE_RE.search(" ".join(proposal.question.lower().split()))
+    return "not_self_contained" if found else None
+
+
+def parse_qa_proposal(
+    text: str, passage: str, gates: QAGates = QAGates(), *, max_chars: int = 20_000
+) -> QAProposal:
+    """Parse a Proposer completion and apply the QA validity gates in order; never raises on model output."""
+    proposal = parse_qa_format(text, gates, max_chars=max_chars)
+    if not proposal.valid:
+        return proposal
+    for reason in (
+        size_reason(proposal, gates),
+        grounding_reason(proposal, passage, gates),
+        leak_reason(proposal, gates),
+        self_reference_reason(proposal),
+    ):
+        if reason is not None:
+            return QAProposal(proposal.question, proposal.answer, proposal.aliases, reason)
     return proposal
 
 

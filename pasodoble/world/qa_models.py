@@ -1,0 +1,125 @@
+"""The tiny QA world made trainable: its tokenizer, a tiny base model, and the cold start, cached by config hash.
+
+What: `ensure_qa_models(cache_dir, QAWarmUp())` writes the QA world's files (`qa/world.py`: corpus.jsonl,
+sft_proposer.jsonl, sft_solver.jsonl, heldout.jsonl), trains a byte-level BPE tokenizer on them (the math world's
+`build_tokenizer`, plus the QA tags `<question>`, `<alias>` as single tokens), builds a tiny Qwen3 base
+(`world/model.py`) and fine-tunes it on the teacher's records of `sft`-tier facts only, Solver Q&A and Proposer
+records together (one joint model for both roles, as the math world's default warm-up). No `corpus` or
+`multihop` fact is in the SFT data, so what the Solver answers about them it did not learn there.
+
+How: the same cache discipline as `world/cache.py`: built in a temporary folder under a lock and renamed to
+`<cache>/qa-world/<key>/` when done; `<key>` hashes every config and `FORMAT_VERSION`. SFT losses are kept in
+`<entry>/sft_metrics.jsonl`.
+
+Usage: `models = ensure_qa_models(None, QAWarmUp())`; `models.model_dir` is a Hugging Face folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from pasodoble.config import to_dict
+from pasodoble.errors import ConfigError
+from pasodoble.io import build_lock, default_cache_dir, make_build_dir, read_jsonl
+from pasodoble.qa.world import QAWorldConfig, make_world, write_world
+from pasodoble.reports.tracking import Tracker
+from pasodoble.sft import SFTConfig, train_sft
+from pasodoble.world.model import ModelConfig, build_model
+from pasodoble.world.tokenizer import build_tokenizer
+
+FORMAT_VERSION = 1  # bump when the files change for the same configs, so caches rebuild
+QA_TOKENS = ["<question>", "</question>", "<alias>", "</alias>"]
+
+
+def _qa_sft() -> SFTConfig:
+    # a few hundred facts need many epochs, not many examples; measured in docs/QA.md ("The tiny QA world")
+    return SFTConfig(max_steps=300, batch_size=32, lr=5e-3, warmup_steps=30, log_every=50)
+
+
+@dataclass
+class QAWarmUp:
+    world: QAWorldConfig = field(default_factory=QAWorldConfig)  # the invented facts and their tiers
+    model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
+    vocab_size: int = 400  # BPE vocabulary, special and tag tokens included
+    sft: SFTConfig = field(default_factory=_qa_sft)  # the joint cold start on sft-tier records
+
+    def validate(self) -> None:
+        if self.vocab_size < 300:
+            raise ConfigError("vocab_size", "must be at least 300 (256 bytes + special and tag tokens)")
+
+
+@dataclass(frozen=True)
+class QAModels:
+    model_dir: Path  # the SFT-warmed model of both roles (HF format, tokenizer included)
+    base_dir: Path  # the random-init base it started from
+    world_dir: Path  # corpus.jsonl, sft_proposer.jsonl, sft_solver.jsonl, heldout.jsonl
+    sft_metrics: Path  # SFT loss rows (metrics.jsonl format)
+
+    @classmethod
+    def under(cls, root: Path) -> QAModels:
+        return cls(root / "sft", root / "base_model", root / "world", root / "sft_metrics.jsonl")
+
+
+def cache_key(cfg: QAWarmUp) -> str:
+    blob = json.dumps({"v": FORMAT_VERSION, "cfg": to_dict(cfg)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def qa_tokenizer(texts: list[str], vocab_size: int):
+    """The math world's byte-level BPE on QA texts, with the QA tags as single (non-special) tokens."""
+    tokenizer = build_tokenizer(texts, vocab_size)
+    tokenizer.add_tokens(QA_TOKENS)
+    return tokenizer
+
+
+def warm_up(root: Path, cfg: QAWarmUp, *, progress: bool = True) -> QAModels:
+    """Write the world, tokenizer and base under `root`, then SFT the base on sft-tier records into `root/sft`."""
+    models = QAModels.under(root)
+    paths = write_world(make_world(cfg.world), models.world_dir)
+    records = read_jsonl(paths["sft_proposer"]) + read_jsonl(paths["sft_solver"])
+    texts = [f"user\n{r['prompt']}\nassistant\n{r['completion']}" for r in records]
+    texts += [row["text"] for row in read_jsonl(paths["corpus"])]
+    texts += [row["question"] for row in read_jsonl(paths["heldout"])]
+    tokenizer = qa_tokenizer(texts, cfg.vocab_size)
+    model = build_model(cfg.model, tokenizer, cfg.world.seed)
+    model.save_pretrained(models.base_dir)
+    tokenizer.save_pretrained(models.base_dir)
+    tokenizer = AutoTokenizer.from_pretrained(
+        models.base_dir
+    )  # the folder's tokenizer, as every later run reads it
+    with Tracker(root) as tracker:
+        train_sft(model, tokenizer, records, cfg.sft, tracker=tracker, progress=progress, role="both")
+    model.save_pretrained(models.model_dir)
+    tokenizer.save_pretrained(models.model_dir)
+    os.replace(root / "metrics.jsonl", models.sft_metrics)
+    return models
+
+
+def ensure_qa_models(cache_dir: Path | None, cfg: QAWarmUp, *, progress: bool = True) -> QAModels:
+    """The cached warm-up for `cfg`, built first if missing (see the module docstring)."""
+    cfg.world.validate()
+    cfg.sft.validate()
+    cfg.validate()
+    parent = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "qa-world"
+    final = parent / cache_key(cfg)
+    if (final / "done").is_file():
+        return QAModels.under(final)
+    parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(parent / f".lock-{final.name}", f"the tiny QA world {final.name}"):
+        if not (final / "done").is_file():  # else another process built it while this one waited
+            tmp = make_build_dir(final)
+            try:
+                warm_up(tmp, cfg, progress=progress)
+                (tmp / "done").write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+                shutil.rmtree(final, ignore_errors=True)  # a stale folder without `done`
+                os.rename(tmp, final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return QAModels.under(final)
