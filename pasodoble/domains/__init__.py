@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pasodoble.domains.base import CheckBatch, Checker, Domain, GateStage, Verdict, read_proposals
+from pasodoble.domains.code import CodeDomain
 from pasodoble.domains.math import MathDomain
 from pasodoble.errors import ConfigError
 
-_FACTORIES: dict[str, Callable[[], Domain]] = {"math": MathDomain}
+_FACTORIES: dict[str, Callable[[], Domain]] = {"code": CodeDomain, "math": MathDomain}
 
 
 def register_domain(name: str, factory: Callable[[], Domain]) -> None:
@@ -27,8 +28,8 @@ def register_domain(name: str, factory: Callable[[], Domain]) -> None:
 
 
 def unregister_domain(name: str) -> None:
-    """Remove a registered domain (tests register toy ones); `math` stays."""
-    if name != "math":
+    """Remove a registered domain (tests register toy ones); the built-in ones stay."""
+    if name not in ("code", "math"):
         _FACTORIES.pop(name, None)
 
 
