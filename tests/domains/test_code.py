@@ -5,6 +5,7 @@ Tests that launch the sandbox are marked `sandbox` and skip, saying why, where b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -20,6 +21,7 @@ from pasodoble.domains.code_prompts import SOLVER_TEMPLATE, code_prompts
 from pasodoble.dualplay import DualPlay, ScheduleConfig
 from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.sandbox import SandboxConfig, probe
+from pasodoble.scale.collectives import SingleProcess
 from tests.loop_helpers import ScriptedEngine, make_model, make_tokenizer
 
 needs_sandbox = pytest.mark.skipif(
@@ -293,3 +295,34 @@ def test_the_loop_survives_a_real_tiny_model_proposing_garbage(tmp_path):
         row = loop.online_step()
     assert row["proposer/valid/fraction"] == 0.0 and row["proposer/invalid/no_task"] == 4.0
     assert row["proposer/update/applied"] == 0.0 and row["solver/update/applied"] == 0.0
+
+
+class FollowerRank(SingleProcess):
+    """A rank whose gate judged otherwise than rank 0's: the broadcast hands it rank 0's proposals."""
+
+    def __init__(self, rank0_reasons):
+        self.rank0_reasons = rank0_reasons
+
+    def broadcast(self, obj, what=""):
+        if what == "proposals after the gate":
+            return [dataclasses.replace(p, invalid_reason=r) for p, r in zip(obj, self.rank0_reasons)]
+        return obj
+
+
+def test_rank_zeros_gate_decides_for_every_rank(tmp_path):
+    proposals = [VALID_OUTPUT, VALID_OUTPUT, "nothing", "nothing"]
+    domain = CodeDomain(SandboxConfig(bwrap="/nonexistent/bwrap"))  # this rank's gate refuses everything
+    loop = DualPlay(
+        scripted_role("proposer", lambda p, j: proposals[j], 1),
+        scripted_role("solver", solver_script, 2),
+        domain.open_checker(None),
+        schedule=ScheduleConfig(),
+        rewards=RewardConfig(),
+        prompts=PromptConfig(),
+        run_dir=tmp_path,
+        verbose=False,
+        domain=domain,
+        collective=FollowerRank(["timeout", "timeout", "no_task", "no_task"]),
+    )
+    row = loop.online_step()
+    assert row["proposer/invalid/timeout"] == 2.0 and "proposer/invalid/sandbox_refused" not in row
