@@ -233,6 +233,24 @@ def scripted_role(name, script, seed):
     return Role(name, cfg, model, tokenizer, engine=ScriptedEngine(model, tokenizer, script))
 
 
+def one_step(proposals, script, domain, run_dir, *, sampler=None, samples_every=10, collective=None) -> dict:
+    """One online step of scripted roles on `domain`: the Proposer's j-th completion is `proposals[j]`."""
+    loop = DualPlay(
+        scripted_role("proposer", lambda p, j: proposals[j], 1),
+        scripted_role("solver", script, 2),
+        domain.open_checker(None),
+        schedule=ScheduleConfig(samples_every=samples_every),
+        rewards=RewardConfig(),
+        prompts=PromptConfig(),
+        sampler=sampler,
+        run_dir=run_dir,
+        verbose=False,
+        domain=domain,
+        collective=collective,
+    )
+    return loop.online_step()
+
+
 def solver_script(prompt: str, j: int) -> str:
     if tasks.OUTPUT_HEAD in prompt:
         return "<output>7</output>" if j < 2 else "<output>8</output>"
@@ -249,19 +267,8 @@ def test_the_loop_plays_code_with_golds_from_the_sandbox(tmp_path):
         "nothing",
     ]
     domain = CodeDomain(SandboxConfig(timeout_s=5.0, memory_mb=512))
-    loop = DualPlay(
-        scripted_role("proposer", lambda p, j: proposals[j], 1),
-        scripted_role("solver", solver_script, 2),
-        domain.open_checker(None),
-        schedule=ScheduleConfig(samples_every=1),
-        rewards=RewardConfig(),
-        prompts=PromptConfig(),
-        sampler=FunctionPassages(source_root("stdlib")),
-        run_dir=tmp_path,
-        verbose=False,
-        domain=domain,
-    )
-    row = loop.online_step()
+    sampler = FunctionPassages(source_root("stdlib"))
+    row = one_step(proposals, solver_script, domain, tmp_path, sampler=sampler, samples_every=1)
     assert row["proposer/valid/fraction"] == 0.5
     assert row["proposer/invalid/nondeterministic"] == row["proposer/invalid/no_task"] == 1.0
     assert row["code/output/pass_rate"] == row["code/function/pass_rate"] == 0.5
@@ -312,17 +319,6 @@ class FollowerRank(SingleProcess):
 def test_rank_zeros_gate_decides_for_every_rank(tmp_path):
     proposals = [VALID_OUTPUT, VALID_OUTPUT, "nothing", "nothing"]
     domain = CodeDomain(SandboxConfig(bwrap="/nonexistent/bwrap"))  # this rank's gate refuses everything
-    loop = DualPlay(
-        scripted_role("proposer", lambda p, j: proposals[j], 1),
-        scripted_role("solver", solver_script, 2),
-        domain.open_checker(None),
-        schedule=ScheduleConfig(),
-        rewards=RewardConfig(),
-        prompts=PromptConfig(),
-        run_dir=tmp_path,
-        verbose=False,
-        domain=domain,
-        collective=FollowerRank(["timeout", "timeout", "no_task", "no_task"]),
-    )
-    row = loop.online_step()
+    follower = FollowerRank(["timeout", "timeout", "no_task", "no_task"])
+    row = one_step(proposals, solver_script, domain, tmp_path, collective=follower)
     assert row["proposer/invalid/timeout"] == 2.0 and "proposer/invalid/sandbox_refused" not in row
