@@ -270,10 +270,14 @@ class DualPlay:
             groups = generate_shared(
                 self.proposer, prompt_ids, derive_seed(self.seed, s, "proposer"), self.collective, "proposals"
             )
-        proposals = read_proposals(
-            self.domain,
-            [c.text for group in groups for c in group],
-            [passage for passage, group in zip(passages, groups, strict=True) for _ in group],
+        # Rank 0's gate decides: a gate that runs code (a timeout under load) may judge differently on each rank.
+        proposals = self.collective.broadcast(
+            read_proposals(
+                self.domain,
+                [c.text for group in groups for c in group],
+                [passage for passage, group in zip(passages, groups, strict=True) for _ in group],
+            ),
+            "proposals after the gate",
         )
         valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         attempts = self.solve(

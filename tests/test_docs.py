@@ -119,6 +119,13 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "pasodoble experiment recipes/tiny-ablation-copy-1m-wide.yaml out_dir=runs/long-wide-t1.0-all "
     "conditions=[sft,online] steps=360 overrides+=[proposer.temperature=1.0]": Run(add=EXPERIMENT),
+    # docs/DOMAINS.md
+    "pasodoble train --config recipes/tiny-code.yaml world.corpus_size=500 world.sft_solver_examples=4000 "
+    "world.sft_proposer_examples=800 sft.max_steps=120 schedule.steps=8 schedule.checkpoint_every=null "
+    "schedule.samples_every=1 run_dir=runs/tiny-code": Skip(
+        "minutes of SFT and sandboxed dual-play; tests/world/test_code_world.py builds the code world and "
+        "tests/domains/test_code.py runs the code domain's online steps"
+    ),
     # docs/GRADING.md
     "pasodoble verify-answers answers.jsonl --out verdicts.jsonl --no-extract": Run(
         add="--no-progress", fast=True

@@ -47,7 +47,8 @@ SUFFIXES = JSONL_SUFFIXES + TEXT_SUFFIXES + PARQUET_SUFFIXES
 
 @dataclass
 class KnowledgeConfig:
-    path: str | None = None  # JSONL / Parquet / .txt file, a folder of them, or "hf:org/name[:split]"
+    # JSONL / Parquet / .txt file, a folder of them, "hf:org/name[:split]", or (domain: code) "stdlib" or .py files
+    path: str | None = None
     text_field: str = (
         "text"  # field holding the passage, or a template "{question} {answer}" over several fields
     )
@@ -56,7 +57,11 @@ class KnowledgeConfig:
     seed: int = 0  # with the step number, fixes every draw
 
     def validate(self) -> None:
-        if self.path is not None and not self.path.startswith("hf:") and not Path(self.path).exists():
+        if (
+            self.path not in (None, "stdlib")
+            and not self.path.startswith("hf:")
+            and not Path(self.path).exists()
+        ):
             raise ConfigError(
                 "knowledge.path",
                 f"{self.path} does not exist; point it at a JSONL/Parquet/.txt file or folder, or hf:org/name",

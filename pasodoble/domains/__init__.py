@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pasodoble.domains.base import CheckBatch, Checker, Domain, GateStage, Verdict, read_proposals
+from pasodoble.domains.code import CodeDomain
 from pasodoble.domains.math import MathDomain
 from pasodoble.domains.qa import QADomain
 from pasodoble.errors import ConfigError
 
-_FACTORIES: dict[str, Callable[[], Domain]] = {"math": MathDomain, "qa": QADomain}
+_FACTORIES: dict[str, Callable[[], Domain]] = {"code": CodeDomain, "math": MathDomain, "qa": QADomain}
 
 
 def register_domain(name: str, factory: Callable[[], Domain]) -> None:
@@ -29,7 +30,7 @@ def register_domain(name: str, factory: Callable[[], Domain]) -> None:
 
 def unregister_domain(name: str) -> None:
     """Remove a registered domain (tests register toy ones); the built-in ones stay."""
-    if name not in ("math", "qa"):
+    if name not in ("code", "math", "qa"):
         _FACTORIES.pop(name, None)
 
 

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pasodoble.errors import ConfigError
-from pasodoble.world import formats, problems, teacher
+from pasodoble.world import code_world, formats, problems, teacher
 from pasodoble.world.corpus import random_passage, worked_passage
 from pasodoble.world.model import ModelConfig, build_model
 from pasodoble.world.select import SelectConfig
@@ -59,6 +59,8 @@ FORMAT_VERSION = 4  # bump when the files change for the same config, so caches 
 @dataclass
 class WorldConfig:
     seed: int = 0  # seeds every random choice of the world (data, tokenizer, model init)
+    # what the world is about: "math" (arithmetic) or "code" (tiny programs, `world/code_world.py`; domain: code)
+    game: str = "math"
     corpus_size: int = 2000  # passages in corpus.jsonl
     tier_size: int = 100  # held-out problems per tier in tiers.jsonl
     sft_solver_examples: int = 20_000  # Solver SFT examples
@@ -84,6 +86,10 @@ class WorldConfig:
 
     def validate(self) -> None:
         self.select.validate()
+        if self.game not in ("math", "code"):
+            raise ConfigError("world.game", f"must be 'math' or 'code', got {self.game!r}")
+        if self.game == "code" and self.select.every:
+            raise ConfigError("world.select.every", "the code world has no next-tier stop; set it to 0")
         named = [("sft_tiers", t) for t in self.sft_tiers] + [("next_tier", self.next_tier)] * bool(
             self.next_tier
         )
@@ -185,7 +191,10 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def manifest(config: WorldConfig) -> dict:
     """What `world.json` holds: the config and the format version."""
-    return {"format_version": FORMAT_VERSION, "config": asdict(config)}
+    fields = asdict(config)
+    if config.game == "math":  # left out at its default, so worlds built before the field existed stay valid
+        fields.pop("game")
+    return {"format_version": FORMAT_VERSION, "config": fields}
 
 
 def _tier_rows(config: WorldConfig) -> list[dict]:
@@ -206,6 +215,28 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
         return paths
     paths.root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"world/{config.seed}")
+    if config.game == "code":
+        corpus, solver, proposer, tier_rows = code_world.world_rows(config, rng)
+        cue = code_world.PROPOSER_TEMPLATE
+    else:
+        corpus, solver, proposer = _math_rows(config, rng)
+        tier_rows, cue = _tier_rows(config), formats.PROPOSER_TEMPLATE_NO_PASSAGE
+    texts = [f"user\n{e['prompt']}\nassistant\n{e['completion']}" for e in solver + proposer]
+    tokenizer = build_tokenizer(texts + [row["text"] for row in corpus] + [cue], config.vocab_size)
+    tokenizer.save_pretrained(paths.tokenizer_dir)
+    model = build_model(config.model, tokenizer, config.seed)
+    model.save_pretrained(paths.base_model_dir)
+    tokenizer.save_pretrained(paths.base_model_dir)
+    _write_jsonl(paths.corpus, corpus)
+    _write_jsonl(paths.sft_solver, solver)
+    _write_jsonl(paths.sft_proposer, proposer)
+    _write_jsonl(paths.tiers, tier_rows)
+    stamp.write_text(json.dumps(manifest(config), indent=2) + "\n")
+    return paths
+
+
+def _math_rows(config: WorldConfig, rng: random.Random) -> tuple[list[dict], list[dict], list[dict]]:
+    """(corpus, Solver SFT, Proposer SFT) of the arithmetic world."""
     # Worked passages: solved expressions of every tier, equally often, in the corpus and the Proposer's data.
     if config.passages == "worked":
         proposer_mix = {tier: 1.0 for tier in problems.TIERS}
@@ -225,17 +256,4 @@ def build_world(out_dir: Path, config: WorldConfig | None = None) -> WorldPaths:
     proposer = teacher.proposer_examples(
         config.sft_proposer_examples, proposer_mix, rng, config.passages, config.proposer_answer
     )
-    texts = [f"user\n{e['prompt']}\nassistant\n{e['completion']}" for e in solver + proposer]
-    tokenizer = build_tokenizer(
-        texts + [row["text"] for row in corpus] + [formats.PROPOSER_TEMPLATE_NO_PASSAGE], config.vocab_size
-    )
-    tokenizer.save_pretrained(paths.tokenizer_dir)
-    model = build_model(config.model, tokenizer, config.seed)
-    model.save_pretrained(paths.base_model_dir)
-    tokenizer.save_pretrained(paths.base_model_dir)
-    _write_jsonl(paths.corpus, corpus)
-    _write_jsonl(paths.sft_solver, solver)
-    _write_jsonl(paths.sft_proposer, proposer)
-    _write_jsonl(paths.tiers, _tier_rows(config))
-    stamp.write_text(json.dumps(manifest(config), indent=2) + "\n")
-    return paths
+    return corpus, solver, proposer

@@ -59,6 +59,8 @@ def cache_key(world: WorldConfig, sft: SFTConfig) -> str:
     world_fields = to_dict(world)
     if not world.select.every:  # off trains as before the field existed: those cache entries stay valid
         world_fields.pop("select")
+    if world.game == "math":  # likewise for the world's game at its default
+        world_fields.pop("game")
     blob = json.dumps({"v": FORMAT_VERSION, "world": world_fields, "sft": sft_fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

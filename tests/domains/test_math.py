@@ -104,5 +104,5 @@ def test_recipe_domain_defaults_to_math_and_an_unknown_name_is_one_line():
     assert load_config(TrainConfig).domain == "math"
     with pytest.raises(ConfigError) as err:
         load_config(TrainConfig, None, ["domain=chess"])
-    assert err.value.where == "domain" and "registered domains: math" in err.value.message
+    assert err.value.where == "domain" and "registered domains: code, math, qa" in err.value.message
     assert "\n" not in str(err.value)
