@@ -68,7 +68,8 @@ def register(subparsers) -> None:
         choices=PROMPT_STYLES,
         default="raw",
         help="raw: the prompt continued, cut at a new top-level statement; chat: the chat template, the answer's "
-        "fenced block (docs/SANDBOX.md) (default: %(default)s)",
+        "fenced block; chat-prefix: the chat template, the answer begun with the prompt's code and continued "
+        "(docs/SANDBOX.md) (default: %(default)s)",
     )
     g.add_argument(
         "--chunk-size", type=int, default=64, help="problems per engine call (default: %(default)s)"

@@ -6,12 +6,14 @@
 Generation, resumption, progress and samples.jsonl are `pasodoble eval`'s (`evals.runner.evaluate`, engines from
 `rollout/factory.py` through `evals.engine`); only the grader differs: `CodeGrader` turns each completion into a
 program and asks the sandbox. Prompt styles:
-- raw (default): the HumanEval prompt as plain text, continued by the model (no chat template, as the Codex paper
-  evaluated); generation stops at a new top-level `def`/`class`/`if __name__`/`print(`/`assert` line or a closing
+- raw (default): the HumanEval prompt as plain text without its trailing newline, continued by the model (no chat
+  template, as the Codex paper evaluated); generation stops at a new top-level `def`/`class`/`if __name__`/`print(`/`assert` line or a closing
   fence (`RAW_STOPS`), and the completion is cut there before it runs.
 - chat: the prompt in a user turn of the chat template asking for the whole function in a fenced block; the
   answer's first fenced block runs after the prompt (its definitions replace the stub), or, without a fence, the
   answer continues the prompt. No stop strings: chat models end their turn.
+- chat-prefix: a user turn asking to complete the function, then the assistant's answer begun as a python block
+  holding the prompt; the model continues the code, cut as in raw (a closing fence ends it too).
 pass@k uses the unbiased estimator over the n samples of each problem (`passk.py`).
 """
 
@@ -41,11 +43,12 @@ from pasodoble.roles.models import check_model_spec
 from pasodoble.sandbox import SandboxConfig, check, probe
 from pasodoble.scale.collectives import SingleProcess
 
-PROMPT_STYLES = ("raw", "chat")
+PROMPT_STYLES = ("raw", "chat", "chat-prefix")
 RAW_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\nassert ", "\n```")
+INSTRUCTION = "Complete the following Python function."
 CHAT_TEMPLATE = (
-    "Complete the following Python function. Reply with the whole function, imports included, in one "
-    "```python code block.\n\n```python\n{question}```"
+    f"{INSTRUCTION} Reply with the whole function, imports included, in one ```python code block.\n\n"
+    "```python\n{question}```"
 )
 
 
@@ -55,14 +58,35 @@ def cut_at_stops(text: str, stops: Sequence[str]) -> str:
     return text[:cut]
 
 
+def code_head(problem: CodeProblem, style: str) -> str:
+    """The code a continuing style's completion follows: the prompt without its trailing whitespace, so the model
+    writes the body's first line break and indent itself (a prompt ending in a blank line reads as finished code)."""
+    return problem.prompt if style == "chat" else problem.prompt.rstrip()
+
+
 def completion_program(problem: CodeProblem, response: str, style: str) -> str:
     """The program a generated response stands for (see the module docstring)."""
-    return program_for(problem, cut_at_stops(response, RAW_STOPS) if style == "raw" else response)
+    if style == "chat":
+        return program_for(problem, response)
+    return code_head(problem, style) + cut_at_stops(response, RAW_STOPS)
 
 
 def style_settings(style: str) -> tuple[str, bool, tuple[str, ...]]:
-    """(prompt template, use the chat template?, stop strings) of a prompt style."""
-    return ("{question}", False, RAW_STOPS) if style == "raw" else (CHAT_TEMPLATE, True, ())
+    """(prompt template, use the chat template?, stop strings) of a prompt style; see `style_question`."""
+    return (CHAT_TEMPLATE, True, ()) if style == "chat" else ("{question}", False, RAW_STOPS)
+
+
+def style_question(style: str, prompt: str, tokenizer) -> str:
+    """The question `evaluate` renders for one prompt: the prompt itself, or (chat-prefix) the chat template's user
+    turn asking to complete it, then the assistant's answer begun as a python block holding it, as plain text."""
+    if style != "chat-prefix":
+        return prompt.rstrip() if style == "raw" else prompt
+    user = [{"role": "user", "content": f"{INSTRUCTION}\n\n```python\n{prompt}```"}]
+    text = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=False)
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and tokenizer("")["input_ids"]:  # tokenising the text adds it again
+        text = text[len(bos) :]
+    return f"{text}```python\n{prompt.rstrip()}"
 
 
 class CodeGrader:
@@ -90,7 +114,7 @@ class CodeGrader:
         counters["errors"] = statuses["sandbox_error"] + statuses["refused"] + statuses["crashed"]
         counters |= {f"status/{name}": count for name, count in statuses.items()}
         verdicts = [
-            Verdict(v.passed, v.status, program[len(p.prompt) :])
+            Verdict(v.passed, v.status, program[len(code_head(p, self.style)) :])
             for v, p, program in zip(results, problems, programs)
         ]
         return GradeBatch(verdicts, counters)
@@ -113,9 +137,11 @@ class WithStops:
         self.engine.close()
 
 
-def as_eval_problems(problems: Sequence[CodeProblem], source: str) -> list[Problem]:
-    """The generic eval problems `evaluate` iterates: the prompt is the question, the task id the gold."""
-    return [Problem(id=p.task_id, question=p.prompt, answers=(p.task_id,), source=source) for p in problems]
+def as_eval_problems(problems: Sequence[CodeProblem], source: str, style: str, tokenizer) -> list[Problem]:
+    """The generic eval problems `evaluate` iterates: the question from the prompt, the task id as the gold."""
+    return [
+        Problem(p.task_id, style_question(style, p.prompt, tokenizer), (p.task_id,), source) for p in problems
+    ]
 
 
 def code_digest(problems: Sequence[CodeProblem]) -> str:
@@ -198,7 +224,7 @@ def run_model_eval(args: argparse.Namespace, problems: list[CodeProblem], source
     print(f"evaluating {args.model} on {len(problems)} {source} problems -> {args.out}", flush=True)
     args.model_path = resolve_model_spec(args.model)
     tokenizer, model_config = load_tokenizer_and_config(args.model_path, args.model)
-    eval_problems = as_eval_problems(problems, source)
+    eval_problems = as_eval_problems(problems, source, args.prompt_style, tokenizer)
     longest = max(len(render_prompt(p.question, settings, tokenizer)[1]) for p in eval_problems)
     role = engine_role(
         args,

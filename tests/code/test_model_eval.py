@@ -6,7 +6,14 @@ import json
 import pytest
 
 from pasodoble.cli import main
-from pasodoble.code.model_eval import RAW_STOPS, CodeGrader, completion_program, cut_at_stops, pass_at_ks
+from pasodoble.code.model_eval import (
+    RAW_STOPS,
+    CodeGrader,
+    completion_program,
+    cut_at_stops,
+    pass_at_ks,
+    style_question,
+)
 from pasodoble.code.problems import CodeProblem
 from pasodoble.sandbox import STATUSES, SandboxConfig
 from tests.code.test_code_eval_cli import ROWS
@@ -28,7 +35,9 @@ def test_raw_completions_are_cut_at_the_first_new_top_level_statement():
     assert cut_at_stops(body + "print(add(1, 2))", RAW_STOPS) == body[:-1]
     assert cut_at_stops(body + "    def inner():\n", RAW_STOPS) == body + "    def inner():\n"  # nested: kept
     assert cut_at_stops(body + "\n```\nExplanation", RAW_STOPS) == body
-    assert completion_program(ADD, body + "\nprint(add(1, 2))\n", "raw") == ADD.prompt + body
+    head = ADD.prompt.rstrip()  # the model writes the body's line break itself
+    assert completion_program(ADD, "\n" + body + "print(add(1, 2))\n", "raw") == head + "\n" + body[:-1]
+    assert completion_program(ADD, "\n```\nThis function adds.", "raw") == head  # a closed block: no body
 
 
 def test_chat_answers_run_their_fenced_block_after_the_prompt():
@@ -36,6 +45,17 @@ def test_chat_answers_run_their_fenced_block_after_the_prompt():
     program = completion_program(ADD, answer, "chat")
     assert program.startswith(ADD.prompt) and program.endswith("def add(a, b):\n    return a + b\n")
     assert completion_program(ADD, "    return a + b", "chat") == ADD.prompt + "    return a + b"
+
+
+def test_chat_prefix_begins_the_assistants_answer_with_the_prompts_code(tiny_lm):
+    tokenizer = tiny_lm[1]
+    question = style_question("chat-prefix", ADD.prompt, tokenizer)
+    turn = "<|im_start|>user\nComplete the following Python function.\n\n```python\n" + ADD.prompt + "```"
+    head = ADD.prompt.rstrip()
+    assert question.startswith(turn) and question.endswith("<|im_start|>assistant\n```python\n" + head)
+    assert style_question("raw", ADD.prompt, tokenizer) == head
+    body = "\n    return a + b\n```\nThis adds."
+    assert completion_program(ADD, body, "chat-prefix") == head + "\n    return a + b"
 
 
 def test_pass_at_k_over_sample_rows():
@@ -47,14 +67,14 @@ def test_pass_at_k_over_sample_rows():
 @pytest.mark.sandbox
 def test_code_grader_gives_the_sandboxs_verdicts():
     grader = CodeGrader([ADD], "raw", SandboxConfig(), workers=2)
-    responses = ["    return a + b\ndef junk(:\n", "    return a - b\n", "    return (\n"]
+    responses = ["\n    return a + b\ndef junk(:\n", "\n    return a - b\n", "\n    return (\n"]
     batch = grader.grade([ADD.task_id] * 3, responses)
     assert [(v.correct, v.status) for v in batch.verdicts] == [
         (True, "passed"),
         (False, "failed"),
         (False, "error"),
     ]
-    assert batch.verdicts[0].extracted == "    return a + b"  # what ran after the prompt
+    assert batch.verdicts[0].extracted == "\n    return a + b"  # what ran after the prompt
     assert batch.counters["checks"] == 3 and batch.counters["status/passed"] == 1
 
 
