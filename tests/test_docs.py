@@ -268,6 +268,11 @@ COMMANDS: dict[str, Run | Skip] = {
     "pasodoble code-eval --model M --n 10 --temperature 0.8 --k 1,10 --engine vllm --out runs/he-m": Skip(
         "a placeholder model; tests/code/test_model_eval_vllm.py (vllm) runs code-eval --engine vllm"
     ),
+    "pasodoble code-eval --model pkg:smollm2-135m-instruct --engine vllm --prompt-style chat-prefix "
+    "--max-new-tokens 384 --chunk-size 32 --out runs/he-smollm2": Skip(
+        "the measured run of docs/SANDBOX.md (vLLM CPU, minutes to an hour); tests/code/test_model_eval_vllm.py "
+        "(vllm) runs code-eval --engine vllm"
+    ),
     "PYTHONPATH=. python tests/sandbox/layer_table.py": Skip(
         "minutes (every escape case once per layer); its output is the table in docs/SANDBOX.md"
     ),
