@@ -269,6 +269,17 @@ COMMANDS: dict[str, Run | Skip] = {
     "pasodoble code-eval --jsonl mine.jsonl --samples samples.jsonl --k 1,10 --out runs/mine": Skip(
         "the user's files; tests/code/test_code_eval_cli.py runs code-eval on a JSONL and samples"
     ),
+    "pasodoble code-eval --model pkg:smollm2-135m-instruct --out runs/he-smollm2": Skip(
+        "minutes of generation on a CPU (measured in docs/SANDBOX.md); tests/code/test_model_eval.py runs --model"
+    ),
+    "pasodoble code-eval --model M --n 10 --temperature 0.8 --k 1,10 --engine vllm --out runs/he-m": Skip(
+        "a placeholder model; tests/code/test_model_eval_vllm.py (vllm) runs code-eval --engine vllm"
+    ),
+    "pasodoble code-eval --model pkg:smollm2-135m-instruct --engine vllm --prompt-style chat-prefix "
+    "--max-new-tokens 384 --chunk-size 32 --out runs/he-smollm2": Skip(
+        "the measured run of docs/SANDBOX.md (vLLM CPU, minutes to an hour); tests/code/test_model_eval_vllm.py "
+        "(vllm) runs code-eval --engine vllm"
+    ),
     "PYTHONPATH=. python tests/sandbox/layer_table.py": Skip(
         "minutes (every escape case once per layer); its output is the table in docs/SANDBOX.md"
     ),

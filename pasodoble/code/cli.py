@@ -4,10 +4,13 @@
     pasodoble code-eval --mutants --out runs/he-mutants            # every nudged solution must fail
     pasodoble code-eval --samples completions.jsonl --k 1,10 --out runs/he-model
     pasodoble code-eval --jsonl mine.jsonl --samples s.jsonl --out runs/mine
+    pasodoble code-eval --model pkg:smollm2-135m-instruct --out runs/he-smollm2         # greedy pass@1
+    pasodoble code-eval --model M --n 10 --temperature 0.8 --k 1,10 --engine vllm --out runs/he-m
 
 `--samples` is a JSONL of {task_id, completion} rows (several per task for pass@k), as written by any generator;
 a completion runs as the prompt continued, or as its fenced code block after the prompt. Writes DIR/checks.jsonl
-(one verdict per sample) and DIR/results.json (pass@k, status counts, checks per second).
+(one verdict per sample) and DIR/results.json (pass@k, status counts, checks per second). `--model` generates the
+completions itself (`model_eval.py`): DIR/samples.jsonl, results.json, results.md and run.json as `pasodoble eval`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from pasodoble.code.model_eval import PROMPT_STYLES, run_model_eval
 from pasodoble.code.passk import mean_pass_at_k
 from pasodoble.code.problems import CodeProblem, job_for, load_code_jsonl, load_humaneval, mutant, program_for
 from pasodoble.errors import UserError
+from pasodoble.evals.engine import add_engine_arguments
 from pasodoble.io import write_json_atomic
 from pasodoble.sandbox import SandboxConfig, check
 
@@ -40,6 +45,9 @@ def register(subparsers) -> None:
         "--mutants", action="store_true", help="canonical solutions with nudged returns (must fail)"
     )
     what.add_argument("--samples", type=Path, help="JSONL of {task_id, completion} rows")
+    what.add_argument(
+        "--model", help="generate the completions with this model (folder, Hub id, tiny:/pkg: spec)"
+    )
     p.add_argument("--benchmarks", default="humaneval", choices=["humaneval"], help="the built-in set")
     p.add_argument(
         "--jsonl", type=Path, help="a JSONL of {prompt, tests, entry_point} rows instead of --benchmarks"
@@ -49,7 +57,28 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=2, help="checks run at once")
     p.add_argument("--timeout-s", type=float, default=10.0, help="wall clock of one check")
     p.add_argument("--out", type=Path, required=True, help="folder for checks.jsonl and results.json")
-    p.set_defaults(func=run_code_eval)
+    g = p.add_argument_group("generation (--model; the run resumes when repeated with the same --out)")
+    g.add_argument("--n", type=int, default=1, help="samples per problem (default: %(default)s)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: %(default)s)")
+    g.add_argument("--max-new-tokens", type=int, default=512, help="completion budget (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="base sampling seed (default: %(default)s)")
+    g.add_argument(
+        "--prompt-style",
+        choices=PROMPT_STYLES,
+        default="raw",
+        help="raw: the prompt continued, cut at a new top-level statement; chat: the chat template, the answer's "
+        "fenced block; chat-prefix: the chat template, the answer begun with the prompt's code and continued "
+        "(docs/SANDBOX.md) (default: %(default)s)",
+    )
+    g.add_argument(
+        "--chunk-size", type=int, default=64, help="problems per engine call (default: %(default)s)"
+    )
+    g.add_argument("--label", help="row name in tables (default: from the model)")
+    g.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_arguments(p.add_argument_group("engine (--model; the roles' engines)"))
+    p.set_defaults(func=run_code_eval, distributed_timeout_s=3600.0)  # one process; the engine checks read it
 
 
 def _ks(text: str) -> list[int]:
@@ -105,6 +134,9 @@ def run_code_eval(args) -> int:
     else:
         problems = load_humaneval()
     problems = problems[: args.limit] if args.limit else problems
+    if args.model is not None:
+        source = args.jsonl.stem if args.jsonl is not None else args.benchmarks
+        return run_model_eval(args, problems, source, ks)
     by_id = {p.task_id: p for p in problems}
     programs, skipped = _programs(args, problems)
     config = SandboxConfig(timeout_s=args.timeout_s)

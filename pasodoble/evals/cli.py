@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.evals.benchmarks import DATA_DIR_ENV, load_benchmark, parse_benchmark_names
+from pasodoble.evals.engine import add_engine_arguments
 from pasodoble.evals.problems import ANSWER_FORMATS, FieldMap, Problem, load_hf_problems, load_problems_file
 from pasodoble.evals.report import (
     METRICS,
@@ -49,10 +50,8 @@ from pasodoble.io import write_json_atomic
 from pasodoble.qa.normalize import RULES as QA_RULES
 from pasodoble.qa.proposal import SOLVER_TEMPLATE as QA_TEMPLATE
 from pasodoble.roles.models import check_model_spec
-from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
 EVAL_FALLBACK = "auto"  # answers outside \\boxed{}: see --grader-fallback
-EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
 GRADINGS = ("math", "qa")  # --grading: the math grader, or QA exact match and F1 (pasodoble.qa)
 TINY_TIERS = "tiny:tiers"  # --dataset value: the default tiny world's held-out tier problems
 
@@ -126,34 +125,7 @@ def register(subparsers) -> None:
     s.add_argument("--no-chat-template", action="store_true", help="feed the rendered template as plain text")
     s.add_argument("--chunk-size", type=int, default=defaults.chunk_size, help="problems per engine call")
     e = p.add_argument_group("engine (the same engines and settings as the roles' in training)")
-    vllm = VLLMConfig()
-    e.add_argument("--engine", choices=ENGINES, default="hf", help="rollout engine (see docs/ROLLOUTS.md)")
-    e.add_argument("--batch-size", type=int, default=64, help="hf: sequences per generate call")
-    e.add_argument("--device", default="auto", help="hf: auto (cuda when available), cpu, cuda, cuda:1, ...")
-    e.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        help="weights' dtype (auto: the model's own)",
-    )
-    e.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=EVAL_GPU_MEMORY,
-        help="vllm: share of GPU memory the engine may take (default: %(default)s; training's default is "
-        f"{vllm.gpu_memory_utilization})",
-    )
-    e.add_argument(
-        "--tensor-parallel-size",
-        type=int,
-        default=vllm.tensor_parallel_size,
-        help="vllm, vllm_server: GPUs one engine spans (default: %(default)s)",
-    )
-    e.add_argument(
-        "--max-model-len", type=int, help="vllm: longest prompt + completion (default: the two budgets added)"
-    )
-    e.add_argument("--server-url", help="vllm_server: an already running server (default: start one)")
-    e.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft format) applied to --model")
+    add_engine_arguments(e)
     e.add_argument(
         "--distributed-timeout-s",
         type=float,

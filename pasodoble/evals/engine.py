@@ -21,8 +21,9 @@ from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles.adapters import LoraConfig
 from pasodoble.roles.role import RoleConfig
-from pasodoble.rollout.settings import VLLMConfig
+from pasodoble.rollout.settings import ENGINES, VLLMConfig
 
+EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
 ROLE_NAME = "eval"  # the name the factory gives the engine (error fields, the adapter's name in vLLM)
 ADAPTER_NAME = "evaluated"  # the peft adapter's name (not "eval": a module attribute of that name exists)
 FLAGS = {  # role config field -> the eval flag that sets it
@@ -37,6 +38,42 @@ FLAGS = {  # role config field -> the eval flag that sets it
     "lora.rank": "--adapter",
     "max_prompt_length": "--max-prompt-length",
 }
+
+
+def add_engine_arguments(group) -> None:
+    """The engine flags that `engine_role` and `open_engine` read, shared by `pasodoble eval` and `code-eval`."""
+    vllm = VLLMConfig()
+    group.add_argument(
+        "--engine", choices=ENGINES, default="hf", help="rollout engine (see docs/ROLLOUTS.md)"
+    )
+    group.add_argument("--batch-size", type=int, default=64, help="hf: sequences per generate call")
+    group.add_argument(
+        "--device", default="auto", help="hf: auto (cuda when available), cpu, cuda, cuda:1, ..."
+    )
+    group.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="weights' dtype (auto: the model's own)",
+    )
+    group.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=EVAL_GPU_MEMORY,
+        help="vllm: share of GPU memory the engine may take (default: %(default)s; training's default is "
+        f"{vllm.gpu_memory_utilization})",
+    )
+    group.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=vllm.tensor_parallel_size,
+        help="vllm, vllm_server: GPUs one engine spans (default: %(default)s)",
+    )
+    group.add_argument(
+        "--max-model-len", type=int, help="vllm: longest prompt + completion (default: the two budgets added)"
+    )
+    group.add_argument("--server-url", help="vllm_server: an already running server (default: start one)")
+    group.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft format) applied to --model")
 
 
 def resolve_dtype(choice: str, model_config) -> str:

@@ -32,6 +32,9 @@ class SamplingParams:
     min_p: float | None = None  # drop tokens below min_p x the top token's probability; None or 0: off
     max_new_tokens: int = 256  # completion budget in tokens
     seed: int | None = None  # seeds the sampler for this call; None draws from the global RNG
+    # generation may end once a completion's text holds one of these; the text keeps it (and at most the rest of
+    # the token that completed it), so a caller cuts there; () lets only EOS and the budget end it
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -50,6 +53,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.min_p must be in [0, 1) or None (off), got {self.min_p!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not isinstance(self.stop, tuple) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"SamplingParams.stop must be a tuple of non-empty strings, got {self.stop!r}")
 
 
 @dataclass

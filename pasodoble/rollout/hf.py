@@ -15,7 +15,8 @@ generation config for the duration of the call. With `autocast_dtype` (a trainab
 `pasodoble.core.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
 `synced_gpus` is always off: transformers switches it on for an FSDP module on several ranks (an all-reduce per
 decoded token, which hangs when ranks make different numbers of generate() calls); a sharded role generates
-inside `Role.gathered()`, on full weights that need no collective.
+inside `Role.gathered()`, on full weights that need no collective. `SamplingParams.stop` strings end a row once
+its decoded tail holds one (a batch still runs until every row has ended).
 
 Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temperature=0.6))`.
 """
@@ -72,6 +73,25 @@ class _FinishedCounter(StoppingCriteria):
             self.report(count - (self.done or 0))
             self.done = count
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+class _StopStrings(StoppingCriteria):
+    """Ends a row once the decoded tail of its completion holds a stop string; `ended[row]` is its length then."""
+
+    def __init__(self, width: int, stops: tuple[str, ...], tokenizer):
+        self.width, self.stops, self.tokenizer = width, stops, tokenizer
+        self.tail = max(len(s) for s in stops)  # tokens enough to hold the longest one: a token is >= 1 char
+        self.ended: dict[int, int] = {}
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        length = input_ids.shape[1] - self.width
+        first = max(self.width, input_ids.shape[1] - self.tail)
+        for row, ids in enumerate(input_ids[:, first:].tolist()):
+            if row not in self.ended and any(s in self.tokenizer.decode(ids) for s in self.stops):
+                self.ended[row] = length
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        done[list(self.ended)] = True
+        return done.to(input_ids.device)
 
 
 class HFEngine:
@@ -156,21 +176,25 @@ class HFEngine:
             eos_token_id=self.eos_ids,
         )
         counter = None if on_progress is None else _FinishedCounter(width, self.eos_ids, on_progress)
+        stopper = _StopStrings(width, sampling.stop, self.tokenizer) if sampling.stop else None
+        criteria = [c for c in (counter, stopper) if c is not None]
         recorder = None if self.rescore else SampledLogprobs(sampling.temperature)
         sequences = self.model.generate(
             input_ids=input_ids,
             attention_mask=prompt_mask,
             generation_config=config,
             logits_processor=LogitsProcessorList([recorder]) if recorder else None,
-            stopping_criteria=StoppingCriteriaList([counter]) if counter else None,
+            stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             synced_gpus=False,  # never a per-token collective: sharded roles generate on gathered weights
         )
         completion = sequences[:, width:]  # (B, C)
         lengths, finish = [], []
-        for row in completion.tolist():
-            stop = next((i for i, t in enumerate(row) if t in self.eos_ids), None)
-            lengths.append(len(row) if stop is None else stop + 1)
-            finish.append("length" if stop is None else "stop")
+        for i, row in enumerate(completion.tolist()):
+            eos = next((j for j, t in enumerate(row) if t in self.eos_ids), None)
+            ended = stopper.ended.get(i) if stopper else None  # a stop string ended it: padding follows
+            n = len(row) if eos is None else eos + 1
+            lengths.append(n if ended is None else min(n, ended))
+            finish.append("length" if eos is None and ended is None else "stop")
         if counter is not None and len(prompts) > (counter.done or 0):  # rows that ran out of budget end here
             on_progress(len(prompts) - (counter.done or 0))
         if recorder is not None:

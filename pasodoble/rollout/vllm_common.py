@@ -46,7 +46,7 @@ def vllm_sampling(sampling: SamplingParams, index: int) -> dict:
         "seed": request_seed(sampling.seed, index),
         "logprobs": 0,
         "skip_special_tokens": True,
-    }
+    } | ({"stop": list(sampling.stop), "include_stop_str_in_output": True} if sampling.stop else {})
 
 
 def make_completion(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -78,3 +79,30 @@ def test_progress_reports_every_sequence_without_changing_the_samples(tiny_lm):
     assert [[c.text for c in p] for p in plain] == [[c.text for c in p] for p in watched]
     assert sum(steps) == 9 and all(s > 0 for s in steps)  # every sequence once, as it finishes
     assert batches == [(0, 4), (4, 4), (8, 1)]
+
+
+def test_stop_strings_end_each_row_after_its_first_stop(tiny_lm):
+    model, tokenizer, _ = tiny_lm
+    prompts = [_ids(p) for p in _prompts(tokenizer)]
+    engine = HFEngine(model, tokenizer)
+    free = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=24))
+    text = free[0][0].text
+    stop = text[5:7]  # two characters from the first row's greedy text; the second row may never write them
+    out = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=24, stop=(stop,)))
+    for before, after in zip(free, out):
+        before, after = before[0], after[0]
+        end = before.text.find(stop)
+        if end < 0:  # never written: the row runs as before
+            assert after.token_ids == before.token_ids and after.finish_reason == before.finish_reason
+            continue
+        assert after.text == before.text[: end + len(stop)] and after.finish_reason == "stop"
+        assert after.token_ids == before.token_ids[: len(after.token_ids)]
+        assert len(after.logprobs) == len(after.token_ids)
+    assert out[0][0].text.endswith(stop)
+
+
+def test_stop_must_be_non_empty_strings():
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=("",))
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=["\ndef "])

@@ -155,3 +155,13 @@ def test_two_adapters_on_one_engine_each_sampled_with_its_own(world):
     s_engine.update_weights(s_view)
     assert _max_gap(s_view, s_engine, prompts, sampling) < TOL
     assert _max_gap(p_view, p_engine, prompts, sampling) < TOL
+
+
+def test_stop_strings_end_a_completion_after_its_first_stop(world):
+    _, tokenizer, engine, _ = world
+    prompts = _prompts(tokenizer)
+    free = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=24))[0][0]
+    stop = free.text[5:7]
+    cut = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=24, stop=(stop,)))[0][0]
+    assert cut.text == free.text[: free.text.find(stop) + len(stop)] and cut.finish_reason == "stop"
+    assert cut.token_ids == free.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
