@@ -165,7 +165,7 @@ bench-env: $(TRL_VENV)/.stamp-trl
 # The project's GRPO step against TRL's GRPOTrainer on the same weights and work (docs/PERFORMANCE.md): paired,
 # interleaved runs in separate processes pinned to one core; tables and JSON under bench-out/. bench-quick: the tiny
 # anchor only, a couple of minutes. BENCH_ARGS adds flags (e.g. --rounds 5 --cpu 0).
-bench: install bench-env
+bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
 
 bench-quick: install bench-env

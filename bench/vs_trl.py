@@ -196,7 +196,12 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--project-only", action="store_true", help="no TRL sides (no TRL venv needed)")
     ap.add_argument("--no-trl-defaults", action="store_true", help="skip the TRL-defaults side")
     ap.add_argument("--trl-python", type=Path, default=default_trl_python(), help="python of the TRL venv")
-    ap.add_argument("--cpu", type=int, default=1, help="the core every process is pinned to")
+    ap.add_argument(
+        "--cpu",
+        type=int,
+        default=max(os.sched_getaffinity(0)),
+        help="the core every process is pinned to (default: the last)",
+    )
     ap.add_argument(
         "--warmup-steps", type=int, default=1, help="steps each process takes before the measured one"
     )

@@ -118,8 +118,8 @@ def run_project(spec: dict) -> dict:
     role = Role.from_pretrained("solver", cfg, spec["model_dir"], total_updates=steps)
     for step in range(steps):
         chats = spec["chats"][step * per_step : (step + 1) * per_step]
+        start = time.process_time()  # from the chats, as TRL's generation phase starts from them
         prompts = [role.prompt_ids(chat) for chat in chats]
-        start = time.process_time()
         groups = role.generate(prompts, seed=spec["seed"] + step)
         samples, advantages = [], []
         for prompt, group in zip(prompts, groups, strict=True):
@@ -137,6 +137,11 @@ def run_project(spec: dict) -> dict:
         "prompt_tokens": sum(len(p) for p in prompts) * n,
         "completion_tokens": sum(len(c.token_ids) for g in groups for c in g),
         "params": sum(p.numel() for p in role.model.parameters()),
+        "settings": {
+            "gradient_checkpointing": cfg.gradient_checkpointing,
+            "micro_batch_size": cfg.micro_batch_size,
+            "logprob_chunk_tokens": cfg.logprob_chunk_tokens,
+        },
         "peak_rss_mb": _peak_rss_mb(),
         "versions": _versions(),
     }
@@ -243,6 +248,11 @@ def run_trl(spec: dict, defaults: bool) -> dict:
         "prompt_tokens": int(batch["prompt_mask"].sum()),
         "completion_tokens": int(batch["completion_mask"].sum()),
         "params": sum(p.numel() for p in model.parameters()),
+        "settings": {
+            "gradient_checkpointing": trainer.args.gradient_checkpointing,
+            "optim": getattr(trainer.args.optim, "value", str(trainer.args.optim)),
+            "bf16": trainer.args.bf16,
+        },
         "peak_rss_mb": _peak_rss_mb(),
         "versions": _versions(),
     }
