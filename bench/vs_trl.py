@@ -176,7 +176,7 @@ def report(results: dict) -> str:
         lines += [
             "",
             f"## {name}: {s['prompts']} prompts x {s['num_generations']} samples, up to {s['max_new_tokens']} new "
-            f"tokens, {shape['summary']['sides']['project']['rounds']} rounds",
+            f"tokens, rounds: {shape['summary']['sides']['project']['rounds']}",
             "",
             stats.render_table(shape["summary"]),
             "",

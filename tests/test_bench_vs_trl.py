@@ -125,7 +125,7 @@ def test_report_states_conditions_and_one_table_per_shape():
     text = vs_trl.report(results)
     assert "load average [1.0, 2.0, 3.0] before, [2.0, 2.0, 3.0] after" in text
     assert "71.0 GFLOP/s" in text and "`python bench/vs_trl.py --quick`" in text
-    assert "## tiny: 32 prompts x 8 samples, up to 48 new tokens, 1 rounds" in text
+    assert "## tiny: 32 prompts x 8 samples, up to 48 new tokens, rounds: 1" in text
     assert "project tokens per CPU-second: 1.50x TRL (ckpt off)" in text
 
 
@@ -168,7 +168,7 @@ def _bench(tmp_path: Path, *flags: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "## tiny: 1 prompts x 8 samples, up to 4 new tokens, 1 rounds" in done.stdout
+    assert "## tiny: 1 prompts x 8 samples, up to 4 new tokens, rounds: 1" in done.stdout
     assert (tmp_path / "report.md").read_text() in done.stdout
     return json.loads((tmp_path / "results.json").read_text())
 
