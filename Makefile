@@ -7,7 +7,8 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real
+	ci-fresh test-reversed real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real \
+	bench-env bench bench-quick
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -141,6 +142,34 @@ sandbox-env:
 # cold-start SFT on the tiny world's teacher data, online dual-play, the per-tier table; DEMO_ARGS=--quick: a smoke run.
 demo-real: fetch-real
 	$(BIN)/pasodoble demo-real $(DEMO_ARGS)
+
+# TRL for the speed comparison (bench/vs_trl.py) in its own venv, cached outside the clone and keyed on TRL's version
+# ($$PASODOBLE_CACHE, else ~/.cache/pasodoble); the constraints keep torch and transformers at the project's versions,
+# so both sides of the comparison run the same libraries. TRL never enters the project's venv.
+TRL_VERSION ?= 1.16.0
+BENCH_CACHE := $(or $(PASODOBLE_CACHE),$(HOME)/.cache/pasodoble)
+TRL_VENV ?= $(BENCH_CACHE)/venv-trl-$(TRL_VERSION)
+TRL_PY := $(TRL_VENV)/bin/python
+BENCH_ARGS ?=
+
+$(TRL_VENV)/.stamp-trl: constraints.txt
+	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_PY) -m pip install -q -c constraints.txt "$(TORCH)"
+	$(TRL_PY) -m pip install -q -c constraints.txt "trl==$(TRL_VERSION)"
+	$(TRL_PY) -c "import torch, transformers, trl; print('trl', trl.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"
+	$(TRL_PY) -c "import torch; assert torch.__version__.startswith('$(subst torch==,,$(TORCH))'), torch.__version__"
+	touch $@
+
+bench-env: $(TRL_VENV)/.stamp-trl
+
+# The project's GRPO step against TRL's GRPOTrainer on the same weights and work (docs/PERFORMANCE.md): paired,
+# interleaved runs in separate processes pinned to one core; tables and JSON under bench-out/. bench-quick: the tiny
+# anchor only, a couple of minutes. BENCH_ARGS adds flags (e.g. --rounds 5 --cpu 0).
+bench: fetch-real bench-env
+	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
+
+bench-quick: install bench-env
+	$(BIN)/python bench/vs_trl.py --quick --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check pasodoble tests bench

@@ -1,0 +1,281 @@
+"""The project's single-policy GRPO step against TRL's GRPOTrainer on the same weights and the same work.
+
+What: for each shape, the same model folder and the same chat prompts go to three sides, each a fresh process
+pinned to one core (`taskset -c`, OMP_NUM_THREADS=1): the project (`Role.generate`, reward, `Role.update`), TRL
+with the project's settings (gradient checkpointing off) and TRL's defaults (checkpointing on). A round runs the
+sides one after another (A B C A B C ...); each process takes a warm-up step, dropped, then the measured step.
+Reported per side: medians over rounds of CPU-seconds (step, generation with rewards, update), completion tokens
+per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 matmul peak of the same core
+measured in the same run; then the paired ratios TRL / project. Writes `results.json` and `report.md` under --out.
+
+Shapes: `tiny`, the anchor (a random tiny Qwen3 from the tiny world's config, byte-level BPE of 320 tokens, 32
+prompts x 8 samples, 48 new tokens) and `smollm2` (`pkg:smollm2-135m-instruct`, 8 prompts x 4, 64 new tokens).
+TRL runs in its own venv (`make bench-env`, same torch and transformers); without it use --project-only.
+
+    make bench                                               # both shapes, 3 rounds
+    python bench/vs_trl.py --quick --trl-python PY --out bench-out      # the anchor, 2 rounds: minutes
+    nice -n 19 python bench/vs_trl.py --shapes smollm2 --rounds 2 --cpu 1 --trl-python PY --out bench-out
+    python bench/vs_trl.py --quick --project-only --out bench-out       # no TRL: the project's figures alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import vs_trl_stats as stats  # noqa: E402
+
+from pasodoble.errors import UserError  # noqa: E402
+from pasodoble.io import default_cache_dir, write_json_atomic, write_text_atomic  # noqa: E402
+
+TRL_VERSION = "1.16.0"
+SIDE_SCRIPT = BENCH / "vs_trl_sides.py"
+
+
+@dataclass(frozen=True)
+class Shape:
+    prompts: int  # prompts per step
+    num_generations: int  # samples per prompt
+    max_new_tokens: int  # new tokens per sample, at most
+    micro_batch: int = 8  # sequences per forward/backward (both sides)
+    lr: float = 1e-6  # AdamW learning rate (constant)
+
+
+SHAPES = {"tiny": Shape(32, 8, 48), "smollm2": Shape(8, 4, 64)}
+
+
+def default_trl_python() -> Path:
+    return default_cache_dir() / f"venv-trl-{TRL_VERSION}" / "bin" / "python"
+
+
+def questions(count: int, seed: int) -> list[str]:
+    """`count` short arithmetic questions, the same for every side and every run with this seed."""
+    rng = random.Random(seed)
+    ops = ("+", "-", "*")
+    return [
+        f"What is {rng.randint(10, 999)} {rng.choice(ops)} {rng.randint(10, 999)}? Show your steps."
+        for _ in range(count)
+    ]
+
+
+def build_tiny_anchor(folder: Path, texts: list[str], seed: int = 0) -> Path:
+    """The anchor model: the tiny world's Qwen3 config, random weights (seeded), a 320-token BPE on `texts`."""
+    from pasodoble.world.model import ModelConfig, build_model
+    from pasodoble.world.tokenizer import build_tokenizer
+
+    if (folder / "config.json").is_file():
+        return folder
+    tokenizer = build_tokenizer(texts, vocab_size=320)
+    model = build_model(ModelConfig(max_position_embeddings=1024), tokenizer, seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def model_dir(shape: str, out: Path, texts: list[str]) -> Path:
+    if shape == "tiny":
+        return build_tiny_anchor(out / "models" / "tiny-anchor", texts)
+    from pasodoble.realmodels import resolve_pkg
+
+    return Path(resolve_pkg("pkg:smollm2-135m-instruct", progress=False))
+
+
+def run_child(python: str, side: str, spec: Path | None, out: Path, cpu: int) -> dict:
+    """One side in a fresh process pinned to core `cpu` with one thread; its JSON record."""
+    cmd = ["taskset", "-c", str(cpu), python, str(SIDE_SCRIPT), "--side", side, "--out", str(out)]
+    if spec is not None:
+        cmd += ["--spec", str(spec)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise UserError(f"vs_trl: the {side} side failed (exit {done.returncode}):\n{tail}")
+    return json.loads(out.read_text())
+
+
+def load_average() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float) -> dict:
+    """Every round of one shape; its runs (with derived figures), summary and Markdown table."""
+    texts = questions(shape.prompts * (args.warmup_steps + 1), seed=args.seed)
+    folder = model_dir(name, args.out, texts)
+    spec = {
+        **asdict(shape),
+        "shape": name,
+        "model_dir": str(folder),
+        "chats": [[{"role": "user", "content": t}] for t in texts],
+        "warmup_steps": args.warmup_steps,
+        "seed": args.seed,
+        "project_overrides": args.project_set,
+    }
+    spec_path = args.out / f"spec-{name}.json"
+    write_json_atomic(spec_path, spec)
+    pythons = {"project": sys.executable, "trl": str(args.trl_python), "trl_defaults": str(args.trl_python)}
+    runs = []
+    for r in range(args.rounds):
+        for side in sides:
+            record = run_child(
+                pythons[side], side, spec_path, args.out / "runs" / f"{name}-r{r}-{side}.json", args.cpu
+            )
+            run = stats.derived({**record, "round": r}, peak)
+            print(
+                f"{name} round {r} {side}: step {run['step_cpu_s']:.2f} CPU-s (generation {run['generate_cpu_s']:.2f},"
+                f" update {run['update_cpu_s']:.2f}), {run['completion_tokens']} tokens, "
+                f"peak RSS {run['peak_rss_mb']:,.0f} MB",
+                flush=True,
+            )
+            runs.append(run)
+    check_same_work(runs)
+    summary = stats.summarise(runs)
+    return {"shape": asdict(shape), "model_dir": str(folder), "runs": runs, "summary": summary}
+
+
+def check_same_work(runs: list[dict]) -> None:
+    """Every side must have read the same prompts into the same model: equal prompt tokens and parameters."""
+    seen = {(r["prompt_tokens"], r["params"]) for r in runs}
+    if len(seen) > 1:
+        raise UserError(
+            f"vs_trl: the sides did not do the same work (prompt tokens, parameters): {sorted(seen)}"
+        )
+
+
+def report(results: dict) -> str:
+    """The Markdown report: conditions, then per shape its table and the project's speed-up line."""
+    m = results["machine"]
+    lines = [
+        "# GRPO step: project vs TRL GRPOTrainer",
+        "",
+        f"{results['date']}; {m['cpu']}, core {m['core']}, 1 thread; load average {m['load_before']} before, "
+        f"{m['load_after']} after; versions {json.dumps(results['versions'])}; fp32 matmul peak "
+        f"{results['peak_flops_per_s'] / 1e9:.1f} GFLOP/s. Command: `{results['command']}`.",
+        "Figures: medians over rounds (± half the range, % of the median); ratios: median of the paired ratios.",
+    ]
+    for name, shape in results["shapes"].items():
+        s = shape["shape"]
+        lines += [
+            "",
+            f"## {name}: {s['prompts']} prompts x {s['num_generations']} samples, up to {s['max_new_tokens']} new "
+            f"tokens, rounds: {shape['summary']['sides']['project']['rounds']}",
+            "",
+            stats.render_table(shape["summary"]),
+            "",
+            stats.speedup_line(shape["summary"]),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None = None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for results.json, report.md and the runs")
+    ap.add_argument("--shapes", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
+    ap.add_argument("--rounds", type=int, help="paired rounds per shape (default 3; --quick: 2)")
+    ap.add_argument(
+        "--quick", action="store_true", help="the anchor only, 2 rounds unless --rounds (minutes)"
+    )
+    ap.add_argument("--project-only", action="store_true", help="no TRL sides (no TRL venv needed)")
+    ap.add_argument("--no-trl-defaults", action="store_true", help="skip the TRL-defaults side")
+    ap.add_argument("--trl-python", type=Path, default=default_trl_python(), help="python of the TRL venv")
+    ap.add_argument(
+        "--cpu",
+        type=int,
+        default=max(os.sched_getaffinity(0)),
+        help="the core every process is pinned to (default: the last)",
+    )
+    ap.add_argument(
+        "--warmup-steps", type=int, default=1, help="steps each process takes before the measured one"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts", type=int, help="override the prompts per step of every shape")
+    ap.add_argument("--max-new-tokens", type=int, help="override the new tokens of every shape")
+    ap.add_argument(
+        "--project-set", action="append", default=[], help="RoleConfig override, e.g. micro_batch_size=16"
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.shapes = "tiny"
+    if args.rounds is None:
+        args.rounds = 2 if args.quick else 3
+    args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in args.shapes if s not in SHAPES]
+    if unknown or not args.shapes:
+        ap.error(f"--shapes: unknown {unknown}; use a comma-separated list of {', '.join(SHAPES)}")
+    if args.rounds < 1 or args.warmup_steps < 0:
+        ap.error("--rounds must be >= 1 and --warmup-steps >= 0")
+    if not args.project_only and not args.trl_python.is_file():
+        ap.error(
+            f"--trl-python: no TRL venv at {args.trl_python}; run `make bench-env`, or pass --project-only"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "runs").mkdir(exist_ok=True)
+    sides = (
+        ["project"]
+        if args.project_only
+        else ["project", "trl"] + ([] if args.no_trl_defaults else ["trl_defaults"])
+    )
+    load_before = load_average()
+    peak = run_child(sys.executable, "peak", None, args.out / "runs" / "peak.json", args.cpu)[
+        "peak_flops_per_s"
+    ]
+    print(f"fp32 matmul peak of core {args.cpu}: {peak / 1e9:.1f} GFLOP/s", flush=True)
+    shapes = {}
+    for name in args.shapes:
+        shape = SHAPES[name]
+        shape = replace(
+            shape,
+            prompts=args.prompts or shape.prompts,
+            max_new_tokens=args.max_new_tokens or shape.max_new_tokens,
+        )
+        shapes[name] = run_shape(name, shape, args, sides, peak)
+    versions = {run["side"]: run["versions"] for shape in shapes.values() for run in shape["runs"]}
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", "bench/vs_trl.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": {
+            "cpu": cpu_model(),
+            "core": args.cpu,
+            "load_before": load_before,
+            "load_after": load_average(),
+        },
+        "versions": versions,
+        "peak_flops_per_s": peak,
+        "shapes": shapes,
+    }
+    write_json_atomic(args.out / "results.json", results)
+    text = report(results)
+    write_text_atomic(args.out / "report.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except UserError as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,280 @@
+"""One side of `bench/vs_trl.py`, in its own process: the project's GRPO step, TRL's, or the matmul peak.
+
+What: `--side project` runs `warmup_steps` + 1 single-policy steps of the project (`Role.generate`, the reward,
+the project's group advantages, `Role.update`); `--side trl` / `--side trl_defaults` run the same work through
+TRL's `GRPOTrainer` (one optimizer step per generation batch); `--side peak` times a float32 matmul loop. Each
+writes one JSON record: CPU-seconds (`time.process_time`) of the last step and of its phases, its prompt and
+completion tokens, the parameters, the process's peak RSS and the library versions.
+
+Why a file of its own: the TRL sides run in TRL's venv, which has torch, transformers and TRL but not the project,
+so this module imports nothing beyond the standard library at the top; each side imports what it needs.
+
+The work (`spec.json`, written by `bench/vs_trl.py`): a model folder, chat prompts (the next `prompts` of them per
+step), `num_generations` samples each of up to `max_new_tokens`, temperature 1, no top-k/top-p, dr_grpo, beta 0,
+one AdamW step at a constant lr, float32, micro-batches of `micro_batch` sequences. The reward is `reward()` below
+on both sides. `trl` sets what the project's defaults fix (gradient checkpointing off, plain AdamW); `trl_defaults`
+leaves those at TRL's defaults (gradient checkpointing on, its default optimizer), float32 all the same (TRL's bf16
+default is a GPU setting). Run by hand: `python bench/vs_trl_sides.py --side peak --out peak.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+SIDES = ("project", "trl", "trl_defaults", "peak")
+
+
+def reward(text: str) -> float:
+    """A cheap, deterministic reward that differs between samples (so advantages are not all zero)."""
+    return (sum(map(ord, text)) % 97) / 96
+
+
+def _text(completion) -> str:
+    return completion[-1]["content"] if isinstance(completion, list) else completion  # TRL's chat form
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    out = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    try:
+        import trl
+
+        out["trl"] = trl.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+
+
+def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
+    """Best of `trials` float32 matmul rates of one thread (FLOPs per CPU-second): the MFU's denominator."""
+    import torch
+
+    _one_thread()
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        torch.mm(a, b)
+    best = 0.0
+    for _ in range(trials):
+        reps, start = 0, time.process_time()
+        while time.process_time() - start < seconds:
+            torch.mm(a, b)
+            reps += 1
+        best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
+    return {"side": "peak", "matmul_size": size, "peak_flops_per_s": best, "versions": _versions()}
+
+
+def run_project(spec: dict) -> dict:
+    """`warmup_steps` + 1 steps of the project's GRPO step; the figures are the last step's."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from pasodoble.config import apply_override, from_dict
+    from pasodoble.core.grpo import group_advantages
+    from pasodoble.roles.role import Role, RoleConfig, Sample
+
+    _one_thread()
+    steps, per_step, n = spec["warmup_steps"] + 1, spec["prompts"], spec["num_generations"]
+    data = {
+        "model": spec["model_dir"],
+        "num_generations": n,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_prompt_length": 4096,
+        "max_completion_length": spec["max_new_tokens"],
+        "lr": spec["lr"],
+        "loss_type": "dr_grpo",
+        "micro_batch_size": spec["micro_batch"],
+        "device": "cpu",
+    }
+    for item in spec.get("project_overrides", []):
+        apply_override(data, item)
+    cfg = from_dict(RoleConfig, data, "project")
+    cfg.validate()
+    torch.manual_seed(spec["seed"])
+    role = Role.from_pretrained("solver", cfg, spec["model_dir"], total_updates=steps)
+    for step in range(steps):
+        chats = spec["chats"][step * per_step : (step + 1) * per_step]
+        start = time.process_time()  # from the chats, as TRL's generation phase starts from them
+        prompts = [role.prompt_ids(chat) for chat in chats]
+        groups = role.generate(prompts, seed=spec["seed"] + step)
+        samples, advantages = [], []
+        for prompt, group in zip(prompts, groups, strict=True):
+            rewards = torch.tensor([reward(c.text) for c in group])
+            advantages += group_advantages(rewards).tolist()
+            samples += [Sample(prompt, c) for c in group]
+        generated = time.process_time()
+        role.update(samples, advantages)
+        done = time.process_time()
+    return {
+        "side": "project",
+        "step_cpu_s": done - start,
+        "generate_cpu_s": generated - start,
+        "update_cpu_s": done - generated,
+        "prompt_tokens": sum(len(p) for p in prompts) * n,
+        "completion_tokens": sum(len(c.token_ids) for g in groups for c in g),
+        "params": sum(p.numel() for p in role.model.parameters()),
+        "settings": {
+            "gradient_checkpointing": cfg.gradient_checkpointing,
+            "micro_batch_size": cfg.micro_batch_size,
+            "logprob_chunk_tokens": cfg.logprob_chunk_tokens,
+        },
+        "peak_rss_mb": _peak_rss_mb(),
+        "versions": _versions(),
+    }
+
+
+def _trl_config(spec: dict, defaults: bool, output_dir: str):
+    from trl import GRPOConfig
+
+    sequences = spec["prompts"] * spec["num_generations"]
+    work = dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=spec["micro_batch"],
+        gradient_accumulation_steps=sequences // spec["micro_batch"],
+        num_generations=spec["num_generations"],
+        max_completion_length=spec["max_new_tokens"],
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        loss_type="dr_grpo",
+        beta=0.0,
+        num_iterations=1,
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        max_steps=spec["warmup_steps"] + 1,
+        shuffle_dataset=False,
+        seed=spec["seed"],
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    if not defaults:  # the project's defaults: no gradient checkpointing, torch's plain AdamW
+        work.update(gradient_checkpointing=False, optim="adamw_torch")
+    return GRPOConfig(**work)
+
+
+def run_trl(spec: dict, defaults: bool) -> dict:
+    """The same work through TRL's GRPOTrainer; a callback times each optimizer step, a wrapper the generation."""
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+
+    _one_thread()
+    torch.manual_seed(spec["seed"])
+    steps = spec["warmup_steps"] + 1
+    chats = spec["chats"][: steps * spec["prompts"]]
+    dataset = Dataset.from_dict({"prompt": chats})
+    model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    def reward_func(prompts, completions, **_) -> list[float]:
+        return [reward(_text(c)) for c in completions]
+
+    marks: dict[str, list] = {"begin": [], "end": [], "generate": [], "batch": []}
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            marks["begin"].append(time.process_time())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            marks["end"].append(time.process_time())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward_func,
+            args=_trl_config(spec, defaults, tmp),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[StepClock()],
+        )
+        inner = trainer._generate_and_score_completions  # pinned TRL version: generation, rewards, advantages
+
+        def timed(inputs):
+            start = time.process_time()
+            batch = inner(inputs)
+            marks["generate"].append(time.process_time() - start)
+            marks["batch"].append(batch)
+            return batch
+
+        trainer._generate_and_score_completions = timed
+        trainer.train()
+    if len(marks["end"]) != steps or len(marks["generate"]) != steps:
+        raise RuntimeError(
+            f"TRL ran {len(marks['end'])} steps and {len(marks['generate'])} generations, not {steps}"
+        )
+    step_s, generate_s, batch = (
+        marks["end"][-1] - marks["begin"][-1],
+        marks["generate"][-1],
+        marks["batch"][-1],
+    )
+    return {
+        "side": "trl_defaults" if defaults else "trl",
+        "step_cpu_s": step_s,
+        "generate_cpu_s": generate_s,
+        "update_cpu_s": step_s - generate_s,
+        "prompt_tokens": int(batch["prompt_mask"].sum()),
+        "completion_tokens": int(batch["completion_mask"].sum()),
+        "params": sum(p.numel() for p in model.parameters()),
+        "settings": {
+            "gradient_checkpointing": trainer.args.gradient_checkpointing,
+            "optim": getattr(trainer.args.optim, "value", str(trainer.args.optim)),
+            "bf16": trainer.args.bf16,
+        },
+        "peak_rss_mb": _peak_rss_mb(),
+        "versions": _versions(),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--side", choices=SIDES, required=True)
+    ap.add_argument("--spec", type=Path, help="the work, as bench/vs_trl.py writes it (not for --side peak)")
+    ap.add_argument("--out", type=Path, required=True, help="JSON record to write")
+    args = ap.parse_args()
+    if args.side == "peak":
+        record = run_peak()
+    else:
+        spec = json.loads(args.spec.read_text())
+        record = run_project(spec) if args.side == "project" else run_trl(spec, args.side == "trl_defaults")
+    record["threads"] = os.environ.get("OMP_NUM_THREADS")
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""The arithmetic and tables of `bench/vs_trl.py`: medians, spreads, paired ratios, FLOPs and MFU, Markdown.
+
+Pure functions on plain values (no torch, no TRL), so the bench's numbers are tested on literal inputs
+(`tests/test_bench_vs_trl.py`). A run is one child process's JSON record; a side is "project", "trl" (gradient
+checkpointing off, the project's settings) or "trl_defaults" (TRL's own defaults for what the work leaves free).
+
+FLOPs: 2N per token through a forward (generation: every prompt token of every sample, which both sides prefill
+once per sample, plus every sampled token) and 6N per token through forward and backward (the update), N the
+model's parameters with tied weights counted once. Attention's own FLOPs are left out (small at these lengths).
+MFU is those FLOPs over CPU-seconds over the measured fp32 matmul peak of one core.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+SIDES = ("project", "trl", "trl_defaults")
+SIDE_TITLES = {"project": "project", "trl": "TRL (ckpt off)", "trl_defaults": "TRL defaults"}
+# (key, row title, digits): the per-run figures the table reports, medians over rounds.
+ROWS = (
+    ("step_cpu_s", "step (CPU-s)", 2),
+    ("generate_cpu_s", "generation (CPU-s)", 2),
+    ("update_cpu_s", "update (CPU-s)", 2),
+    ("completion_tokens", "completion tokens per step", 0),
+    ("tokens_per_cpu_s", "completion tokens per CPU-s", 1),
+    ("peak_rss_mb", "peak RSS (MB)", 0),
+    ("mfu_generate", "generation MFU", 3),
+    ("mfu_update", "update MFU", 3),
+    ("mfu_step", "step MFU", 3),
+)
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("median of no values")
+    return float(statistics.median(values))
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / median: the relative range of a few paired rounds (0 for one value)."""
+    mid = median(values)
+    return (max(values) - min(values)) / mid if mid else 0.0
+
+
+def generate_flops(params: int, prompt_tokens: int, completion_tokens: int) -> float:
+    return 2.0 * params * (prompt_tokens + completion_tokens)
+
+
+def update_flops(params: int, prompt_tokens: int, completion_tokens: int) -> float:
+    return 6.0 * params * (prompt_tokens + completion_tokens)
+
+
+def mfu(flops: float, cpu_s: float, peak_flops_per_s: float) -> float:
+    """Fraction of the peak reached: flops / cpu_s / peak (0 when nothing was timed)."""
+    if cpu_s <= 0 or peak_flops_per_s <= 0:
+        return 0.0
+    return flops / cpu_s / peak_flops_per_s
+
+
+def derived(run: dict, peak_flops_per_s: float) -> dict:
+    """A run's record plus tokens per CPU-second and the MFU of each phase and of the whole step."""
+    n, p, c = run["params"], run["prompt_tokens"], run["completion_tokens"]
+    gen, upd = generate_flops(n, p, c), update_flops(n, p, c)
+    return {
+        **run,
+        "tokens_per_cpu_s": c / run["step_cpu_s"] if run["step_cpu_s"] > 0 else 0.0,
+        "mfu_generate": mfu(gen, run["generate_cpu_s"], peak_flops_per_s),
+        "mfu_update": mfu(upd, run["update_cpu_s"], peak_flops_per_s),
+        "mfu_step": mfu(gen + upd, run["step_cpu_s"], peak_flops_per_s),
+    }
+
+
+def paired_ratios(runs: Sequence[dict], key: str, side: str, base: str = "project") -> list[float]:
+    """`side`'s figure over `base`'s, one per round that has both (the pairing cancels slow drifts in load)."""
+    by_round: dict[int, dict[str, float]] = {}
+    for run in runs:
+        by_round.setdefault(run["round"], {})[run["side"]] = run[key]
+    return [
+        sides[side] / sides[base]
+        for _, sides in sorted(by_round.items())
+        if side in sides and base in sides and sides[base]
+    ]
+
+
+def summarise(runs: Sequence[dict]) -> dict:
+    """Per side and figure: median and spread over rounds; per other side: the median paired ratio to the project."""
+    sides = [s for s in SIDES if any(r["side"] == s for r in runs)]
+    out: dict = {"sides": {}, "ratios": {}}
+    for side in sides:
+        mine = [r for r in runs if r["side"] == side]
+        out["sides"][side] = {
+            key: {"median": median([r[key] for r in mine]), "spread": spread([r[key] for r in mine])}
+            for key, _, _ in ROWS
+        }
+        out["sides"][side]["rounds"] = len(mine)
+        if side != "project" and "project" in sides:
+            out["ratios"][side] = {}
+            for key, _, _ in ROWS:
+                ratios = paired_ratios(runs, key, side)
+                if ratios:
+                    out["ratios"][side][key] = {
+                        "median": median(ratios),
+                        "min": min(ratios),
+                        "max": max(ratios),
+                    }
+    return out
+
+
+def _figure(value: float, digits: int) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def render_table(summary: dict) -> str:
+    """A Markdown table: per side the median (and spread in %), then per TRL side its median paired ratio to the
+    project (TRL / project: above 1, the project takes less time or memory or makes more tokens per TRL's one)."""
+    sides = list(summary["sides"])
+    head = ["figure"]
+    for side in sides:
+        head.append(SIDE_TITLES[side])
+        if side in summary["ratios"]:
+            head.append(f"{SIDE_TITLES[side]} / project")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, title, digits in ROWS:
+        cells = [title]
+        for side in sides:
+            stat = summary["sides"][side][key]
+            cells.append(f"{_figure(stat['median'], digits)} (±{stat['spread'] * 50:.0f}%)")
+            if side in summary["ratios"]:
+                ratio = summary["ratios"][side].get(key)
+                cells.append(f"{ratio['median']:.2f}" if ratio else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speedup_line(summary: dict) -> str:
+    """One line: the project's tokens per CPU-second over each TRL side's (the inverse of the paired ratio)."""
+    parts = []
+    for side, ratios in summary["ratios"].items():
+        ratio = ratios.get("tokens_per_cpu_s")
+        if ratio and ratio["median"]:
+            parts.append(f"{1 / ratio['median']:.2f}x {SIDE_TITLES[side]}")
+    return "project tokens per CPU-second: " + (", ".join(parts) if parts else "no TRL runs to compare")

@@ -1,0 +1,199 @@
+"""`bench/vs_trl.py`: its arithmetic and tables on literal runs (fast), and the bench end to end (`slow`): the
+project side alone, and against TRL when TRL's venv (`make bench-env`) is there. Figures are never asserted on
+speed, only on their consistency."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# A hang guard, not a speed bound: four processes of torch imports at nice 19 on a loaded 2-core machine.
+HANG_S = 2400
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+stats = _load("vs_trl_stats")
+vs_trl = _load("vs_trl")
+
+
+def run(side: str, r: int, step: float, gen: float, tokens: int = 100, rss: float = 1000.0) -> dict:
+    record = {
+        "side": side,
+        "round": r,
+        "step_cpu_s": step,
+        "generate_cpu_s": gen,
+        "update_cpu_s": step - gen,
+        "prompt_tokens": 50,
+        "completion_tokens": tokens,
+        "params": 1000,
+        "peak_rss_mb": rss,
+    }
+    return stats.derived(record, peak_flops_per_s=1e6)
+
+
+def test_median_and_spread_of_a_few_rounds():
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.median([1.0, 2.0, 4.0, 10.0]) == 3.0
+    assert stats.spread([1.0, 2.0, 3.0]) == 1.0
+    assert stats.spread([5.0]) == 0.0
+    with pytest.raises(ValueError):
+        stats.median([])
+
+
+def test_flops_and_mfu_count_2n_a_token_for_generation_and_6n_for_the_update():
+    assert stats.generate_flops(10, prompt_tokens=3, completion_tokens=2) == 100
+    assert stats.update_flops(10, prompt_tokens=3, completion_tokens=2) == 300
+    assert stats.mfu(300, cpu_s=2.0, peak_flops_per_s=100.0) == 1.5
+    assert stats.mfu(300, cpu_s=0.0, peak_flops_per_s=100.0) == 0.0
+    r = run("project", 0, step=2.0, gen=0.5)
+    # 150 tokens x 1000 parameters: generation 3e5 FLOPs in 0.5 s, update 9e5 in 1.5 s, at a 1e6 FLOP/s peak
+    assert r["mfu_generate"] == pytest.approx(0.6)
+    assert r["mfu_update"] == pytest.approx(0.6)
+    assert r["mfu_step"] == pytest.approx(0.6)
+    assert r["tokens_per_cpu_s"] == 50.0
+
+
+def test_ratios_pair_the_sides_round_by_round():
+    runs = [run("project", 0, 2.0, 1.0), run("trl", 0, 4.0, 2.0), run("project", 1, 1.0, 0.5)]
+    runs.append(run("trl", 1, 3.0, 1.0))
+    runs.append(run("trl", 2, 9.0, 1.0))  # no project run in round 2: not paired
+    assert stats.paired_ratios(runs, "step_cpu_s", "trl") == [2.0, 3.0]
+    summary = stats.summarise(runs)
+    assert summary["sides"]["trl"]["step_cpu_s"]["median"] == 4.0
+    assert summary["sides"]["trl"]["rounds"] == 3
+    assert summary["ratios"]["trl"]["step_cpu_s"] == {"median": 2.5, "min": 2.0, "max": 3.0}
+    assert "trl" not in summary["sides"]["project"]
+
+
+def test_table_shows_each_side_its_ratio_to_the_project_and_the_speedup():
+    runs = [run("project", r, 2.0, 1.0, rss=800.0) for r in range(2)]
+    runs += [run("trl", 0, 4.0, 2.0, rss=1000.0), run("trl", 1, 4.4, 2.0, rss=1000.0)]
+    runs += [run("trl_defaults", r, 5.0, 2.0) for r in range(2)]
+    summary = stats.summarise(runs)
+    table = stats.render_table(summary)
+    lines = table.splitlines()
+    assert lines[0] == (
+        "| figure | project | TRL (ckpt off) | TRL (ckpt off) / project | TRL defaults | TRL defaults / project |"
+    )
+    assert len(lines) == 2 + len(stats.ROWS)
+    step = next(line for line in lines if line.startswith("| step (CPU-s)"))
+    assert step == "| step (CPU-s) | 2.00 (±0%) | 4.20 (±5%) | 2.10 | 5.00 (±0%) | 2.50 |"
+    rss = next(line for line in lines if line.startswith("| peak RSS"))
+    assert "| 800 (±0%) | 1,000 (±0%) | 1.25 |" in rss
+    assert stats.speedup_line(summary) == (
+        "project tokens per CPU-second: 2.10x TRL (ckpt off), 2.50x TRL defaults"
+    )
+    alone = stats.summarise(runs[:2])
+    assert stats.render_table(alone).splitlines()[0] == "| figure | project |"
+    assert stats.speedup_line(alone).endswith("no TRL runs to compare")
+
+
+def test_report_states_conditions_and_one_table_per_shape():
+    runs = [run("project", 0, 2.0, 1.0), run("trl", 0, 3.0, 1.0)]
+    results = {
+        "date": "2026-12-02 06:00 UTC",
+        "command": "python bench/vs_trl.py --quick",
+        "machine": {
+            "cpu": "AMD EPYC",
+            "core": 1,
+            "load_before": [1.0, 2.0, 3.0],
+            "load_after": [2.0, 2.0, 3.0],
+        },
+        "versions": {"project": {"torch": "2.13.0+cpu"}},
+        "peak_flops_per_s": 7.1e10,
+        "shapes": {
+            "tiny": {
+                "shape": {"prompts": 32, "num_generations": 8, "max_new_tokens": 48},
+                "summary": stats.summarise(runs),
+            }
+        },
+    }
+    text = vs_trl.report(results)
+    assert "load average [1.0, 2.0, 3.0] before, [2.0, 2.0, 3.0] after" in text
+    assert "71.0 GFLOP/s" in text and "`python bench/vs_trl.py --quick`" in text
+    assert "## tiny: 32 prompts x 8 samples, up to 48 new tokens, rounds: 1" in text
+    assert "project tokens per CPU-second: 1.50x TRL (ckpt off)" in text
+
+
+def test_the_work_is_fixed_by_the_seed_and_checked_to_be_the_same_on_every_side():
+    assert vs_trl.questions(4, seed=0) == vs_trl.questions(4, seed=0)
+    assert vs_trl.questions(4, seed=0) != vs_trl.questions(4, seed=1)
+    same = [{"prompt_tokens": 10, "params": 5}, {"prompt_tokens": 10, "params": 5}]
+    vs_trl.check_same_work(same)
+    with pytest.raises(vs_trl.UserError, match="same work"):
+        vs_trl.check_same_work([*same, {"prompt_tokens": 11, "params": 5}])
+
+
+def test_flags_quick_shapes_and_a_missing_trl_venv(tmp_path, capsys):
+    args = vs_trl.parse_args(["--out", str(tmp_path), "--quick", "--project-only"])
+    assert args.shapes == ["tiny"] and args.rounds == 2
+    args = vs_trl.parse_args(["--out", str(tmp_path), "--quick", "--rounds", "1", "--project-only"])
+    assert args.rounds == 1
+    with pytest.raises(SystemExit):
+        vs_trl.parse_args(["--out", str(tmp_path), "--shapes", "tiny,huge", "--project-only"])
+    assert "--shapes: unknown ['huge']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        vs_trl.parse_args(["--out", str(tmp_path), "--trl-python", str(tmp_path / "none" / "python")])
+    assert "run `make bench-env`, or pass --project-only" in capsys.readouterr().err
+
+
+def _bench(tmp_path: Path, *flags: str) -> dict:
+    cpu = str(max(os.sched_getaffinity(0)))
+    cmd = [
+        sys.executable,
+        "bench/vs_trl.py",
+        "--quick",
+        "--rounds",
+        "1",
+        "--prompts",
+        "1",
+        "--max-new-tokens",
+        "4",
+    ]
+    cmd += ["--warmup-steps", "0", "--cpu", cpu, "--out", str(tmp_path), *flags]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "## tiny: 1 prompts x 8 samples, up to 4 new tokens, rounds: 1" in done.stdout
+    assert (tmp_path / "report.md").read_text() in done.stdout
+    return json.loads((tmp_path / "results.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HANG_S + 60)
+def test_project_only_end_to_end(tmp_path):
+    results = _bench(tmp_path, "--project-only")
+    (r,) = results["shapes"]["tiny"]["runs"]
+    assert r["side"] == "project" and r["completion_tokens"] <= 1 * 8 * 4
+    assert r["step_cpu_s"] == pytest.approx(r["generate_cpu_s"] + r["update_cpu_s"])
+    assert results["peak_flops_per_s"] > 0 and r["mfu_step"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HANG_S + 60)
+def test_against_trl_end_to_end(tmp_path):
+    trl_python = vs_trl.default_trl_python()
+    if not trl_python.is_file():
+        pytest.skip(f"no TRL venv at {trl_python}: `make bench-env` builds it")
+    results = _bench(tmp_path, "--trl-python", str(trl_python))
+    runs = results["shapes"]["tiny"]["runs"]
+    assert [r["side"] for r in runs] == ["project", "trl", "trl_defaults"]
+    assert len({(r["prompt_tokens"], r["params"]) for r in runs}) == 1  # the same work on every side
+    assert results["versions"]["trl"]["trl"] == vs_trl.TRL_VERSION
+    assert results["versions"]["trl"]["torch"] == results["versions"]["project"]["torch"]
+    assert results["versions"]["trl"]["transformers"] == results["versions"]["project"]["transformers"]
+    assert set(results["shapes"]["tiny"]["summary"]["ratios"]) == {"trl", "trl_defaults"}
