@@ -270,15 +270,16 @@ class DualPlay:
             groups = generate_shared(
                 self.proposer, prompt_ids, derive_seed(self.seed, s, "proposer"), self.collective, "proposals"
             )
-        # Rank 0's gate decides: a gate that runs code (a timeout under load) may judge differently on each rank.
-        proposals = self.collective.broadcast(
-            read_proposals(
+        # Rank 0's gate decides, and only rank 0 runs it: a gate that runs code costs sandbox launches and may judge
+        # differently on each rank (a timeout under load).
+        gated = None
+        if self.collective.rank == 0:
+            gated = read_proposals(
                 self.domain,
                 [c.text for group in groups for c in group],
                 [passage for passage, group in zip(passages, groups, strict=True) for _ in group],
-            ),
-            "proposals after the gate",
-        )
+            )
+        proposals = self.collective.broadcast(gated, "proposals after the gate")
         valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         attempts = self.solve(
             [proposals[i].question for i in valid_idx], [proposals[i].answer for i in valid_idx], s, timer
