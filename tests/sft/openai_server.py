@@ -105,7 +105,13 @@ class OpenAIServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (
+                    BrokenPipeError,
+                    ConnectionResetError,
+                ):  # the client gave up (its timeout): it retries
+                    self.close_connection = True
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))

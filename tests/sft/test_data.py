@@ -167,7 +167,9 @@ def test_failed_requests_are_counted_as_errors_and_retried_by_a_rerun(cold_model
     """The endpoint answers its first wave's requests (at most 24) and fails every later one with a 500: the run
     ends with kept rows and error rows; a rerun against a healthy endpoint redoes only the errors."""
     model_dir, corpus = cold_models
-    target = 20  # more than 4 passages x 6 samples can keep in the first run's one good wave
+    # more than the first run's 4 passages x 6 samples can keep, so the rerun passes every one of their error rows
+    # before it can reach the target (it stops writing once the target is reached)
+    target = 25
     cfg = config(tmp_path / "out", "", corpus, teacher={"max_retries": 1}, max_passages=4, target_kept=target)
     with OpenAIServer(model_dir, key=KEY, faults=lambda i: "ok" if i < 24 else "500") as server:
         cfg["teacher"]["base_url"] = server.base_url
