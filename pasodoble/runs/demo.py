@@ -223,9 +223,11 @@ def _copy_checkpoints(models, run_dir: Path) -> Path:
     return dest / models.solver_dir.name
 
 
-def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None, *, quiet: bool = True) -> Path:
-    """A short online dual-play run from the SFT models; returns its final Solver (HF folder). `quiet`: no
-    per-step console line."""
+def run_dualplay(
+    config: DemoConfig, run_dir: Path, cache: str | Path | None, *, quiet: bool = True, name: str = "dualplay"
+) -> Path:
+    """A short online dual-play run from the SFT models into `run_dir/name`; returns its final Solver (HF folder).
+    `quiet`: no per-step console line."""
     from pasodoble.checkpoint import latest_checkpoint
     from pasodoble.runs.train import TrainConfig, run_train
 
@@ -236,7 +238,7 @@ def run_dualplay(config: DemoConfig, run_dir: Path, cache: str | Path | None, *,
         raise ConfigError(
             "dualplay.recipe", f"{recipe} not found; run from the repository root or give its path"
         )
-    out = run_dir / "dualplay"
+    out = run_dir / name
     shutil.rmtree(out, ignore_errors=True)  # a demo rerun into the same directory starts over
     steps = f"schedule.steps={config.dualplay.steps}"
     train = load_config(

@@ -13,6 +13,11 @@ reads `recipes/smollm2-135m-demo-quick.yaml`: a few steps on small sets, minutes
 directory has the layout of `pasodoble demo` (config.yaml, metrics.jsonl, checkpoints/sft, dualplay/, eval/) and
 `phases.json` (seconds per phase). Measured figures: docs/REAL_MODELS.md ("The whole pipeline").
 
+Seeds and a control: `seeds=[0,1,2] conditions=[dualplay,random_reward]` runs dual-play once per (condition, seed)
+from the same SFT start (folders `<condition>-seed<S>/` and `eval/<condition>-seed<S>/`) and writes a table of the
+mean over seeds and each seed. `sft_from=DIR` starts from a finished cold start (an earlier run's
+`checkpoints/sft`, made with the same world and sft settings) instead of training one.
+
 Departure from `pasodoble demo`: no stop rule during SFT (evaluating a 135M model every few steps costs more than
 the SFT itself); a fixed number of steps instead. ETA: seconds per token of the phases done so far times the
 tokens the remaining phases will process (planned from the data and the configs; rough, within a factor ~1.5).
@@ -21,7 +26,9 @@ tokens the remaining phases will process (planned from the data and the configs;
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +58,15 @@ from pasodoble.world.tiers import load_tier_problems
 log = logging.getLogger("pasodoble.runs.demo_real")
 REPO = Path(__file__).resolve().parents[1]
 QUICK_RECIPE = "recipes/smollm2-135m-demo-quick.yaml"
-PHASES = ("fetch", "data", "sft", "eval sft", "dual-play", "eval after")
+PHASES = (
+    "fetch",
+    "data",
+    "sft",
+    "eval sft",
+    "dual-play",
+    "eval after",
+)  # one dual-play run; more repeat the last two
+CONDITIONS = {"dualplay": "correct", "random_reward": "random"}  # condition -> rewards.solver_reward
 
 
 def _small_world() -> WorldConfig:
@@ -80,6 +95,12 @@ class RealDemoConfig:
             num_samples=4, max_new_tokens=176, problems_per_tier=10, batch_size=50
         )
     )
+    seeds: list[int] = field(default_factory=lambda: [0])  # dual-play seeds, all from the same SFT start
+    # which dual-play runs per seed: "dualplay" (the method) and/or "random_reward" (control: coin-flip Solver reward)
+    conditions: list[str] = field(default_factory=lambda: ["dualplay"])
+    sft_from: str | None = (
+        None  # a finished cold start (HF folder) to start from; None: train it (the sft phase)
+    )
     run_dir: str | None = None  # output directory (None: runs/demo-real-<date>-<time>)
     cache_dir: str | None = (
         None  # model cache for pkg: specs (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
@@ -92,6 +113,33 @@ class RealDemoConfig:
         self.eval.validate()
         if self.world.select.every:
             raise ConfigError("world.select.every", "the real demo has no SFT stop rule; set it to 0")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError("seeds", f"give one or more distinct seeds, e.g. [0, 1, 2]; got {self.seeds}")
+        unknown = sorted(set(self.conditions) - set(CONDITIONS))
+        if unknown or not self.conditions or len(set(self.conditions)) != len(self.conditions):
+            raise ConfigError(
+                "conditions", f"use one or both of {', '.join(CONDITIONS)}; got {self.conditions}"
+            )
+        if self.sft_from is not None and not (Path(self.sft_from) / "config.json").is_file():
+            raise ConfigError(
+                "sft_from",
+                f"{self.sft_from} is not a model folder (no config.json); give an earlier run's checkpoints/sft",
+            )
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """(folder name, condition, seed) of each dual-play run; one plain run keeps the folder `dualplay`."""
+        pairs = [(c, s) for c in self.conditions for s in self.seeds]
+        if pairs == [("dualplay", self.seeds[0])]:
+            return [("dualplay", "dualplay", self.seeds[0])]
+        return [(f"{c}-seed{s}", c, s) for c, s in pairs]
+
+
+def phase_keys(config: RealDemoConfig) -> list[tuple[str, str]]:
+    """(dual-play phase, evaluation phase) names of each run: PHASES' last two for one run, else named by run."""
+    runs = config.runs()
+    if len(runs) == 1:
+        return [("dual-play", "eval after")]
+    return [(f"dual-play {name}", f"eval {name}") for name, _, _ in runs]
 
 
 def planned_tokens(config: RealDemoConfig, mean_sft_tokens: float, dual_recipe) -> dict[str, float]:
@@ -112,7 +160,8 @@ def planned_tokens(config: RealDemoConfig, mean_sft_tokens: float, dual_recipe) 
 class Clock:
     """Seconds per phase and a whole-run ETA from the seconds per planned token measured so far."""
 
-    def __init__(self):
+    def __init__(self, phases: tuple[str, ...] | list[str] = PHASES):
+        self.phases = list(phases)
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         self.seconds: dict[str, float] = {}
         self.cpu_seconds: dict[str, float] = {}  # this process's CPU time: the wall time on a quiet core
@@ -136,8 +185,8 @@ class Clock:
                 elapsed = (time.perf_counter() - clock.start) / 60
                 log.info(
                     "[demo-real] %d/%d %s (elapsed %.1f min%s)",
-                    PHASES.index(name) + 1,
-                    len(PHASES),
+                    clock.phases.index(name) + 1,
+                    len(clock.phases),
                     name,
                     elapsed,
                     left,
@@ -209,6 +258,7 @@ def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
     """Run every phase (module docstring); returns the run directory."""
     config.validate()
     run_dir = Path(config.run_dir or f"runs/demo-real-{time.strftime('%Y%m%d-%H%M%S')}")
+    keys = phase_keys(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.sft.num_threads is not None:
         torch.set_num_threads(config.sft.num_threads)
@@ -216,7 +266,8 @@ def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
     save_config(config, run_dir / "config.yaml")
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     log.info("[demo-real] run directory %s", run_dir)
-    clock, cache = Clock(), Path(config.cache_dir) if config.cache_dir else None
+    clock = Clock([*PHASES[:4], *(k for pair in keys for k in pair)])
+    cache = Path(config.cache_dir) if config.cache_dir else None
     with Tracker(run_dir) as tracker:
         with clock.phase("fetch") as ph:
             base = (
@@ -230,29 +281,45 @@ def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
             examples = read_jsonl(paths.sft_proposer) + read_jsonl(paths.sft_solver)
             problems = load_tier_problems(paths.tiers, config.eval.problems_per_tier)
             mean = _mean_tokens(AutoTokenizer.from_pretrained(base), examples)
-            clock.plan = planned_tokens(config, mean, _dual_recipe(config, paths.corpus))
+            per_run = planned_tokens(config, mean, _dual_recipe(config, paths.corpus))
+            clock.plan = {"sft": 0.0 if config.sft_from else per_run["sft"], "eval sft": per_run["eval sft"]}
+            for dual, ev in keys:
+                clock.plan[dual], clock.plan[ev] = per_run["dual-play"], per_run["eval after"]
             ph.note = f"{len(examples)} SFT examples ({mean:.0f} tokens on average), {len(problems)} problems"
-        sft_dir = run_dir / "checkpoints" / "sft"
+        sft_dir, sft = run_dir / "checkpoints" / "sft", None
         with clock.phase("sft") as ph:
-            sft = cold_start(config, base, examples, sft_dir, tracker, progress)
-            ph.note = f"loss {sft['both/sft/loss_first']:.3f} -> {sft['both/sft/loss_last']:.3f}"
+            if config.sft_from is not None:
+                sft_dir = Path(config.sft_from)
+                ph.note = f"not trained: starting from {sft_dir}"
+            else:
+                sft = cold_start(config, base, examples, sft_dir, tracker, progress)
+                ph.note = f"loss {sft['both/sft/loss_first']:.3f} -> {sft['both/sft/loss_last']:.3f}"
         eval_dir = run_dir / "eval"
         with clock.phase("eval sft") as ph:
             before = evaluate_solver(sft_dir, problems, config.eval, eval_dir / "sft", progress=progress)
             ph.note = _note(before)
-        after = None
-        if config.dualplay.steps > 0:
-            with clock.phase("dual-play") as ph:
-                overrides = [f"{r}.model={sft_dir}" for r in ("proposer", "solver")]
-                overrides.append(f"knowledge.path={paths.corpus}")
-                config.dualplay.overrides = [*config.dualplay.overrides, *overrides]
-                solver_dir = run_dualplay(config, run_dir, cache, quiet=False)  # step lines carry the ETA
-                ph.note = f"{config.dualplay.steps} online steps in {run_dir / 'dualplay'}"
-            with clock.phase("eval after") as ph:
-                after = evaluate_solver(
-                    solver_dir, problems, config.eval, eval_dir / "dualplay", progress=progress
+        afters: dict[str, dict] = {}
+        runs = config.runs() if config.dualplay.steps > 0 else []
+        for (name, condition, seed), (dual_key, eval_key) in zip(runs, keys):
+            with clock.phase(dual_key) as ph:
+                run_config = copy.deepcopy(config)
+                run_config.dualplay.overrides = [
+                    *config.dualplay.overrides,
+                    *(f"{r}.model={sft_dir}" for r in ("proposer", "solver")),
+                    f"knowledge.path={paths.corpus}",
+                    f"seed={seed}",
+                    f"knowledge.seed={seed}",
+                    f"rewards.solver_reward={CONDITIONS[condition]}",
+                ]
+                solver_dir = run_dualplay(
+                    run_config, run_dir, cache, quiet=False, name=name
+                )  # step lines: ETA
+                ph.note = f"{config.dualplay.steps} online steps in {run_dir / name}"
+            with clock.phase(eval_key) as ph:
+                afters[name] = evaluate_solver(
+                    solver_dir, problems, config.eval, eval_dir / name, progress=progress
                 )
-                ph.note = _note(after)
+                ph.note = _note(afters[name])
     total = time.perf_counter() - clock.start
     cpu = time.process_time() - clock.cpu_start
     write_json_atomic(
@@ -265,7 +332,10 @@ def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
             "sft": sft,
         },
     )
-    _report(config, before, after, eval_dir)
+    if len(afters) > 1:
+        _report_seeds(config, before, afters, eval_dir)
+    else:
+        _report(config, before, next(iter(afters.values()), None), eval_dir)
     log.info("[demo-real] done in %.1f min (%.1f CPU-min)", total / 60, cpu / 60)
     return run_dir
 
@@ -290,6 +360,60 @@ def _report(config: RealDemoConfig, before: dict, after: dict | None, eval_dir: 
         eval_dir / "results.md",
         f"# {title}\n\n{table}\n\nGreedy accuracy and sampled avg@{k} at temperature {temp} (%), change in "
         f"points; in band: share of problems whose sampled pass rate is in (0.2, 1).\n",
+    )
+    log.info("[demo-real] %s (%s)", title, eval_dir / "results.md")
+    for line in table.splitlines():
+        log.info("%s", line)
+
+
+def seeds_table(
+    before: dict, afters: dict[str, dict], runs: list[tuple[str, str, int]], above: list[str]
+) -> str:
+    """Markdown: per condition and tier, greedy and sampled accuracy of the SFT start, the mean over seeds after
+    dual-play, its change in points, and each seed's value (in seed order)."""
+    lines = [
+        "| Condition | Tier | Greedy SFT | Greedy after: mean | change | each seed "
+        "| Sampled SFT | Sampled after: mean | change | each seed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for condition in dict.fromkeys(c for _, c, _ in runs):
+        names = [name for name, c, _ in runs if c == condition]
+        for tier, b in before["per_tier"].items():
+            cells = []
+            for key in ("greedy_acc", "sampled_avg"):
+                values = [100 * afters[name]["per_tier"][tier][key] for name in names]
+                mean = statistics.fmean(values)
+                cells += [
+                    f"{100 * b[key]:.1f}",
+                    f"{mean:.1f}",
+                    f"{mean - 100 * b[key]:+.1f}",
+                    ", ".join(f"{v:.1f}" for v in values),
+                ]
+            mark = " (above SFT)" if tier in above else ""
+            lines.append(f"| {condition} | {tier}{mark} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _report_seeds(config: RealDemoConfig, before: dict, afters: dict[str, dict], eval_dir: Path) -> None:
+    """Writes eval/results.{json,md} for several dual-play runs (seeds and conditions) and logs the table."""
+    above, runs = tiers_above_sft(config.world), config.runs()
+    table = seeds_table(before, afters, runs, above)
+    summary = {
+        "sft": before,
+        "runs": {name: {"condition": c, "seed": s, "eval": afters[name]} for name, c, s in runs},
+        "change": {name: changes(before, afters[name]) for name, _, _ in runs},
+        "tiers_above_sft": above,
+    }
+    k, temp = config.eval.num_samples, config.eval.temperature
+    title = (
+        f"Solver per tier: SFT start vs after {config.dualplay.steps} online dual-play steps, seeds "
+        f"{', '.join(map(str, config.seeds))} ({config.model})"
+    )
+    write_json_atomic(eval_dir / "results.json", summary)
+    write_text_atomic(
+        eval_dir / "results.md",
+        f"# {title}\n\n{table}\n\nGreedy accuracy and sampled avg@{k} at temperature {temp} (%); change: the mean "
+        "over seeds minus the SFT start, in points; random_reward: the control, whose Solver reward is a coin flip.\n",
     )
     log.info("[demo-real] %s (%s)", title, eval_dir / "results.md")
     for line in table.splitlines():

@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from pasodoble.cli import main
-from pasodoble.runs.demo_real import Clock, RealDemoConfig, planned_tokens
+from pasodoble.errors import ConfigError
+from pasodoble.runs.demo_real import Clock, RealDemoConfig, phase_keys, planned_tokens, seeds_table
 from pasodoble.runs.train import TrainConfig
 from pasodoble.world.problems import TIERS
 
@@ -29,6 +30,64 @@ def test_plan_counts_every_phase_and_no_eval_after_without_dual_play():
     assert plan["eval sft"] == plan["eval after"] > 0 and plan["dual-play"] > 0
     config.dualplay.steps = 0
     assert planned_tokens(config, 100.0, TrainConfig())["eval after"] == 0.0
+
+
+def test_one_run_keeps_the_plain_layout_and_seeds_name_each_run():
+    config = RealDemoConfig()
+    assert config.runs() == [("dualplay", "dualplay", 0)] and phase_keys(config) == [
+        ("dual-play", "eval after")
+    ]
+    config.seeds, config.conditions = [0, 1], ["dualplay", "random_reward"]
+    config.validate()
+    assert [name for name, _, _ in config.runs()] == [
+        "dualplay-seed0",
+        "dualplay-seed1",
+        "random_reward-seed0",
+        "random_reward-seed1",
+    ]
+    assert phase_keys(config)[2] == ("dual-play random_reward-seed0", "eval random_reward-seed0")
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"seeds": []},
+        {"seeds": [1, 1]},
+        {"conditions": ["ppo"]},
+        {"conditions": []},
+        {"sft_from": "/nonexistent"},
+    ],
+)
+def test_bad_seeds_conditions_or_start_are_refused_by_name(override):
+    config = RealDemoConfig(**override)
+    with pytest.raises(ConfigError) as err:
+        config.validate()
+    assert next(iter(override)) in str(err.value)
+
+
+def test_seeds_table_gives_the_mean_change_and_each_seed():
+    def result(greedy: float, sampled: float) -> dict:
+        return {"per_tier": {"t1": {"greedy_acc": greedy, "sampled_avg": sampled}}}
+
+    runs = [
+        ("dualplay-seed0", "dualplay", 0),
+        ("dualplay-seed1", "dualplay", 1),
+        ("random_reward-seed0", "random_reward", 0),
+    ]
+    afters = {
+        "dualplay-seed0": result(0.6, 0.5),
+        "dualplay-seed1": result(0.8, 0.3),
+        "random_reward-seed0": result(0.4, 0.2),
+    }
+    lines = seeds_table(result(0.5, 0.25), afters, runs, above=["t1"]).splitlines()
+    assert (
+        lines[2]
+        == "| dualplay | t1 (above SFT) | 50.0 | 70.0 | +20.0 | 60.0, 80.0 | 25.0 | 40.0 | +15.0 | 50.0, 30.0 |"
+    )
+    assert (
+        lines[3]
+        == "| random_reward | t1 (above SFT) | 50.0 | 40.0 | -10.0 | 40.0 | 25.0 | 20.0 | -5.0 | 20.0 |"
+    )
 
 
 @pytest.mark.real
