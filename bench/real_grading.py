@@ -1,6 +1,7 @@
 """The grader against plain math-verify on real model outputs: the samples files of `pasodoble eval` runs.
 
-Each samples row holds a (gold, response) pair that a real model wrote. The script grades every pair twice:
+Each samples row holds a (gold, response) pair that a real model wrote. A dual-play run's samples.jsonl works too:
+its pairs are the Proposer's answer (as the gold) and each Solver response to that question. The script grades every pair twice:
 the way `pasodoble eval` grades it (the golds as the eval loader read them, its default grader settings) and with
 math-verify's defaults, `verify(parse(gold), parse(response))`, where the gold is given as `\\boxed{gold}` so that a
 plain LaTeX or number gold parses as math-verify's own benchmarks feed it. It prints the 2x2 table, then every
@@ -29,6 +30,9 @@ def load_pairs(paths: list[Path]) -> list[dict]:
     pairs, skipped = [], 0
     for path in paths:
         for _, row, _ in iter_jsonl(path):
+            if isinstance(row, dict) and "solver_answers" in row:  # a dual-play samples row
+                pairs += dualplay_pairs(row, path)
+                continue
             golds = row.get("gold") if isinstance(row, dict) else None
             if not golds or not isinstance(row.get("response"), str):
                 skipped += 1
@@ -39,6 +43,24 @@ def load_pairs(paths: list[Path]) -> list[dict]:
     if skipped:
         print(f"{skipped} rows without a gold or response skipped", file=sys.stderr)
     return pairs
+
+
+def dualplay_pairs(row: dict, path: Path) -> list[dict]:
+    """The pairs of a dual-play samples row: the Proposer's answer as the gold, each Solver response against it
+    (rows without a valid proposal have no answer and give none)."""
+    answer = row.get("answer")
+    if row.get("invalid_reason") or not isinstance(answer, str) or not answer.strip():
+        return []
+    return [
+        {
+            "source": "dualplay",
+            "id": f"{path.parent.name}:{row.get('step')}:{i}",
+            "golds": [answer],
+            "response": response,
+        }
+        for i, response in enumerate(row["solver_answers"])
+        if isinstance(response, str)
+    ]
 
 
 def ours(pairs: list[dict]) -> list[tuple[bool, str | None]]:
@@ -65,7 +87,7 @@ def theirs(pairs: list[dict]) -> list[tuple[bool, str | None]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("samples", type=Path, nargs="+", help="samples.jsonl files of eval runs")
+    parser.add_argument("samples", type=Path, nargs="+", help="samples.jsonl files of eval or dual-play runs")
     parser.add_argument("--show", type=int, default=60, help="disagreements to print (default: 60)")
     parser.add_argument("--out", type=Path, help="write every disagreement here as JSONL")
     args = parser.parse_args(argv)
