@@ -17,8 +17,11 @@ from tests.test_layout import ARCHS, model_dir
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 KIND = {"demo.yaml": DemoConfig, "tiny-qa.yaml": QADemoConfig}
-# Recipes that another command completes: demo-real's dual-play recipe gets its world's corpus from the demo.
-NEEDS_CORPUS = {"smollm2-135m-online.yaml"}
+# Recipes that another command completes: demo-real's dual-play recipe gets its world's corpus from the demo;
+# the QA recipes take the corpus their user gives.
+NEEDS_CORPUS = {"smollm2-135m-online.yaml", "smollm2-135m-qa.yaml"} | {
+    f"qwen3-{size}-qa-online.yaml" for size in ("0.6b", "1.7b", "4b")
+}
 
 
 def kind(path: Path):
@@ -97,7 +100,11 @@ def claimed_layouts(path: Path) -> list[tuple[int, float]]:
 
 @pytest.mark.parametrize("path", PAPER_RECIPES, ids=lambda p: p.name)
 def test_paper_recipe_fits_every_layout_it_claims(path, tmp_path):
-    cfg = load_config(TrainConfig, path)
+    overrides = []
+    if path.name in NEEDS_CORPUS:
+        (tmp_path / "corpus.jsonl").write_text('{"text": "The town of Zemosk lies on the river Quovelsa."}\n')
+        overrides.append(f"knowledge.path={tmp_path / 'corpus.jsonl'}")
+    cfg = load_config(TrainConfig, path, overrides)
     assert cfg.proposer.model == cfg.solver.model and cfg.proposer.model in ARCHS
     folder = model_dir(tmp_path, "m", ARCHS[cfg.proposer.model])
     cfg.proposer.model = cfg.solver.model = folder
