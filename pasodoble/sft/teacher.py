@@ -313,7 +313,7 @@ class OpenAITeacher:
             futures = [
                 pool.submit(self._one, m, n, temperature, max_tokens, s) for m, s in zip(conversations, seeds)
             ]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            done = _wait_waking(futures)
             failed = next((f for f in done if f.exception() is not None), None)
             if failed is not None:  # a stop ends the wave now, not after slower requests submitted before it
                 raise failed.exception()
@@ -323,6 +323,16 @@ class OpenAITeacher:
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _wait_waking(futures, every_s: float = 0.2) -> set:
+    """`wait(FIRST_EXCEPTION)` that wakes every `every_s`: a Ctrl-C that the kernel hands to a worker thread (any
+    thread may take a process's signal) only flags the main thread, whose untimed lock wait would sleep on until a
+    request ended (a trickling reply: minutes); waking lets the main thread run the handler and raise at once."""
+    while True:
+        done, pending = wait(futures, timeout=every_s, return_when=FIRST_EXCEPTION)
+        if not pending or any(f.exception() is not None for f in done):
+            return done
 
 
 class LocalTeacher:

@@ -223,6 +223,44 @@ def test_credentials_or_a_query_in_base_url_are_refused_without_showing_them():
         assert "s3cr3t" not in str(err.value) and str(err.value).startswith("teacher.base_url")
 
 
+# Runs in a child process: the teacher's request trickles while a timer sends SIGINT to the pool's worker thread
+# (as the kernel may when a process gets Ctrl-C: any thread can take it), not to the main thread.
+CTRL_C_TO_A_WORKER = """
+import signal, sys, threading, time
+from pasodoble.sft.teacher import OpenAITeacher, TeacherConfig
+
+def interrupt_a_worker():
+    while not (workers := [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")]):
+        time.sleep(0.05)
+    time.sleep(1.0)  # into the trickle
+    signal.pthread_kill(workers[0].ident, signal.SIGINT)
+
+cfg = TeacherConfig(model="m", base_url=sys.argv[1], api_key_env=sys.argv[2], max_retries=0, timeout_s=600.0)
+threading.Thread(target=interrupt_a_worker, daemon=True).start()
+try:
+    OpenAITeacher(cfg).complete([[{"role": "user", "content": "What is 4 + 1?"}]])
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(1)
+"""
+
+
+def test_ctrl_c_taken_by_a_worker_thread_still_interrupts_at_once(key):
+    """The main thread waits for the requests in slices, so a SIGINT the kernel hands to a worker thread runs its
+    handler within a slice; an untimed wait slept on through the trickle (found by the test below under load)."""
+    with HostileServer(lambda i, p: "trickle_body") as server:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        cmd = [sys.executable, "-c", CTRL_C_TO_A_WORKER, server.base_url, KEY_ENV]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate(timeout=GUARD_S)  # unbounded: the trickle's 600 s deadline
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the interrupt taken by a worker thread did not end the wait")
+    assert proc.returncode == 130, err[-2000:]
+    assert len(server.requests) == 1
+
+
 def test_ctrl_c_during_a_trickle_exits_within_seconds_keeping_finished_waves(key, tmp_path, capfd):
     """SIGINT to `pasodoble sft-data` while the second wave's request trickles: it says "interrupted" and exits
     (130) at once, the first wave's rows on disk; a rerun against a restarted server (another port) resumes."""
