@@ -47,6 +47,17 @@ def key(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@contextlib.contextmanager
+def children_take_ctrl_c():
+    """A background job starts with SIGINT ignored and its children inherit that, so Python in them installs no
+    KeyboardInterrupt handler and a Ctrl-C test would hang; a handler here is reset to the default at exec."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def teacher(url: str, **kw) -> OpenAITeacher:
     fields = {"model": "m", "base_url": url, "api_key_env": KEY_ENV, "max_retries": 0, "timeout_s": 2.0, **kw}
     return OpenAITeacher(TeacherConfig(**fields))
@@ -251,7 +262,8 @@ def test_ctrl_c_taken_by_a_worker_thread_still_interrupts_at_once(key):
     with HostileServer(lambda i, p: "trickle_body") as server:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         cmd = [sys.executable, "-c", CTRL_C_TO_A_WORKER, server.base_url, KEY_ENV]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with children_take_ctrl_c():
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             _, err = proc.communicate(timeout=GUARD_S)  # unbounded: the trickle's 600 s deadline
         except subprocess.TimeoutExpired:
@@ -273,7 +285,8 @@ def test_ctrl_c_during_a_trickle_exits_within_seconds_keeping_finished_waves(key
             "PYTHONFAULTHANDLER": "1",
         }
         cmd = [sys.executable, "-m", "pasodoble", "sft-data", "--config", str(path), "--no-progress"]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with children_take_ctrl_c():
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[tuple[float, str]] = []
         outs: list[
             str
