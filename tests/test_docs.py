@@ -52,6 +52,11 @@ EXPERIMENT = (
 )
 NETWORK_INSTALL = Skip("installs packages from an index (network); .ci/run runs `make test` on a clean clone")
 
+REAL_SEEDS = Skip(
+    "half an hour of CPU per dual-play run on a packaged model; tests/realmodels/test_demo_real.py checks the seeds "
+    "logic, and the quick run its phases"
+)
+
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "make demo": NETWORK_INSTALL,
@@ -293,6 +298,19 @@ COMMANDS: dict[str, Run | Skip] = {
     "make demo-real": Skip("an hour on a CPU core after `make fetch-real`; the quick run below is its test"),
     "pasodoble demo-real --quick --out runs/demo-real-quick": Skip(
         "a packaged model from the cache; tests/realmodels/test_demo_real.py (real, slow) runs it end to end"
+    ),
+    "pasodoble demo-real seeds=[0,1,2] conditions=[dualplay,random_reward] --out runs/demo-real-seeds": REAL_SEEDS,
+    "pasodoble demo-real seeds=[0,1,2] sft_from=runs/demo-real/checkpoints/sft --out runs/demo-real-more-seeds": (
+        REAL_SEEDS
+    ),
+    "pasodoble demo-real seeds=[0,1] conditions=[dualplay] sft_from=runs/demo-real/checkpoints/sft "
+    "--out runs/real-seeds-A": REAL_SEEDS,
+    "pasodoble demo-real seeds=[2] conditions=[dualplay,random_reward] sft_from=runs/demo-real/checkpoints/sft "
+    "--out runs/real-seeds-B": REAL_SEEDS,
+    "python bench/real_grading.py runs/real-seeds-A/eval/sft/*/samples.jsonl "
+    "runs/real-seeds-A/eval/dualplay-seed*/*/samples.jsonl runs/real-seeds-B/eval/*-seed2/*/samples.jsonl "
+    "runs/real-seeds-*/*-seed*/samples.jsonl": Skip(
+        "reads the seeds runs above; its result is the second table in docs/REAL_MODELS.md"
     ),
     # docs/QA.md
     "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[dualplay,random_reward] "

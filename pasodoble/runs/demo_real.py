@@ -432,7 +432,11 @@ def register(subparsers) -> None:
     p.add_argument("--out", help="run directory (default: runs/demo-real-<date>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
     p.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. dualplay.steps=4"
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides, e.g. dualplay.steps=4, or seeds=[0,1,2] conditions=[dualplay,random_reward] "
+        "for seeds and the random-reward control, sft_from=DIR to reuse a cold start",
     )
     p.set_defaults(func=run_demo_real_cmd)
 
