@@ -323,6 +323,15 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[random_reward] "
     "--out runs/demo-qa-random_reward": Skip("the measured control of docs/QA.md; see the entry above"),
+    "pasodoble demo-qa --config recipes/tiny-qa-grounded.yaml seeds=[0,1,2] conditions=[dualplay] "
+    "--out runs/qa-grounded-dualplay": Skip(
+        "the measured grounded-Proposer run of docs/QA.md (minutes per seed); tests/test_demo_qa.py and "
+        "tests/world/test_qa_models.py test its pieces"
+    ),
+    "pasodoble demo-qa --config recipes/tiny-qa-grounded.yaml seeds=[0,1,2] conditions=[random_reward] "
+    "--out runs/qa-grounded-random_reward": Skip(
+        "the measured control of the grounded run; see the entry above"
+    ),
 }
 
 

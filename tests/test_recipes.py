@@ -16,7 +16,7 @@ from pasodoble.scale.layout import Launch, LayoutError, check_layout, model_arch
 from tests.test_layout import ARCHS, model_dir
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-KIND = {"demo.yaml": DemoConfig, "tiny-qa.yaml": QADemoConfig}
+KIND = {"demo.yaml": DemoConfig, "tiny-qa.yaml": QADemoConfig, "tiny-qa-grounded.yaml": QADemoConfig}
 # Recipes that another command completes: demo-real's dual-play recipe gets its world's corpus from the demo;
 # the QA recipes take the corpus their user gives.
 NEEDS_CORPUS = {"smollm2-135m-online.yaml", "smollm2-135m-qa.yaml"} | {

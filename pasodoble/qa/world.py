@@ -8,8 +8,10 @@ town). Facts are split at random into tiers:
 - `corpus`: stated only in the corpus, never in SFT data (what dual-play must teach a closed-book Solver);
 - `multihop`: two corpus facts composed ("Where was the mentor of X born?"), never asked in SFT data.
 The teacher writes cold-start records in the SFT format (`{"prompt", "completion"}`): Proposer records ask about
-`sft`-tier facts of a passage in the QA tags (`<question>`, `<answer>`, `<alias>`) and pass the QA gates (checked
-here, so a teacher bug cannot ship); Solver records answer `sft`-tier questions as `Answer: X`.
+a passage's facts by their relation's question template, in the QA tags (`<question>`, `<answer>`, `<alias>`), and
+pass the QA gates (checked here, so a teacher bug cannot ship): `sft`-tier facts only (`proposer_facts="sft"`, the
+default), or every fact the passage states, any tier (`"all"`: the Proposer reads the corpus, so it may be taught to
+ask about all of it); Solver records answer `sft`-tier questions only, as `Answer: X`, whatever `proposer_facts`.
 
 Why: the claim of QA dual-play in miniature needs a corpus whose facts the Solver provably did not know; with
 invented names the only route to a `corpus`-tier answer is the corpus, through the Proposer's questions.
@@ -26,11 +28,16 @@ import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pasodoble.errors import ConfigError
 from pasodoble.io import write_text_atomic
 from pasodoble.qa.normalize import canonical
 from pasodoble.qa.proposal import parse_qa_proposal
 
 TIERS = ("sft", "corpus", "multihop")
+PROPOSER_FACTS = (
+    "sft",
+    "all",
+)  # what the teacher's Proposer records ask about (QAWorldConfig.proposer_facts)
 CRAFTS = (
     "weaving",
     "glassblowing",
@@ -71,14 +78,20 @@ class QAWorldConfig:
     num_towns: int = 12  # towns invented (each lies on a river)
     sft_fraction: float = 0.5  # share of single facts whose question also appears in the Solver's SFT data
     multihop_fraction: float = 1.0  # share of people asked the composed question (mentor's birthplace)
+    # the teacher's Proposer records ask about "sft"-tier facts only, or "all" facts each passage states (any tier)
+    proposer_facts: str = "sft"
 
     def validate(self) -> None:
         if self.num_people < 2 or self.num_towns < 1:
-            raise ValueError("qa world: num_people must be >= 2 and num_towns >= 1")
+            raise ConfigError("num_people", "num_people must be >= 2 and num_towns >= 1")
         if not 0 < self.sft_fraction < 1:
-            raise ValueError(f"qa world: sft_fraction must be in (0, 1), got {self.sft_fraction}")
+            raise ConfigError("sft_fraction", f"must be in (0, 1), got {self.sft_fraction}")
         if not 0 <= self.multihop_fraction <= 1:
-            raise ValueError(f"qa world: multihop_fraction must be in [0, 1], got {self.multihop_fraction}")
+            raise ConfigError("multihop_fraction", f"must be in [0, 1], got {self.multihop_fraction}")
+        if self.proposer_facts not in PROPOSER_FACTS:
+            raise ConfigError(
+                "proposer_facts", f"must be one of {', '.join(PROPOSER_FACTS)}, got {self.proposer_facts!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -144,7 +157,8 @@ def make_world(cfg: QAWorldConfig) -> QAWorld:
         for p in rng.sample(people, round(cfg.multihop_fraction * len(people)))
     ]
     world = QAWorld(passages, split + hops)
-    world.sft_proposer = [proposer_record(world.passages[f.passage], f) for f in split if f.tier == "sft"]
+    asked = [f for f in split if cfg.proposer_facts == "all" or f.tier == "sft"]
+    world.sft_proposer = [proposer_record(world.passages[f.passage], f) for f in asked]
     world.sft_solver = [solver_record(f) for f in split if f.tier == "sft"]
     return world
 

@@ -1,19 +1,21 @@
 """`pasodoble demo-qa`: the tiny QA world end to end on a CPU, the `qa` domain's claim in miniature.
 
-Phases: the cold start (`world/qa_models.py`: tokenizer, tiny base, joint SFT on `sft`-tier facts only; cached)
--> the SFT Solver's closed-book accuracy on each tier of held-out facts (`sft`, `corpus`: stated only in the
-corpus, `multihop`: two corpus facts composed), greedy and sampled -> for each seed in `seeds`, an online
-dual-play run (`train`, a `TrainConfig` with `domain: qa`; the demo fills in the models, the corpus and the seed)
-and/or (`conditions`) the same run with a random Solver reward (`rewards.solver_reward=random`)
--> each final Solver evaluated the same way -> `RUN_DIR/results.md`: per condition and tier, accuracy before and
-after, the mean over seeds and each seed. The question it answers: does dual-play teach a closed-book Solver
-corpus facts it was never given, beyond what a random reward does?
+Phases: the cold start (`world/qa_models.py`: tokenizer, tiny base, SFT of one joint model or of each role on
+its own records, the Solver's on `sft`-tier facts only; cached) -> the SFT Solver's closed-book accuracy on each
+tier of held-out facts (`sft`, `corpus`: stated only in the corpus, `multihop`: two corpus facts composed), greedy
+and sampled -> for each seed in `seeds`, an online dual-play run (`train`, a `TrainConfig` with `domain: qa`; the
+demo fills in each role's model, the corpus and the seed) and/or (`conditions`) the same run with a random Solver
+reward (`rewards.solver_reward=random`) -> each final Solver evaluated the same way -> `RUN_DIR/results.md`: per
+condition and tier, accuracy before and after, the mean over seeds and each seed. The question it answers: does
+dual-play teach a closed-book Solver corpus facts it was never given, beyond what a random reward does?
 
     RUN_DIR/config.yaml                       the resolved config (rerun with --config)
     RUN_DIR/eval/sft/                         the SFT Solver's evaluation (greedy/, sampled/, summary.json)
     RUN_DIR/<condition>-seed<S>/              the dual-play run (metrics.jsonl, samples.jsonl, checkpoints/)
     RUN_DIR/eval/<condition>-seed<S>/         its final Solver's evaluation
-    RUN_DIR/results.md, results.json          the table
+    RUN_DIR/results.md, results.json          the table, and the valid proposals of each run by the tier of the
+                                              fact they ask (from samples.jsonl: set schedule.samples_every: 1 to
+                                              count them all) with the Solver's pass rate on them
 
 Run: `pasodoble demo-qa --config recipes/tiny-qa.yaml [--out DIR] [key=value ...]`; figures in docs/QA.md.
 """
@@ -40,6 +42,7 @@ from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.qa.grading import QAGrader
+from pasodoble.qa.normalize import canonical
 from pasodoble.qa.world import TIERS
 from pasodoble.rollout import HFEngine
 from pasodoble.runs.train import TrainConfig, run_train
@@ -135,7 +138,7 @@ def train_config(cfg: QADemoConfig, models, condition: str, seed: int, run_dir: 
     """The dual-play run of one (condition, seed): the recipe's `train`, with models, corpus and seed filled in."""
     train = copy.deepcopy(cfg.train)
     train.run_dir, train.seed = str(run_dir), seed
-    train.proposer.model = train.solver.model = str(models.model_dir)
+    train.proposer.model, train.solver.model = str(models.proposer_dir), str(models.solver_dir)
     train.knowledge.path = str(models.world_dir / "corpus.jsonl")
     train.knowledge.seed = seed
     train.rewards.solver_reward = CONDITIONS[condition]
@@ -162,6 +165,39 @@ def results_table(before: dict, after: dict[str, dict[int, dict]]) -> str:
     return "\n".join(lines)
 
 
+def proposal_tiers(rows: list[dict], tier_of: dict[str, str]) -> dict:
+    """The valid proposals among samples.jsonl `rows`, counted by the tier of the held-out fact they ask
+    (`tier_of`: canonical question -> tier; `other` when none), and the Solver's mean pass rate on each tier's."""
+    rates: dict[str, list[float]] = {tier: [] for tier in (*TIERS, "other")}
+    for row in rows:
+        if row["invalid_reason"] is None and row["question"] is not None:
+            rates[tier_of.get(canonical(row["question"]), "other")].append(row["pass_rate"])
+    return {
+        "valid": sum(len(r) for r in rates.values()),
+        "count": {tier: len(r) for tier, r in rates.items()},
+        "pass_rate": {tier: statistics.fmean(r) if r else None for tier, r in rates.items()},
+    }
+
+
+def proposals_table(proposals: dict[str, dict[int, dict]]) -> str:
+    """Markdown: per run, the valid proposals sampled, the share asking each tier and the pass rate on them."""
+    tiers = (*TIERS, "other")
+    lines = [
+        "| Run | valid proposals | "
+        + " | ".join(f"asking {t} (%)" for t in tiers)
+        + " | "
+        + " | ".join(f"pass rate: {t}" for t in tiers)
+        + " |",
+        "|---" * (2 + 2 * len(tiers)) + "|",
+    ]
+    for condition, by_seed in proposals.items():
+        for seed, p in sorted(by_seed.items()):
+            shares = [f"{100 * p['count'][t] / max(p['valid'], 1):.1f}" for t in tiers]
+            rates = ["-" if p["pass_rate"][t] is None else f"{p['pass_rate'][t]:.2f}" for t in tiers]
+            lines.append(f"| {condition}-seed{seed} | {p['valid']} | " + " | ".join(shares + rates) + " |")
+    return "\n".join(lines)
+
+
 def run_demo_qa(cfg: QADemoConfig, *, progress: bool = True) -> Path:
     """Every phase of the module docstring; returns the run directory."""
     run_dir = Path(cfg.run_dir or f"runs/demo-qa-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -171,17 +207,22 @@ def run_demo_qa(cfg: QADemoConfig, *, progress: bool = True) -> Path:
         torch.set_num_threads(cfg.train.num_threads)
     started = time.perf_counter()
     models = ensure_qa_models(Path(cfg.cache_dir) if cfg.cache_dir else None, cfg.warm_up, progress=progress)
-    log.info("[demo-qa] cold start in %s (%.0fs)", models.model_dir.parent, time.perf_counter() - started)
+    log.info("[demo-qa] cold start in %s (%.0fs)", models.world_dir.parent, time.perf_counter() - started)
     problems = load_heldout(models.world_dir / "heldout.jsonl")
-    before = evaluate_tiers(models.model_dir, problems, cfg, run_dir / "eval" / "sft")
+    tier_of = {canonical(p.question): p.source for p in problems}
+    before = evaluate_tiers(models.solver_dir, problems, cfg, run_dir / "eval" / "sft")
     log.info("[demo-qa] SFT Solver greedy %s", json.dumps(before["greedy"]))
     after: dict[str, dict[int, dict]] = {c: {} for c in cfg.conditions}
+    proposals: dict[str, dict[int, dict]] = {c: {} for c in cfg.conditions}
     for condition in cfg.conditions:
         for seed in cfg.seeds:
             name = f"{condition}-seed{seed}"
             run_train(train_config(cfg, models, condition, seed, run_dir / name))
             solver = latest_checkpoint(run_dir / name) / "solver" / "model"
             after[condition][seed] = evaluate_tiers(solver, problems, cfg, run_dir / "eval" / name)
+            samples = run_dir / name / "samples.jsonl"
+            if samples.is_file():
+                proposals[condition][seed] = proposal_tiers(read_jsonl(samples), tier_of)
             log.info(
                 "[demo-qa] %s greedy %s (%.0fs)",
                 name,
@@ -189,12 +230,14 @@ def run_demo_qa(cfg: QADemoConfig, *, progress: bool = True) -> Path:
                 time.perf_counter() - started,
             )
     table = results_table(before, after)
-    write_json_atomic(run_dir / "results.json", {"sft": before, "after": after})
+    write_json_atomic(run_dir / "results.json", {"sft": before, "after": after, "proposals": proposals})
     steps = cfg.train.schedule.steps
     write_text_atomic(
         run_dir / "results.md",
         f"# Closed-book Solver accuracy per tier: SFT start vs after {steps} online dual-play steps\n\n{table}\n\n"
-        "Greedy exact match (canonical rule, answer and aliases), in %; change in points of the mean.\n",
+        "Greedy exact match (canonical rule, answer and aliases), in %; change in points of the mean.\n\n"
+        f"## Valid proposals by the tier of the fact they ask (samples.jsonl)\n\n{proposals_table(proposals)}\n\n"
+        "`other`: a question that is no held-out fact's; pass rate: the Solver's mean over those questions.\n",
     )
     for line in table.splitlines():
         log.info("%s", line)

@@ -3,15 +3,18 @@
 What: `ensure_qa_models(cache_dir, QAWarmUp())` writes the QA world's files (`qa/world.py`: corpus.jsonl,
 sft_proposer.jsonl, sft_solver.jsonl, heldout.jsonl), trains a byte-level BPE tokenizer on them (the math world's
 `build_tokenizer`, plus the QA tags `<question>`, `<alias>` as single tokens), builds a tiny Qwen3 base
-(`world/model.py`) and fine-tunes it on the teacher's records of `sft`-tier facts only, Solver Q&A and Proposer
-records together (one joint model for both roles, as the math world's default warm-up). No `corpus` or
-`multihop` fact is in the SFT data, so what the Solver answers about them it did not learn there.
+(`world/model.py`) and fine-tunes it on the teacher's records. With `sft.roles: joint` (the default) one model
+learns Solver Q&A and Proposer records of `sft`-tier facts together and starts both roles; with `sft.roles:
+separate` each role gets its own fine-tune of the same base on its own records (`role_records`). The Solver's
+records are `sft`-tier only either way; a grounded Proposer (`world.proposer_facts: all`, records about every fact
+of a passage) requires `separate`, so no `corpus` or `multihop` fact reaches the Solver's start.
 
 How: the same cache discipline as `world/cache.py`: built in a temporary folder under a lock and renamed to
-`<cache>/qa-world/<key>/` when done; `<key>` hashes every config and `FORMAT_VERSION`. SFT losses are kept in
-`<entry>/sft_metrics.jsonl`.
+`<cache>/qa-world/<key>/` when done; `<key>` hashes every config and `FORMAT_VERSION` (a field added later is left
+out at its default, so older entries stay valid). SFT losses of both roles are kept in `<entry>/sft_metrics.jsonl`.
 
-Usage: `models = ensure_qa_models(None, QAWarmUp())`; `models.model_dir` is a Hugging Face folder.
+Usage: `models = ensure_qa_models(None, QAWarmUp())`; `models.proposer_dir`, `models.solver_dir` are Hugging Face
+folders (the same one, `models.model_dir`, for a joint warm-up).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import to_dict
 from pasodoble.errors import ConfigError
@@ -48,28 +51,56 @@ class QAWarmUp:
     world: QAWorldConfig = field(default_factory=QAWorldConfig)  # the invented facts and their tiers
     model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
     vocab_size: int = 400  # BPE vocabulary, special and tag tokens included
-    sft: SFTConfig = field(default_factory=_qa_sft)  # the joint cold start on sft-tier records
+    sft: SFTConfig = field(default_factory=_qa_sft)  # the cold start (roles: joint or separate)
 
     def validate(self) -> None:
         if self.vocab_size < 300:
             raise ConfigError("vocab_size", "must be at least 300 (256 bytes + special and tag tokens)")
+        if self.world.proposer_facts != "sft" and self.sft.roles != "separate":
+            raise ConfigError(
+                "sft.roles",
+                f"must be separate when world.proposer_facts is {self.world.proposer_facts!r} (a joint model "
+                "would teach the Solver the corpus facts the Proposer's records ask about); set sft.roles=separate",
+            )
 
 
 @dataclass(frozen=True)
 class QAModels:
-    model_dir: Path  # the SFT-warmed model of both roles (HF format, tokenizer included)
-    base_dir: Path  # the random-init base it started from
+    proposer_dir: Path  # the SFT-warmed Proposer (HF format, tokenizer included)
+    solver_dir: Path  # the SFT-warmed Solver (the same folder as proposer_dir for a joint warm-up)
+    base_dir: Path  # the random-init base both started from
     world_dir: Path  # corpus.jsonl, sft_proposer.jsonl, sft_solver.jsonl, heldout.jsonl
-    sft_metrics: Path  # SFT loss rows (metrics.jsonl format)
+    sft_metrics: Path  # SFT loss rows of every role (metrics.jsonl format)
 
     @classmethod
-    def under(cls, root: Path) -> QAModels:
-        return cls(root / "sft", root / "base_model", root / "world", root / "sft_metrics.jsonl")
+    def under(cls, root: Path, roles: str = "joint") -> QAModels:
+        names = ("sft", "sft") if roles == "joint" else ("proposer", "solver")
+        return cls(
+            *(root / n for n in names), root / "base_model", root / "world", root / "sft_metrics.jsonl"
+        )
+
+    @property
+    def model_dir(self) -> Path:
+        """The joint model of both roles; a separate warm-up has none."""
+        if self.proposer_dir != self.solver_dir:
+            raise ValueError("a separate warm-up has no joint model: use proposer_dir and solver_dir")
+        return self.solver_dir
 
 
 def cache_key(cfg: QAWarmUp) -> str:
-    blob = json.dumps({"v": FORMAT_VERSION, "cfg": to_dict(cfg)}, sort_keys=True)
+    fields = to_dict(cfg)
+    if cfg.world.proposer_facts == "sft":  # at its default the world is as before the field: keys stay valid
+        fields["world"].pop("proposer_facts")
+    blob = json.dumps({"v": FORMAT_VERSION, "cfg": fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def role_records(proposer: list[dict], solver: list[dict], roles: str) -> dict[str, list[dict]]:
+    """The SFT data of each model the warm-up trains, by its folder name: `sft` (joint: both roles' records) or
+    `proposer` and `solver` (separate: each role's own)."""
+    if roles == "joint":
+        return {"sft": proposer + solver}
+    return {"proposer": proposer, "solver": solver}
 
 
 def qa_tokenizer(texts: list[str], vocab_size: int):
@@ -80,24 +111,25 @@ def qa_tokenizer(texts: list[str], vocab_size: int):
 
 
 def warm_up(root: Path, cfg: QAWarmUp, *, progress: bool = True) -> QAModels:
-    """Write the world, tokenizer and base under `root`, then SFT the base on sft-tier records into `root/sft`."""
-    models = QAModels.under(root)
+    """Write the world, tokenizer and base under `root`, then SFT the base into each folder of `role_records`."""
+    models = QAModels.under(root, cfg.sft.roles)
     paths = write_world(make_world(cfg.world), models.world_dir)
-    records = read_jsonl(paths["sft_proposer"]) + read_jsonl(paths["sft_solver"])
-    texts = [f"user\n{r['prompt']}\nassistant\n{r['completion']}" for r in records]
+    runs = role_records(read_jsonl(paths["sft_proposer"]), read_jsonl(paths["sft_solver"]), cfg.sft.roles)
+    texts = [f"user\n{r['prompt']}\nassistant\n{r['completion']}" for rows in runs.values() for r in rows]
     texts += [row["text"] for row in read_jsonl(paths["corpus"])]
     texts += [row["question"] for row in read_jsonl(paths["heldout"])]
     tokenizer = qa_tokenizer(texts, cfg.vocab_size)
-    model = build_model(cfg.model, tokenizer, cfg.world.seed)
-    model.save_pretrained(models.base_dir)
+    base = build_model(cfg.model, tokenizer, cfg.world.seed)
+    base.save_pretrained(models.base_dir)
     tokenizer.save_pretrained(models.base_dir)
-    tokenizer = AutoTokenizer.from_pretrained(
-        models.base_dir
-    )  # the folder's tokenizer, as every later run reads it
+    tokenizer = AutoTokenizer.from_pretrained(models.base_dir)  # the folder's, as later runs read it
     with Tracker(root) as tracker:
-        train_sft(model, tokenizer, records, cfg.sft, tracker=tracker, progress=progress, role="both")
-    model.save_pretrained(models.model_dir)
-    tokenizer.save_pretrained(models.model_dir)
+        for name, records in runs.items():
+            model = base if len(runs) == 1 else AutoModelForCausalLM.from_pretrained(models.base_dir)
+            role = "both" if name == "sft" else name
+            train_sft(model, tokenizer, records, cfg.sft, tracker=tracker, progress=progress, role=role)
+            model.save_pretrained(root / name)
+            tokenizer.save_pretrained(root / name)
     os.replace(root / "metrics.jsonl", models.sft_metrics)
     return models
 
@@ -110,7 +142,7 @@ def ensure_qa_models(cache_dir: Path | None, cfg: QAWarmUp, *, progress: bool = 
     parent = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "qa-world"
     final = parent / cache_key(cfg)
     if (final / "done").is_file():
-        return QAModels.under(final)
+        return QAModels.under(final, cfg.sft.roles)
     parent.mkdir(parents=True, exist_ok=True)
     with build_lock(parent / f".lock-{final.name}", f"the tiny QA world {final.name}"):
         if not (final / "done").is_file():  # else another process built it while this one waited
@@ -122,4 +154,4 @@ def ensure_qa_models(cache_dir: Path | None, cfg: QAWarmUp, *, progress: bool = 
                 os.rename(tmp, final)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    return QAModels.under(final)
+    return QAModels.under(final, cfg.sft.roles)

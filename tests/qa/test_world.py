@@ -1,10 +1,12 @@
-"""The tiny QA world: seeded, tiers kept apart, every fact in the corpus, teacher records that pass the gates."""
+"""The tiny QA world: seeded, tiers kept apart, every fact in the corpus, teacher records that pass the gates; the
+grounded teacher (`proposer_facts="all"`) asks about every fact of a passage and leaves the Solver's data alone."""
 
 from collections import Counter
 from dataclasses import replace
 
 import pytest
 
+from pasodoble.errors import ConfigError
 from pasodoble.evals.problems import FieldMap, load_problems_file
 from pasodoble.qa.check import check, extract_answer
 from pasodoble.qa.normalize import canonical
@@ -76,6 +78,32 @@ def test_written_files_load_as_an_eval_set_grouped_by_tier(world, tmp_path):
     assert len(paths["corpus"].read_text().splitlines()) == len(world.passages)
 
 
-def test_bad_config_is_one_line():
-    with pytest.raises(ValueError, match="sft_fraction"):
-        make_world(QAWorldConfig(sft_fraction=1.0))
+def test_grounded_teacher_asks_about_every_fact_of_each_passage(world):
+    grounded = make_world(QAWorldConfig(seed=0, proposer_facts="all"))
+    assert grounded.passages == world.passages and grounded.facts == world.facts
+    asked: dict[str, set[str]] = {}
+    for record in grounded.sft_proposer:
+        passage = record["prompt"].rsplit("\n", 1)[0]
+        assert parse_qa_proposal(record["completion"], passage).valid
+        question = record["completion"].split("<question>", 1)[1].split("</question>", 1)[0]
+        asked.setdefault(passage, set()).add(question)
+    for index, passage in enumerate(world.passages):
+        stated = {f.question for f in world.facts if f.passage == index}
+        assert asked[passage] == stated  # every tier's facts, so the non-sft ones too
+    tiers = Counter(f.tier for f in world.facts if f.passage is not None)
+    assert len(grounded.sft_proposer) == tiers["sft"] + tiers["corpus"] > len(world.sft_proposer)
+
+
+def test_grounded_teacher_gives_the_solver_sft_facts_only(world):
+    grounded = make_world(QAWorldConfig(seed=0, proposer_facts="all"))
+    assert grounded.sft_solver == world.sft_solver
+    unseen = {f.question for f in world.facts if f.tier != "sft"}
+    assert not unseen & {r["prompt"] for r in grounded.sft_solver}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("sft_fraction", 1.0), ("multihop_fraction", -0.1), ("proposer_facts", "corpus")]
+)
+def test_bad_config_is_one_line_naming_the_field(field, value):
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        make_world(QAWorldConfig(**{field: value}))
