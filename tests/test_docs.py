@@ -57,6 +57,11 @@ REAL_SEEDS = Skip(
     "logic, and the quick run its phases"
 )
 
+SMOL_QA = Skip(
+    "minutes a step of a packaged 135M model on a CPU; tests/domains/test_qa.py runs the qa domain's online step "
+    "and tests/realmodels the SmolLM2 pipeline"
+)
+
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "make demo": NETWORK_INSTALL,
@@ -313,6 +318,18 @@ COMMANDS: dict[str, Run | Skip] = {
         "reads the seeds runs above; its result is the second table in docs/REAL_MODELS.md"
     ),
     # docs/QA.md
+    "python -m pasodoble.qa.world --out runs/qa-world": Skip(
+        "not a pasodoble subcommand; tests/qa/test_world.py runs the module's main into a temporary folder"
+    ),
+    "pasodoble train --config recipes/smollm2-135m-qa.yaml knowledge.path=runs/qa-world/corpus.jsonl "
+    "run_dir=runs/smol-qa-cold schedule.steps=6": SMOL_QA,
+    "cat runs/qa-world/sft_proposer.jsonl runs/qa-world/sft_solver.jsonl > runs/qa-world/sft_both.jsonl": SMOL_QA,
+    "pasodoble sft --model pkg:smollm2-135m-instruct --data runs/qa-world/sft_both.jsonl --out runs/smol-qa-sft "
+    "--max-steps 30 --batch-size 8 --lr 1e-4 --warmup-steps 3 --threads 1": SMOL_QA,
+    "pasodoble train --config recipes/smollm2-135m-qa.yaml knowledge.path=runs/qa-world/corpus.jsonl "
+    "proposer.model=runs/smol-qa-sft solver.model=runs/smol-qa-sft "
+    'prompts.proposer_template="{passage}\\nAsk a question." prompts.solver_template="{question}" '
+    "run_dir=runs/smol-qa schedule.steps=6": SMOL_QA,
     "pasodoble demo-qa --config recipes/tiny-qa.yaml seeds=[0,1,2] conditions=[dualplay,random_reward] "
     "--out runs/demo-qa": Skip(
         "minutes per seed on a CPU core; tests/world/test_qa_models.py (slow) runs it end to end on a small world"

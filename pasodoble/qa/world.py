@@ -16,9 +16,10 @@ ask about all of it); Solver records answer `sft`-tier questions only, as `Answe
 Why: the claim of QA dual-play in miniature needs a corpus whose facts the Solver provably did not know; with
 invented names the only route to a `corpus`-tier answer is the corpus, through the Proposer's questions.
 
-How to run: `write_world(make_world(QAWorldConfig()), Path("runs/qa-world"))` writes corpus.jsonl,
-sft_proposer.jsonl, sft_solver.jsonl and heldout.jsonl; evaluate with `pasodoble eval --grading qa --dataset
-runs/qa-world/heldout.jsonl --alias-field aliases --group-field tier ...`. Pure data: no models, no training here.
+How to run: `python -m pasodoble.qa.world --out runs/qa-world` (or `write_world(make_world(QAWorldConfig()), DIR)`)
+writes corpus.jsonl, sft_proposer.jsonl, sft_solver.jsonl and heldout.jsonl; evaluate with `pasodoble eval
+--grading qa --dataset runs/qa-world/heldout.jsonl --alias-field aliases --group-field tier ...`. Pure data: no
+models, no training here.
 """
 
 from __future__ import annotations
@@ -202,3 +203,22 @@ def write_world(world: QAWorld, out: Path) -> dict[str, Path]:
     for name, rows in files.items():
         write_text_atomic(paths[name], _jsonl(rows))
     return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pasodoble.qa.world --out DIR [--seed S]`: the world's four files, for a recipe's corpus."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pasodoble.qa.world", description="write the tiny QA world's files (no models)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--seed", type=int, default=0, help="decides every name, relation and split [0]")
+    args = parser.parse_args(argv)
+    for name, path in write_world(make_world(QAWorldConfig(seed=args.seed)), args.out).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ import pytest
 
 from pasodoble.errors import ConfigError
 from pasodoble.evals.problems import FieldMap, load_problems_file
+from pasodoble.io import read_jsonl
 from pasodoble.qa.check import check, extract_answer
 from pasodoble.qa.normalize import canonical
 from pasodoble.qa.proposal import parse_qa_proposal
@@ -107,3 +108,13 @@ def test_grounded_teacher_gives_the_solver_sft_facts_only(world):
 def test_bad_config_is_one_line_naming_the_field(field, value):
     with pytest.raises(ConfigError, match=f"^{field}: "):
         make_world(QAWorldConfig(**{field: value}))
+
+
+def test_the_module_writes_the_world_files_for_a_recipe(tmp_path, capsys):
+    from pasodoble.qa.world import main
+
+    assert main(["--out", str(tmp_path / "w"), "--seed", "3"]) == 0
+    corpus = read_jsonl(tmp_path / "w" / "corpus.jsonl")
+    world = make_world(QAWorldConfig(seed=3))
+    assert [row["text"] for row in corpus] == list(world.passages)
+    assert "heldout: " in capsys.readouterr().out
