@@ -57,6 +57,10 @@ REAL_SEEDS = Skip(
     "logic, and the quick run its phases"
 )
 
+SMOL_CODE = Skip(
+    "minutes a step of a packaged 135M model with the sandbox; tests/domains/test_code.py runs the code domain's "
+    "online step through the real sandbox"
+)
 SMOL_QA = Skip(
     "minutes a step of a packaged 135M model on a CPU; tests/domains/test_qa.py runs the qa domain's online step "
     "and tests/realmodels the SmolLM2 pipeline"
@@ -317,6 +321,15 @@ COMMANDS: dict[str, Run | Skip] = {
     "runs/real-seeds-*/*-seed*/samples.jsonl": Skip(
         "reads the seeds runs above; its result is the second table in docs/REAL_MODELS.md"
     ),
+    # docs/DOMAINS.md (SmolLM2 in the code domain)
+    "pasodoble train --config recipes/smollm2-135m-code.yaml run_dir=runs/smol-code schedule.steps=3": SMOL_CODE,
+    "pasodoble sft --model pkg:smollm2-135m-instruct --data runs/code-world/sft_both.jsonl --out runs/smol-code-sft "
+    "--max-steps 20 --batch-size 8 --lr 1e-4 --warmup-steps 2 --threads 1": SMOL_CODE,
+    "pasodoble train --config recipes/smollm2-135m-code.yaml knowledge.path=runs/code-world/corpus.jsonl "
+    "proposer.model=runs/smol-code-sft solver.model=runs/smol-code-sft "
+    'prompts.proposer_template="{passage}\\nWrite a task." prompts.solver_template="{question}" '
+    "proposer.max_prompt_length=160 proposer.max_completion_length=96 solver.max_prompt_length=160 "
+    "solver.max_completion_length=64 run_dir=runs/smol-code2 schedule.steps=4": SMOL_CODE,
     # docs/QA.md
     "python -m pasodoble.qa.world --out runs/qa-world": Skip(
         "not a pasodoble subcommand; tests/qa/test_world.py runs the module's main into a temporary folder"
