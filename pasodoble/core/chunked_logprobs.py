@@ -43,7 +43,7 @@ def supports_chunking(model: torch.nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def _head_skipped(head: torch.nn.Module):
+def head_skipped(head: torch.nn.Module):
     """The model's forward returns its last hidden state in place of logits for the duration."""
     head.forward = lambda hidden: hidden  # an instance attribute shadows the class's forward
     try:
@@ -75,25 +75,17 @@ def chunked_token_logprobs(
     temperature = temperature if temperature > 0 else 1.0
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     head = model.get_output_embeddings()
-    with _head_skipped(head):
+    with head_skipped(head):
         hidden = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     rows, cols = (completion_mask[:, 1:] > 0).nonzero(as_tuple=True)  # completion tokens, scored from t - 1
     states = hidden[:, :-1][rows, cols]  # (N, H)
     targets = input_ids[:, 1:][rows, cols]  # (N,)
-    score = functools.partial(_chunk_logps, head, temperature)
-    grad = torch.is_grad_enabled() and states.requires_grad
-    pieces = [
-        checkpoint(
-            score, states[lo : lo + chunk_tokens], targets[lo : lo + chunk_tokens], use_reentrant=False
-        )
-        if grad
-        else score(states[lo : lo + chunk_tokens], targets[lo : lo + chunk_tokens])
-        for lo in range(0, states.shape[0], chunk_tokens)
-    ]
-    flat = torch.cat(pieces) if pieces else hidden.sum() * 0.0  # no tokens: keep the graph connected
+    flat = score_states(head, states, targets, temperature=temperature, chunk_tokens=chunk_tokens)
+    if not states.shape[0]:
+        flat = flat + hidden.sum() * 0.0  # no tokens: keep the graph connected
     batch, width = input_ids.shape
     logps = hidden.new_zeros(batch, width - 1, dtype=torch.float32)
-    logps = logps.index_put((rows, cols), flat) if pieces else logps + flat  # (B, T-1)
+    logps = logps.index_put((rows, cols), flat)  # (B, T-1)
     pad = logps.new_zeros(batch, 1)
     out = torch.cat([pad, logps], dim=1)  # (B, T)
     if not return_entropy:
@@ -104,3 +96,26 @@ def chunked_token_logprobs(
             logits = head(states[lo : lo + chunk_tokens]).float() / temperature
             entropy[rows[lo : lo + chunk_tokens], cols[lo : lo + chunk_tokens]] = entropy_from_logits(logits)
     return out, torch.cat([pad, entropy], dim=1)
+
+
+def score_states(
+    head: torch.nn.Module,
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> torch.Tensor:
+    """(N,) log p(targets[i] | states[i]) at `temperature`: the head applied `chunk_tokens` states at a time, each
+    chunk checkpointed when gradients flow (its logits are recomputed in the backward pass, never kept)."""
+    score = functools.partial(_chunk_logps, head, temperature)
+    grad = torch.is_grad_enabled() and states.requires_grad
+    pieces = [
+        checkpoint(
+            score, states[lo : lo + chunk_tokens], targets[lo : lo + chunk_tokens], use_reentrant=False
+        )
+        if grad
+        else score(states[lo : lo + chunk_tokens], targets[lo : lo + chunk_tokens])
+        for lo in range(0, states.shape[0], chunk_tokens)
+    ]
+    return torch.cat(pieces) if pieces else states.new_zeros(0, dtype=torch.float32)

@@ -41,6 +41,7 @@ from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.precision import DTYPES
+from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles import adapters
 from pasodoble.roles.adapters import LoraConfig, shape_problem
@@ -96,6 +97,9 @@ class RoleConfig:
     lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
     tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
     logprob_chunk_tokens: int | None = 2048  # LM-head tokens per chunk of the loss (None: whole logits)
+    share_prompt_prefill: bool = (
+        True  # the update runs each distinct prompt of a micro-batch once (core.shared_prefix)
+    )
 
     def validate(self) -> None:
         if self.num_generations < 1:
@@ -403,11 +407,11 @@ class Role:
         batch = collate(samples, self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        logps = self._token_logprobs(self.train_model, batch)
+        logps = self._token_logprobs(self.train_model, batch, samples)
         ref_logps = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logps = self._token_logprobs(self.reference, batch)
+                ref_logps = self._token_logprobs(self.reference, batch, samples)
         mask, engine_logps = batch["completion_mask"], batch["old_logps"]
         behaviour = logps.detach() if first_logps is None else first_logps
         gap = {}
@@ -438,13 +442,33 @@ class Role:
         )
         return loss, {**stats, **gap}, behaviour
 
-    def _token_logprobs(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, T) log-probs for the loss: in LM-head chunks (`chunked_logprobs`) on an unsharded role whose model
-        allows it, else through the whole logits."""
+    def _token_logprobs(
+        self, model: torch.nn.Module, batch: dict[str, torch.Tensor], samples: Sequence[Sample]
+    ) -> torch.Tensor:
+        """(B, T) log-probs for the loss. On an unsharded role whose model allows it: each distinct prompt run once
+        when samples share one (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`); otherwise through
+        the whole logits."""
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.cfg.logprob_chunk_tokens
-        if chunk is not None and self.train_model is self.model and supports_chunking(model):
+        unsharded = self.train_model is self.model
+        if (
+            self.cfg.share_prompt_prefill
+            and unsharded
+            and not self.cfg.gradient_checkpointing
+            and len({tuple(s.prompt_ids) for s in samples}) < len(samples)
+            and can_share_prompts(model)
+        ):
+            return shared_prompt_logprobs(
+                model,
+                [s.prompt_ids for s in samples],
+                [s.completion.token_ids for s in samples],
+                batch["input_ids"].shape[1],
+                pad_id=self.tokenizer.pad_token_id,
+                temperature=temperature,
+                chunk_tokens=chunk or batch["input_ids"].numel(),
+            )
+        if chunk is not None and unsharded and supports_chunking(model):
             return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
         return grpo.token_logprobs(*args, temperature=temperature)
 

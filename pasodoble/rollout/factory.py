@@ -29,6 +29,7 @@ def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
         batch_size=role_cfg.generation_batch_size,
         autocast_dtype=DTYPES[role_cfg.dtype],
         rescore=role_cfg.num_iterations > 1,
+        share_prefill=role_cfg.share_prompt_prefill,
     )
 
 

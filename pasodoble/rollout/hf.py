@@ -31,6 +31,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from pasodoble.core.grpo import token_logprobs
 from pasodoble.core.precision import autocast
+from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, quiet_cache_rename
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.decode_logprobs import SampledLogprobs
 
@@ -108,6 +109,7 @@ class HFEngine:
         logprob_batch_size: int = 16,
         autocast_dtype: torch.dtype | None = None,
         rescore: bool = False,
+        share_prefill: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -115,6 +117,9 @@ class HFEngine:
         self.logprob_batch_size = logprob_batch_size
         self.autocast_dtype = autocast_dtype  # None: run in the weights' own dtype
         self.rescore = rescore  # True: a forward pass re-scores the samples; False: decode-step log-probs
+        self.share_prefill = (
+            share_prefill  # True: the samples of one prompt share its prefill (`_shared_prefill`)
+        )
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
@@ -179,14 +184,17 @@ class HFEngine:
         stopper = _StopStrings(width, sampling.stop, self.tokenizer) if sampling.stop else None
         criteria = [c for c in (counter, stopper) if c is not None]
         recorder = None if self.rescore else SampledLogprobs(sampling.temperature)
-        sequences = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=prompt_mask,
-            generation_config=config,
-            logits_processor=LogitsProcessorList([recorder]) if recorder else None,
-            stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
-            synced_gpus=False,  # never a per-token collective: sharded roles generate on gathered weights
-        )
+        cache = self._shared_prefill(prompts, input_ids, prompt_mask) if self.share_prefill else None
+        with quiet_cache_rename():
+            sequences = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=prompt_mask,
+                **({"past_key_values": cache} if cache is not None else {}),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([recorder]) if recorder else None,
+                stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
+                synced_gpus=False,  # never a per-token collective: sharded roles generate on gathered weights
+            )
         completion = sequences[:, width:]  # (B, C)
         lengths, finish = [], []
         for i, row in enumerate(completion.tolist()):
@@ -212,6 +220,27 @@ class HFEngine:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             results.append(Completion(text, ids, logps[i, :n].tolist(), finish[i]))
         return results
+
+    def _shared_prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, prompt_mask: torch.Tensor):
+        """A KV cache of all but the last prompt column, computed once per distinct prompt and gathered per row, or
+        None when no two rows share a prompt (or the model's cache is not a plain full-attention one).
+        `generate` then runs only the last column before decoding: n samples of a prompt cost one prefill."""
+        unique, index = distinct_prompts(prompts)
+        if len(unique) == len(prompts) or input_ids.shape[1] < 2 or not can_share_prompts(self.model):
+            return None
+        first_row = {u: row for row, u in reversed(list(enumerate(index)))}
+        rows = [first_row[u] for u in range(len(unique))]  # (U,) one batch row per distinct prompt
+        mask = prompt_mask[rows, :-1]  # (U, W - 1)
+        with quiet_cache_rename():
+            cache = self.model(
+                input_ids=input_ids[rows, :-1],
+                attention_mask=mask,
+                position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                use_cache=True,
+                logits_to_keep=1,
+            ).past_key_values
+        cache.batch_select_indices(torch.tensor(index, device=input_ids.device))  # (U, ...) -> (B, ...)
+        return cache
 
     def _logprobs(self, sequences: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
         chunks = []
