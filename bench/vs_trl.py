@@ -9,10 +9,12 @@ per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 ma
 measured in the same run; then the paired ratios TRL / project. Writes `results.json` and `report.md` under --out.
 
 Shapes: `tiny`, the anchor (a random tiny Qwen3 from the tiny world's config, byte-level BPE of 320 tokens, 32
-prompts x 8 samples, 48 new tokens) and `smollm2` (`pkg:smollm2-135m-instruct`, 8 prompts x 4, 64 new tokens).
+prompts x 8 samples, 48 new tokens), `tiny200` (the same at 200 new tokens) and `smollm2`
+(`pkg:smollm2-135m-instruct`, 16 prompts x 4, 128 new tokens). The project generates a step's samples in one
+generate() call, as TRL does.
 TRL runs in its own venv (`make bench-env`, same torch and transformers); without it use --project-only.
 
-    make bench                                               # both shapes, 3 rounds
+    make bench                                               # every shape, 3 rounds
     python bench/vs_trl.py --quick --trl-python PY --out bench-out      # the anchor, 2 rounds: minutes
     nice -n 19 python bench/vs_trl.py --shapes smollm2 --rounds 2 --cpu 1 --trl-python PY --out bench-out
     python bench/vs_trl.py --quick --project-only --out bench-out       # no TRL: the project's figures alone
@@ -53,7 +55,7 @@ class Shape:
     lr: float = 1e-6  # AdamW learning rate (constant)
 
 
-SHAPES = {"tiny": Shape(32, 8, 48), "smollm2": Shape(8, 4, 64)}
+SHAPES = {"tiny": Shape(32, 8, 48), "tiny200": Shape(32, 8, 200), "smollm2": Shape(16, 4, 128)}
 
 
 def default_trl_python() -> Path:
@@ -85,7 +87,7 @@ def build_tiny_anchor(folder: Path, texts: list[str], seed: int = 0) -> Path:
 
 
 def model_dir(shape: str, out: Path, texts: list[str]) -> Path:
-    if shape == "tiny":
+    if shape.startswith("tiny"):
         return build_tiny_anchor(out / "models" / "tiny-anchor", texts)
     from pasodoble.realmodels import resolve_pkg
 
@@ -188,7 +190,7 @@ def report(results: dict) -> str:
 def parse_args(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for results.json, report.md and the runs")
-    ap.add_argument("--shapes", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
+    ap.add_argument("--shapes", default="tiny,tiny200,smollm2", help=f"comma-separated: {', '.join(SHAPES)}")
     ap.add_argument("--rounds", type=int, help="paired rounds per shape (default 3; --quick: 2)")
     ap.add_argument(
         "--quick", action="store_true", help="the anchor only, 2 rounds unless --rounds (minutes)"

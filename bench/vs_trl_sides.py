@@ -87,6 +87,23 @@ def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
     return {"side": "peak", "matmul_size": size, "peak_flops_per_s": best, "versions": _versions()}
 
 
+def distinct_prompt_tokens(prompts: list[list[int]], n: int, batch: int, shared: bool) -> int:
+    """Prompt tokens a pass over the step's samples runs when each batch of `batch` samples (a generate() call, an
+    update micro-batch) runs each distinct prompt once (`shared`), else every sample's own copy."""
+    rows = [p for p in prompts for _ in range(n)]
+    if not shared:
+        return sum(len(p) for p in rows)
+    total = 0
+    for lo in range(0, len(rows), batch):
+        chunk = {tuple(p) for p in rows[lo : lo + batch]}
+        total += (
+            sum(len(p) for p in chunk)
+            if len(chunk) < len(rows[lo : lo + batch])
+            else sum(map(len, rows[lo : lo + batch]))
+        )
+    return total
+
+
 def run_project(spec: dict) -> dict:
     """`warmup_steps` + 1 steps of the project's GRPO step; the figures are the last step's."""
     import torch
@@ -108,6 +125,7 @@ def run_project(spec: dict) -> dict:
         "lr": spec["lr"],
         "loss_type": "dr_grpo",
         "micro_batch_size": spec["micro_batch"],
+        "generation_batch_size": per_step * n,  # one generate() call per step, as TRL makes
         "device": "cpu",
     }
     for item in spec.get("project_overrides", []):
@@ -136,11 +154,19 @@ def run_project(spec: dict) -> dict:
         "update_cpu_s": done - generated,
         "prompt_tokens": sum(len(p) for p in prompts) * n,
         "completion_tokens": sum(len(c.token_ids) for g in groups for c in g),
+        "prefill_tokens": distinct_prompt_tokens(
+            prompts, n, cfg.generation_batch_size, cfg.share_prompt_prefill
+        ),
+        "update_prompt_tokens": distinct_prompt_tokens(
+            prompts, n, cfg.micro_batch_size, cfg.share_prompt_prefill
+        ),
         "params": sum(p.numel() for p in role.model.parameters()),
         "settings": {
             "gradient_checkpointing": cfg.gradient_checkpointing,
             "micro_batch_size": cfg.micro_batch_size,
             "logprob_chunk_tokens": cfg.logprob_chunk_tokens,
+            "generation_batch_size": cfg.generation_batch_size,
+            "share_prompt_prefill": cfg.share_prompt_prefill,
         },
         "peak_rss_mb": _peak_rss_mb(),
         "versions": _versions(),

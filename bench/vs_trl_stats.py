@@ -4,10 +4,13 @@ Pure functions on plain values (no torch, no TRL), so the bench's numbers are te
 (`tests/test_bench_vs_trl.py`). A run is one child process's JSON record; a side is "project", "trl" (gradient
 checkpointing off, the project's settings) or "trl_defaults" (TRL's own defaults for what the work leaves free).
 
-FLOPs: 2N per token through a forward (generation: every prompt token of every sample, which both sides prefill
-once per sample, plus every sampled token) and 6N per token through forward and backward (the update), N the
-model's parameters with tied weights counted once. Attention's own FLOPs are left out (small at these lengths).
-MFU is those FLOPs over CPU-seconds over the measured fp32 matmul peak of one core.
+FLOPs: 2N per token through a forward (generation: the prompt tokens a side prefills, plus every sampled token)
+and 6N per token through forward and backward (the update: the prompt tokens it runs, plus the completions), N the
+model's parameters with tied weights counted once. TRL runs every sample's own copy of its prompt in both phases; the
+project runs each distinct prompt of a generate() call or an update micro-batch once (`prefill_tokens`,
+`update_prompt_tokens` in its record), so its MFU counts the FLOPs it executes, not the ones it saved. Attention's
+own FLOPs are left out (small at these lengths). MFU is those FLOPs over CPU-seconds over the measured fp32 matmul
+peak of one core.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ def mfu(flops: float, cpu_s: float, peak_flops_per_s: float) -> float:
 def derived(run: dict, peak_flops_per_s: float) -> dict:
     """A run's record plus tokens per CPU-second and the MFU of each phase and of the whole step."""
     n, p, c = run["params"], run["prompt_tokens"], run["completion_tokens"]
-    gen, upd = generate_flops(n, p, c), update_flops(n, p, c)
+    gen = generate_flops(n, run.get("prefill_tokens", p), c)
+    upd = update_flops(n, run.get("update_prompt_tokens", p), c)
     return {
         **run,
         "tokens_per_cpu_s": c / run["step_cpu_s"] if run["step_cpu_s"] > 0 else 0.0,

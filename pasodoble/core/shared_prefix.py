@@ -50,6 +50,15 @@ def can_share_prompts(model: torch.nn.Module) -> bool:
     )
 
 
+def gather_cache(cache, rows: torch.Tensor) -> None:
+    """Row b of every layer's keys and values becomes row `rows[b]` (U -> B rows; a gather, so gradients sum over
+    the rows that share a prompt), stored contiguous: the gather keeps the attention's transposed strides, which
+    make every later `torch.cat` of the cache several times slower."""
+    for layer in cache.layers:
+        layer.keys = layer.keys[rows].contiguous()  # (B, heads, P, head_dim)
+        layer.values = layer.values[rows].contiguous()
+
+
 def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
     """The distinct prompts in first-seen order, and each sample's index into them."""
     seen: dict[tuple[int, ...], int] = {}
@@ -89,7 +98,7 @@ def shared_prompt_logprobs(
             use_cache=True,
         )
         cache = first.past_key_values
-        cache.batch_select_indices(rows)  # (U, ...) -> (B, ...): a gather, so gradients sum over each group
+        gather_cache(cache, rows)
         longest = max(max((len(c) for c in completions), default=1), 1)
         comp_ids = torch.tensor([list(c) + [pad_id] * (longest - len(c)) for c in completions], device=device)
         comp_len = torch.tensor([len(c) for c in completions], device=device)  # (B,)

@@ -31,7 +31,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from pasodoble.core.grpo import token_logprobs
 from pasodoble.core.precision import autocast
-from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, quiet_cache_rename
+from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, gather_cache, quiet_cache_rename
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.decode_logprobs import SampledLogprobs
 
@@ -239,7 +239,7 @@ class HFEngine:
                 use_cache=True,
                 logits_to_keep=1,
             ).past_key_values
-        cache.batch_select_indices(torch.tensor(index, device=input_ids.device))  # (U, ...) -> (B, ...)
+        gather_cache(cache, torch.tensor(index, device=input_ids.device))  # (U, ...) -> (B, ...)
         return cache
 
     def _logprobs(self, sequences: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
