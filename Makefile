@@ -162,11 +162,16 @@ $(TRL_VENV)/.stamp-trl: constraints.txt
 
 bench-env: $(TRL_VENV)/.stamp-trl
 
-# The project's GRPO step against TRL's GRPOTrainer on the same weights and work (docs/PERFORMANCE.md): paired,
-# interleaved runs in separate processes pinned to one core; tables and JSON under bench-out/. bench-quick: the tiny
-# anchor only, a couple of minutes. BENCH_ARGS adds flags (e.g. --rounds 5 --cpu 0).
+# The benchmark suite (docs/PERFORMANCE.md), each part a table with its ratio or fit, JSON under bench-out/: the GRPO
+# step against TRL's GRPOTrainer on the same weights and work (paired, interleaved runs in separate processes pinned
+# to one core; BENCH_ARGS adds flags, e.g. --rounds 5 --cpu 0), the rollout engines' sampling throughput and MFU on
+# SmolLM2 (vLLM beside HF when its venv is built), the dual-play step's phases and cost model on the tiny world, and
+# the grader against plain math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
 bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
+	$(BIN)/python bench/sampling.py --out bench-out/sampling $(if $(wildcard $(VLLM_VENV)/bin/python),--vllm-python $(VLLM_VENV)/bin/python)
+	$(BIN)/python bench/dualplay_cost.py --out bench-out/dualplay
+	$(BIN)/python bench/grader.py
 
 bench-quick: install bench-env
 	$(BIN)/python bench/vs_trl.py --quick --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)

@@ -107,9 +107,11 @@ def score_states(
     chunk_tokens: int = CHUNK_TOKENS,
 ) -> torch.Tensor:
     """(N,) log p(targets[i] | states[i]) at `temperature`: the head applied `chunk_tokens` states at a time, each
-    chunk checkpointed when gradients flow (its logits are recomputed in the backward pass, never kept)."""
+    chunk checkpointed when gradients flow and there is more than one (its logits are recomputed in the backward
+    pass, never kept). A single chunk is not checkpointed: the backward would rebuild the same logits at the same
+    peak, and the recompute costs an extra pass of the head."""
     score = functools.partial(_chunk_logps, head, temperature)
-    grad = torch.is_grad_enabled() and states.requires_grad
+    grad = torch.is_grad_enabled() and states.requires_grad and states.shape[0] > chunk_tokens
     pieces = [
         checkpoint(
             score, states[lo : lo + chunk_tokens], targets[lo : lo + chunk_tokens], use_reentrant=False

@@ -8,10 +8,11 @@ numerics) they are recomputed afterwards with one forward pass per micro-batch t
 function the loss uses. Either way they are log-probs of the untruncated softmax(logits / temperature) even when
 `top_k` / `top_p` / `min_p` truncate what is sampled (see `rollout.base`).
 
-Sampling is set only by `SamplingParams`: `generate` fills every field the call leaves unset from the model's
-`generation_config` (a checkpoint's generation_config.json may carry top_k, temperature, repetition_penalty...)
-and then from library defaults (top_k=50), so the engine passes top_k=0 for "off" and swaps in a bare
-generation config for the duration of the call. With `autocast_dtype` (a trainable role's float32 master weights,
+Sampling is set only by `SamplingParams`: `generate` runs greedily over the scores of `rollout.sampler`, which
+warps them as `SamplingParams` says and draws one token per row by inverse CDF (far cheaper on CPU than
+`torch.multinomial`), and the engine swaps in a bare generation config for the duration of the call, so no field of
+a checkpoint's generation_config.json (top_k, temperature, repetition_penalty...) and no library default applies.
+The n samples of a prompt share one prefill of it (`_shared_prefill`). With `autocast_dtype` (a trainable role's float32 master weights,
 `pasodoble.core.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
 `synced_gpus` is always off: transformers switches it on for an FSDP module on several ranks (an all-reduce per
 decoded token, which hangs when ranks make different numbers of generate() calls); a sharded role generates
@@ -34,6 +35,7 @@ from pasodoble.core.precision import autocast
 from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, gather_cache, quiet_cache_rename
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.decode_logprobs import SampledLogprobs
+from pasodoble.rollout.sampler import InverseCdfSampler
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
@@ -170,12 +172,10 @@ class HFEngine:
         input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
         prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         greedy = sampling.temperature == 0
+        # Sampling runs greedily over scores the sampler leaves one token in (`rollout.sampler`): no warper and no
+        # top_k=50 default of transformers' own sampling path applies.
         config = GenerationConfig(
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None if greedy else (sampling.top_k or 0),  # 0, not None: None means transformers' 50
-            min_p=None if greedy else (sampling.min_p or None),
+            do_sample=False,
             max_new_tokens=sampling.max_new_tokens,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
@@ -184,6 +184,12 @@ class HFEngine:
         stopper = _StopStrings(width, sampling.stop, self.tokenizer) if sampling.stop else None
         criteria = [c for c in (counter, stopper) if c is not None]
         recorder = None if self.rescore else SampledLogprobs(sampling.temperature)
+        sampler = None
+        if not greedy:
+            sampler = InverseCdfSampler(
+                sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p
+            )
+        processors = [p for p in (recorder, sampler) if p is not None]  # the recorder sees the raw scores
         cache = self._shared_prefill(prompts, input_ids, prompt_mask) if self.share_prefill else None
         with quiet_cache_rename():
             sequences = self.model.generate(
@@ -191,7 +197,7 @@ class HFEngine:
                 attention_mask=prompt_mask,
                 **({"past_key_values": cache} if cache is not None else {}),
                 generation_config=config,
-                logits_processor=LogitsProcessorList([recorder]) if recorder else None,
+                logits_processor=LogitsProcessorList(processors) if processors else None,
                 stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
                 synced_gpus=False,  # never a per-token collective: sharded roles generate on gathered weights
             )

@@ -1,0 +1,216 @@
+"""Sampling throughput of the rollout engines on SmolLM2-135M-Instruct: tokens per second and MFU at a batch size.
+
+What: each engine samples `--prompts` chat prompts x `--samples` completions of up to `--new-tokens` tokens at
+temperature 1 (rows end at EOS; throughput counts the tokens made), in a fresh
+process pinned to one core with one thread, after a warm-up call; the engine's whole process tree is timed (vLLM
+runs its engine core in a child process): wall seconds and CPU-seconds (psutil, the process and its children).
+MFU: 2N FLOPs per token (the prompt tokens each engine prefills, plus the sampled tokens) over the tree's
+CPU-seconds over the float32 matmul peak of the same core measured in the same run. Engines: `hf` (the project's
+Hugging Face engine, one prefill per distinct prompt) and `vllm` (the in-process vLLM engine, its prefix cache on)
+when `--vllm-python` names a venv with vLLM (`make vllm-env`).
+
+Why: the issue asks how close sampling gets to the matmul limit at batch 64 or more, and whether the vLLM CPU build
+is worth its install for a real model; the answer is measured here, not assumed.
+
+Run: `python bench/sampling.py --out bench-out/sampling [--vllm-python ~/.cache/pasodoble/venv-vllm/bin/python]`;
+one side by hand: `python bench/sampling.py --side hf --spec SPEC --result OUT.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+
+def tree_cpu_s() -> float:
+    """CPU-seconds of this process and every live child (user + system)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a child that ended between the listing and the read
+            total += sum(child.cpu_times()[:2])
+    return total
+
+
+def run_side(side: str, spec: dict) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from pasodoble.rollout import SamplingParams
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompts = [
+        list(
+            tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
+        for chat in spec["chats"]
+    ]
+    batch = len(prompts) * spec["samples"]
+    if side == "hf":
+        from transformers import AutoModelForCausalLM
+
+        from pasodoble.rollout import HFEngine
+
+        model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
+        engine = HFEngine(model, tokenizer, batch_size=batch)
+        params = sum(p.numel() for p in model.parameters())
+        prefill = sum(len(p) for p in prompts)  # one prefill per distinct prompt
+    else:
+        from pasodoble.rollout.settings import VLLMConfig
+        from pasodoble.rollout.vllm import VLLMEngine
+
+        engine = VLLMEngine(
+            VLLMConfig(cpu_threads_bind=str(spec["cpu"])),
+            spec["model_dir"],
+            tokenizer,
+            max_model_len=max(map(len, prompts)) + spec["new_tokens"] + 8,
+        )
+        params = spec["params"]
+        prefill = sum(len(p) for p in prompts)  # prefix caching: one prefill per distinct prompt
+    sampling = SamplingParams(n=spec["samples"], temperature=1.0, max_new_tokens=spec["new_tokens"], seed=0)
+    engine.generate(prompts[:2], sampling)  # warm-up
+    times = []
+    for _ in range(spec["repeats"]):
+        cpu0, wall0 = tree_cpu_s(), time.perf_counter()
+        groups = engine.generate(prompts, sampling)
+        times.append((tree_cpu_s() - cpu0, time.perf_counter() - wall0))
+    tokens = sum(len(c.token_ids) for g in groups for c in g)
+    engine.close()
+    cpu_s = statistics.median(t[0] for t in times)
+    wall_s = statistics.median(t[1] for t in times)
+    return {
+        "side": side,
+        "batch": batch,
+        "tokens": tokens,
+        "prefill_tokens": prefill,
+        "params": params,
+        "cpu_s": cpu_s,
+        "wall_s": wall_s,
+        "runs": times,
+    }
+
+
+def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
+    """Best of 3 float32 matmul rates of one thread, FLOPs per CPU-second."""
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = 0.0
+    for _ in range(3):
+        reps, start = 0, time.process_time()
+        while time.process_time() - start < seconds:
+            torch.mm(a, b)
+            reps += 1
+        best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
+    return best
+
+
+def table(results: list[dict], peak: float) -> str:
+    lines = [
+        "| engine | batch | tokens made | CPU-s | wall s | tokens per CPU-s | MFU (2N per token) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        flops = 2.0 * r["params"] * (r["prefill_tokens"] + r["tokens"])
+        lines.append(
+            f"| {r['side']} | {r['batch']} | {r['tokens']:,} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | "
+            f"{r['tokens'] / r['cpu_s']:.1f} | {flops / r['cpu_s'] / peak:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="folder for sampling.json and sampling.md")
+    ap.add_argument("--prompts", type=int, default=16, help="distinct chat prompts (default 16)")
+    ap.add_argument("--samples", type=int, default=4, help="completions per prompt (default 4: batch 64)")
+    ap.add_argument(
+        "--new-tokens", type=int, default=128, help="new tokens per completion, at most (default 128)"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="timed calls per engine, median (default 3)")
+    ap.add_argument("--cpu", type=int, default=os.cpu_count() - 1, help="core to pin to (default: the last)")
+    ap.add_argument("--vllm-python", type=Path, help="python of a venv with vLLM: adds the vllm engine")
+    ap.add_argument("--side", choices=("hf", "vllm"), help=argparse.SUPPRESS)
+    ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.side:
+        record = run_side(args.side, json.loads(args.spec.read_text()))
+        args.result.write_text(json.dumps(record))
+        return 0
+    if args.out is None:
+        ap.error("--out is required")
+    from vs_trl import cpu_model, questions
+
+    from pasodoble.io import write_json_atomic, write_text_atomic
+    from pasodoble.realmodels import resolve_pkg
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    model_dir = str(resolve_pkg("pkg:smollm2-135m-instruct", progress=False))
+    spec = {
+        "model_dir": model_dir,
+        "chats": [[{"role": "user", "content": t}] for t in questions(args.prompts, seed=0)],
+        "samples": args.samples,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "cpu": args.cpu,
+        "params": 134_515_008,  # SmolLM2-135M, tied embeddings once (the hf side counts its own)
+    }
+    spec_path = args.out / "spec.json"
+    write_json_atomic(spec_path, spec)
+    os.sched_setaffinity(0, {args.cpu})
+    peak = matmul_peak()
+    sides = [("hf", sys.executable)] + ([("vllm", str(args.vllm_python))] if args.vllm_python else [])
+    results = []
+    for side, python in sides:
+        result = args.out / f"{side}.json"
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd = [
+            "taskset",
+            "-c",
+            str(args.cpu),
+            python,
+            __file__,
+            "--side",
+            side,
+            "--spec",
+            str(spec_path),
+            "--result",
+            str(result),
+        ]
+        subprocess.run(cmd, env=env, check=True)
+        results.append(json.loads(result.read_text()))
+        print(f"{side}: {results[-1]['tokens']} tokens in {results[-1]['cpu_s']:.2f} CPU-s", flush=True)
+    text = (
+        f"Sampling on SmolLM2-135M-Instruct, {args.prompts} prompts x {args.samples} samples, up to {args.new_tokens} "
+        f"new tokens, one thread on core {args.cpu} ({cpu_model()}), fp32 matmul peak {peak / 1e9:.1f} GFLOP/s, "
+        f"medians of {args.repeats} calls\n\n" + table(results, peak)
+    )
+    print(text)
+    write_json_atomic(args.out / "sampling.json", {"peak_flops_per_s": peak, "results": results})
+    write_text_atomic(args.out / "sampling.md", text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

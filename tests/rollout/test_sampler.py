@@ -1,0 +1,40 @@
+"""Inverse-CDF token draws: the right distribution across blocks, never a zero-probability token."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pasodoble.rollout.sampler import BLOCK, InverseCdfSampler, draw_rows
+
+
+def test_draws_follow_each_row_distribution_and_skip_zeros():
+    torch.manual_seed(0)
+    vocab, draws = 3 * BLOCK + 17, 40_000  # several blocks and a padded last one
+    p = torch.rand(2, vocab) ** 4
+    p[0, ::3] = 0.0  # a third of the tokens impossible, in every block
+    p[1, : 2 * BLOCK] = 0.0  # whole blocks impossible
+    p[1, -1] = 5.0  # the padded block's last real token carries most of the mass
+    p = p / p.sum(-1, keepdim=True)
+    counts = torch.zeros_like(p)
+    for _ in range(draws // 1000):
+        idx = draw_rows(p.repeat_interleave(1000, dim=0)).view(2, 1000)
+        for row in range(2):
+            counts[row] += torch.bincount(idx[row], minlength=vocab).float()
+    assert counts[p == 0].sum() == 0
+    freq = counts / draws
+    for row in range(2):
+        # E[TV] <= sum_i sqrt(p_i (1 - p_i) / N) / 2, plus McDiarmid's deviation for a 1e-9 chance
+        bound = (p[row] * (1 - p[row]) / draws).sqrt().sum() / 2 + math.sqrt(math.log(1e9) / (2 * draws))
+        assert (freq[row] - p[row]).abs().sum() / 2 < bound
+
+
+def test_the_sampler_leaves_one_token_that_top_k_allows():
+    torch.manual_seed(1)
+    scores = torch.randn(64, 1000)
+    out = InverseCdfSampler(0.7, top_k=5, top_p=1.0, min_p=None)(torch.zeros(64, 1, dtype=torch.long), scores)
+    winners = out.argmax(-1)
+    assert ((out == 0).sum(-1) == 1).all() and torch.isinf(out).sum() == 64 * 999
+    top5 = scores.topk(5, dim=-1).indices
+    assert (top5 == winners[:, None]).any(-1).all()
