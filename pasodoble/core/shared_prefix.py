@@ -15,8 +15,9 @@ on copies of the same prompt (issue: performance; figures in docs/PERFORMANCE.md
 cost one prompt pass in the update, as they do in generation (`rollout.hf`).
 
 Run: `shared_prompt_logprobs(model, [[1, 2, 3]] * 4, completions, width=9, temperature=0.6)`; tests in
-`tests/test_shared_prefix.py`. Not used with gradient checkpointing (Hugging Face switches the cache off there) or on
-sharded roles (a second forward before one backward is outside DDP's contract).
+`tests/test_shared_prefix.py`. The Role does not use it with gradient checkpointing (Hugging Face switches the cache
+off there), on sharded roles (a second forward before one backward is outside DDP's contract), or when its HF engine
+re-scores samples for several optimizer passes (those ratios need the re-scoring pass's own numerics).
 """
 
 from __future__ import annotations

@@ -452,8 +452,12 @@ class Role:
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.cfg.logprob_chunk_tokens
         unsharded = self.train_model is self.model
+        # An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
+        # ratios need the loss in the very same numerics, so only then is the prompt not shared.
+        same_numerics = self.cfg.num_iterations > 1 and not self.engine.copies_weights
         if (
             self.cfg.share_prompt_prefill
+            and not same_numerics
             and unsharded
             and not self.cfg.gradient_checkpointing
             and len({tuple(s.prompt_ids) for s in samples}) < len(samples)
