@@ -36,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_trl import cpu_model  # noqa: E402
 
 from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import write_json_atomic, write_text_atomic  # noqa: E402
@@ -132,13 +135,6 @@ def checkpoint_seconds(cpu: int, repeats: int = 3) -> float:
             save_checkpoint(Path(tmp), step, write, keep_last=1)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
 
 
 def least_squares(rows: list[list[float]], ys: list[float]) -> list[float]:

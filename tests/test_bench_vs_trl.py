@@ -197,3 +197,26 @@ def test_against_trl_end_to_end(tmp_path):
     assert results["versions"]["trl"]["torch"] == results["versions"]["project"]["torch"]
     assert results["versions"]["trl"]["transformers"] == results["versions"]["project"]["transformers"]
     assert set(results["shapes"]["tiny"]["summary"]["ratios"]) == {"trl", "trl_defaults"}
+
+
+def test_distinct_prompt_tokens_count_each_prompt_once_a_batch():
+    sides = _load("vs_trl_sides")
+    prompts = [[1, 2, 3], [4, 5]]  # 2 prompts x 3 samples: rows 3,3,3,2,2,2 tokens
+    assert sides.distinct_prompt_tokens(prompts, 3, 6, shared=False) == 15
+    assert sides.distinct_prompt_tokens(prompts, 3, 6, shared=True) == 5
+    assert sides.distinct_prompt_tokens(prompts, 3, 4, shared=True) == 3 + 2 + 2  # batches [a a a b], [b b]
+    assert sides.distinct_prompt_tokens(prompts, 1, 4, shared=True) == 5  # nothing shared: every row's own
+
+
+def test_the_dualplay_cost_fit_recovers_a_known_model():
+    cost = _load("dualplay_cost")
+    grid = [
+        {"I": i, "J": j, "max_completion_length": None, "step_s": 0.5 + 0.25 * i + 0.0625 * i * j}
+        for i in (2, 4, 6)
+        for j in (2, 8)
+    ]
+    lengths = [{"solver_tokens": t, "solve_s": 0.1 + 0.002 * t} for t in (100, 400)]
+    model = cost.fit(grid, lengths)
+    assert model["a"] == pytest.approx(0.5) and model["b"] == pytest.approx(0.25)
+    assert model["c"] == pytest.approx(0.0625) and model["worst_relative_error"] < 1e-9
+    assert model["solve_s_per_token"] == pytest.approx(0.002) and model["solve_s0"] == pytest.approx(0.1)
