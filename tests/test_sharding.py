@@ -74,6 +74,9 @@ def role_with(sharding, **overrides) -> Role:
     cfg = RoleConfig(
         model="test", num_generations=3, temperature=1.0, max_completion_length=8, lr=1e-2, micro_batch_size=2
     )
+    # Sharded roles never share a prompt's prefill in the update (core.shared_prefix), so the plain role they are
+    # compared with runs the same per-sample forward; prompt sharing has its own tests.
+    cfg.share_prompt_prefill = False
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return Role("solver", cfg, make_model(tokenizer), tokenizer, sharding=sharding)
