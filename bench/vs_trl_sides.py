@@ -93,15 +93,9 @@ def distinct_prompt_tokens(prompts: list[list[int]], n: int, batch: int, shared:
     rows = [p for p in prompts for _ in range(n)]
     if not shared:
         return sum(len(p) for p in rows)
-    total = 0
-    for lo in range(0, len(rows), batch):
-        chunk = {tuple(p) for p in rows[lo : lo + batch]}
-        total += (
-            sum(len(p) for p in chunk)
-            if len(chunk) < len(rows[lo : lo + batch])
-            else sum(map(len, rows[lo : lo + batch]))
-        )
-    return total
+    return sum(
+        sum(len(p) for p in {tuple(p) for p in rows[lo : lo + batch]}) for lo in range(0, len(rows), batch)
+    )
 
 
 def run_project(spec: dict) -> dict:

@@ -97,9 +97,7 @@ class RoleConfig:
     lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
     tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
     logprob_chunk_tokens: int | None = 2048  # LM-head tokens per chunk of the loss (None: whole logits)
-    share_prompt_prefill: bool = (
-        True  # the update runs each distinct prompt of a micro-batch once (core.shared_prefix)
-    )
+    share_prompt_prefill: bool = True  # each distinct prompt of a generate() call / micro-batch runs once
 
     def validate(self) -> None:
         if self.num_generations < 1:

@@ -12,8 +12,8 @@ Sampling is set only by `SamplingParams`: `generate` runs greedily over the scor
 warps them as `SamplingParams` says and draws one token per row by inverse CDF (far cheaper on CPU than
 `torch.multinomial`), and the engine swaps in a bare generation config for the duration of the call, so no field of
 a checkpoint's generation_config.json (top_k, temperature, repetition_penalty...) and no library default applies.
-The n samples of a prompt share one prefill of it (`_shared_prefill`). With `autocast_dtype` (a trainable role's float32 master weights,
-`pasodoble.core.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
+The n samples of a prompt share one prefill of it (`_shared_prefill`). With `autocast_dtype` (a trainable role's
+float32 master weights, `pasodoble.core.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
 `synced_gpus` is always off: transformers switches it on for an FSDP module on several ranks (an all-reduce per
 decoded token, which hangs when ranks make different numbers of generate() calls); a sharded role generates
 inside `Role.gathered()`, on full weights that need no collective. `SamplingParams.stop` strings end a row once
@@ -119,9 +119,7 @@ class HFEngine:
         self.logprob_batch_size = logprob_batch_size
         self.autocast_dtype = autocast_dtype  # None: run in the weights' own dtype
         self.rescore = rescore  # True: a forward pass re-scores the samples; False: decode-step log-probs
-        self.share_prefill = (
-            share_prefill  # True: the samples of one prompt share its prefill (`_shared_prefill`)
-        )
+        self.share_prefill = share_prefill  # True: a prompt's samples share one prefill
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
@@ -234,8 +232,9 @@ class HFEngine:
         unique, index = distinct_prompts(prompts)
         if len(unique) == len(prompts) or input_ids.shape[1] < 2 or not can_share_prompts(self.model):
             return None
-        first_row = {u: row for row, u in reversed(list(enumerate(index)))}
-        rows = [first_row[u] for u in range(len(unique))]  # (U,) one batch row per distinct prompt
+        rows = [
+            index.index(u) for u in range(len(unique))
+        ]  # (U,) the first batch row of each distinct prompt
         mask = prompt_mask[rows, :-1]  # (U, W - 1)
         with quiet_cache_rename():
             cache = self.model(
