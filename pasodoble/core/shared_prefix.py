@@ -23,6 +23,7 @@ re-scores samples for several optimizer passes (those ratios need the re-scoring
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Sequence
 
@@ -35,9 +36,18 @@ from pasodoble.core.chunked_logprobs import CHUNK_TOKENS, head_skipped, score_st
 def quiet_cache_rename():
     """transformers 5.24 renames the `past_key_values` argument to `cache` and warns at every call; the 5.x releases
     before it (the vLLM venv's) know only the old name, so the project passes it and silences that one warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".past_key_values. is deprecated", category=FutureWarning)
-        yield
+    logger = logging.getLogger("transformers.utils.generic")  # its once-per-process notice of the same rename
+    notice = logging.Filter()
+    notice.filter = lambda record: "cache_params` are deprecated" not in record.getMessage()
+    logger.addFilter(notice)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=".past_key_values. is deprecated", category=FutureWarning
+            )
+            yield
+    finally:
+        logger.removeFilter(notice)
 
 
 def can_share_prompts(model: torch.nn.Module) -> bool:

@@ -1,23 +1,25 @@
-"""Rollout engine on Hugging Face `generate`: the CPU / test path, and a fallback on one GPU.
+"""Rollout engine on a Hugging Face model: the CPU / test path, and a fallback on one GPU.
 
 It samples from the live training model (no copy, so `update_weights` is a no-op) in batches of `batch_size`
-sequences with left padding. By default the log-probs of the sampled tokens are read off the decode steps
-(`rollout.decode_logprobs`: one (B, V) row at a time, no second pass). With `rescore=True` (a role that takes
-several optimizer steps per batch, whose later ratios need the generating policy's log-probs in the loss's own
-numerics) they are recomputed afterwards with one forward pass per micro-batch through `grpo.token_logprobs`, the
-function the loss uses. Either way they are log-probs of the untruncated softmax(logits / temperature) even when
-`top_k` / `top_p` / `min_p` truncate what is sampled (see `rollout.base`).
+sequences with left padding, with its own decode loop (`rollout.decode_loop`: a row that ended leaves the batch and
+its KV cache, and a step runs nothing but the forward and the draw); models whose cache that loop does not handle
+(sliding windows, hybrids) go through `model.generate`. The log-probs of the sampled tokens are read off the decode
+steps (no second pass). With `rescore=True` (a role that takes several optimizer steps per batch, whose later
+ratios need the generating policy's log-probs in the loss's own numerics) they are recomputed afterwards with one
+forward pass per micro-batch through `grpo.token_logprobs`, the function the loss uses. Either way they are
+log-probs of the untruncated softmax(logits / temperature) even when `top_k` / `top_p` / `min_p` truncate what is
+sampled (see `rollout.base`).
 
-Sampling is set only by `SamplingParams`: `generate` runs greedily over the scores of `rollout.sampler`, which
-warps them as `SamplingParams` says and draws one token per row by inverse CDF (far cheaper on CPU than
-`torch.multinomial`), and the engine swaps in a bare generation config for the duration of the call, so no field of
-a checkpoint's generation_config.json (top_k, temperature, repetition_penalty...) and no library default applies.
-The n samples of a prompt share one prefill of it (`_shared_prefill`). With `autocast_dtype` (a trainable role's
-float32 master weights, `pasodoble.core.precision`), sampling and log-probs run under autocast to that dtype, as the loss's forward does.
-`synced_gpus` is always off: transformers switches it on for an FSDP module on several ranks (an all-reduce per
-decoded token, which hangs when ranks make different numbers of generate() calls); a sharded role generates
-inside `Role.gathered()`, on full weights that need no collective. `SamplingParams.stop` strings end a row once
-its decoded tail holds one (a batch still runs until every row has ended).
+Sampling is set only by `SamplingParams`: tokens are drawn by `rollout.sampler`, which warps the scores as
+`SamplingParams` says and draws one token per row by inverse CDF (far cheaper on CPU than `torch.multinomial`);
+through `generate` it runs greedily over the sampler's scores, with a bare generation config swapped in for the
+call, so no field of a checkpoint's generation_config.json (top_k, temperature, repetition_penalty...) and no
+library default applies. The n samples of a prompt share one prefill of it (`_shared_prefill`). With
+`autocast_dtype` (a trainable role's float32 master weights, `pasodoble.core.precision`), sampling and log-probs
+run under autocast to that dtype, as the loss's forward does. No decode step communicates: a sharded role generates
+inside `Role.gathered()`, on full weights (and `generate` gets `synced_gpus=False`: transformers switches it on for
+an FSDP module on several ranks, an all-reduce per decoded token, which hangs when ranks make different numbers of
+calls). `SamplingParams.stop` strings end a row once its decoded tail holds one.
 
 Run: `HFEngine(model, tokenizer).generate([[ids...]], SamplingParams(n=4, temperature=0.6))`.
 """
@@ -35,6 +37,7 @@ from pasodoble.core.precision import autocast
 from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, gather_cache, quiet_cache_rename
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.decode_logprobs import SampledLogprobs
+from pasodoble.rollout.decode_loop import StopStrings, decode
 from pasodoble.rollout.sampler import InverseCdfSampler
 
 
@@ -169,7 +172,51 @@ class HFEngine:
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
         prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-        greedy = sampling.temperature == 0
+        sampler = None
+        if sampling.temperature != 0:
+            sampler = InverseCdfSampler(
+                sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p
+            )
+        cache = self._shared_prefill(prompts, input_ids, prompt_mask) if self.share_prefill else None
+        run = self._decode if can_share_prompts(self.model) else self._generate_with_hf
+        completion, logps, lengths, finish = run(
+            input_ids, prompt_mask, cache, sampling, sampler, on_progress
+        )  # (B, C), (B, C) or None
+        if logps is None or self.rescore:
+            comp_mask = (
+                torch.arange(completion.shape[1], device=device)[None, :]
+                < torch.tensor(lengths, device=device)[:, None]
+            )
+            mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
+            sequences = torch.cat([input_ids, completion], dim=1)
+            logps = self._logprobs(sequences, mask, sampling.temperature)[:, width:]  # (B, C)
+        results = []
+        for i, n in enumerate(lengths):
+            ids = completion[i, :n].tolist()
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            results.append(Completion(text, ids, logps[i, :n].tolist(), finish[i]))
+        return results
+
+    def _decode(self, input_ids, prompt_mask, cache, sampling, sampler, on_progress):
+        """The engine's own loop (`rollout.decode_loop`): ended rows stop costing decode steps."""
+        done = decode(
+            self.model,
+            input_ids,
+            prompt_mask,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_ids=self.eos_ids,
+            pad_id=self.pad_id,
+            temperature=sampling.temperature,
+            choose=sampler.draw if sampler is not None else lambda logits: logits.argmax(-1),
+            cache=cache,
+            stop_strings=StopStrings(sampling.stop, self.tokenizer) if sampling.stop else None,
+            on_ended=on_progress,
+        )
+        return done.tokens, done.logprobs, done.lengths, done.finish
+
+    def _generate_with_hf(self, input_ids, prompt_mask, cache, sampling, sampler, on_progress):
+        """`model.generate` for models whose cache the own loop does not handle (sliding windows, hybrids)."""
+        width = input_ids.shape[1]
         # Sampling runs greedily over scores the sampler leaves one token in (`rollout.sampler`): no warper and no
         # top_k=50 default of transformers' own sampling path applies.
         config = GenerationConfig(
@@ -182,13 +229,7 @@ class HFEngine:
         stopper = _StopStrings(width, sampling.stop, self.tokenizer) if sampling.stop else None
         criteria = [c for c in (counter, stopper) if c is not None]
         recorder = None if self.rescore else SampledLogprobs(sampling.temperature)
-        sampler = None
-        if not greedy:
-            sampler = InverseCdfSampler(
-                sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p
-            )
         processors = [p for p in (recorder, sampler) if p is not None]  # the recorder sees the raw scores
-        cache = self._shared_prefill(prompts, input_ids, prompt_mask) if self.share_prefill else None
         with quiet_cache_rename():
             sequences = self.model.generate(
                 input_ids=input_ids,
@@ -207,23 +248,10 @@ class HFEngine:
             n = len(row) if eos is None else eos + 1
             lengths.append(n if ended is None else min(n, ended))
             finish.append("length" if eos is None and ended is None else "stop")
-        if counter is not None and len(prompts) > (counter.done or 0):  # rows that ran out of budget end here
-            on_progress(len(prompts) - (counter.done or 0))
-        if recorder is not None:
-            logps = recorder.finish(sequences, width)  # (B, C)
-        else:
-            comp_mask = (
-                torch.arange(completion.shape[1], device=device)[None, :]
-                < torch.tensor(lengths, device=device)[:, None]
-            )
-            mask = torch.cat([prompt_mask, comp_mask.long()], dim=1)
-            logps = self._logprobs(sequences, mask, sampling.temperature)[:, width:]  # (B, C)
-        results = []
-        for i, n in enumerate(lengths):
-            ids = completion[i, :n].tolist()
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            results.append(Completion(text, ids, logps[i, :n].tolist(), finish[i]))
-        return results
+        if counter is not None and input_ids.shape[0] > (counter.done or 0):  # rows out of budget end here
+            on_progress(input_ids.shape[0] - (counter.done or 0))
+        logps = recorder.finish(sequences, width) if recorder is not None else None  # (B, C)
+        return completion, logps, lengths, finish
 
     def _shared_prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, prompt_mask: torch.Tensor):
         """A KV cache of all but the last prompt column, computed once per distinct prompt and gathered per row, or

@@ -13,8 +13,9 @@ decode step for 64 rows of SmolLM2's 49k vocabulary, about an eighth of its deco
 row (issue: performance; docs/PERFORMANCE.md). Same distribution; other random draws than `generate`'s own sampler,
 so a seed gives other (equally likely) samples than before.
 
-Run: `generate(..., do_sample=False, logits_processor=[InverseCdfSampler(0.6, top_k=None, top_p=1.0, min_p=None)])`;
-the distribution tests in `tests/rollout/test_sampling.py` run through it.
+Run: `generate(..., do_sample=False, logits_processor=[InverseCdfSampler(0.6, top_k=None, top_p=1.0, min_p=None)])`,
+or `sampler.draw(scores)` in the engine's own decode loop (`rollout.decode_loop`); the distribution tests in
+`tests/rollout/test_sampling.py` run through it.
 """
 
 from __future__ import annotations
@@ -65,9 +66,13 @@ class InverseCdfSampler(LogitsProcessor):
         if min_p:
             self.warpers.append(MinPLogitsWarper(min_p=min_p))
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def draw(self, scores: torch.Tensor, input_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """(B,) one token per row of the raw scores (B, V) (the warpers here never read `input_ids`)."""
         for warper in self.warpers:
             scores = warper(input_ids, scores)
-        tokens = draw_rows(torch.softmax(scores.float(), dim=-1))  # (B,)
+        return draw_rows(torch.softmax(scores.float(), dim=-1))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        tokens = self.draw(scores, input_ids)  # (B,)
         chosen = torch.full_like(scores, float("-inf"))
         return chosen.scatter_(1, tokens[:, None], 0.0)

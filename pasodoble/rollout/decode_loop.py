@@ -1,0 +1,113 @@
+"""The Hugging Face engine's own decode loop: finished rows leave the batch, and a step does nothing but decode.
+
+What: `decode(model, input_ids, prompt_mask, ...)` prefills a left-padded batch (or, with a cache of all but the
+last prompt column, runs only that column), then decodes one token per step for the rows still running: it picks
+the token (`choose`: greedy argmax or `rollout.sampler.InverseCdfSampler.draw`), records its log-prob under the
+untruncated softmax(logits / temperature) (1 for greedy calls, as `rollout.decode_logprobs` does), and ends a row
+at an EOS, at a stop string or at the token budget. A row that ended is dropped from the input, the attention mask
+and every layer's KV cache (`batch_select_indices`) before the next step.
+
+Why: `generate` decodes every row until the last one ends, and its per-step machinery (logits processors, stopping
+criteria, keyword plumbing) costs as much as a small model's forward. On the SmolLM2 GRPO bench 19% of the row-steps
+were of rows that had already ended (docs/PERFORMANCE.md). The samples follow the same distribution as through
+`generate`; rows drop out of the random draws once ended, so a seed gives other samples than `generate` would.
+
+Used for models whose cache is a plain full-attention one (`core.shared_prefix.can_share_prompts`); the engine runs
+`generate` for the others. Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0,
+temperature=0.7, choose=sampler.draw)` under `torch.no_grad()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from pasodoble.core.shared_prefix import quiet_cache_rename
+
+
+@dataclass
+class Decoded:
+    tokens: torch.Tensor  # (B, C) the completions, `pad_id` after each row's end
+    logprobs: torch.Tensor  # (B, C) float32 log-probs of `tokens`, 0 after each row's end
+    lengths: list[int]  # tokens of each row, its EOS or stop string included
+    finish: list[str]  # "stop" (EOS or stop string) or "length"
+
+
+class StopStrings:
+    """Tells which rows' decoded completion tails hold a stop string (a token is at least one character)."""
+
+    def __init__(self, stops: tuple[str, ...], tokenizer):
+        self.stops, self.tokenizer = stops, tokenizer
+        self.tail = max(len(s) for s in stops)
+
+    def __call__(self, tails: list[list[int]]) -> list[bool]:
+        return [any(s in self.tokenizer.decode(ids) for s in self.stops) for ids in tails]
+
+
+def decode(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_ids: list[int],
+    pad_id: int,
+    temperature: float,
+    choose: Callable[[torch.Tensor], torch.Tensor],
+    cache=None,
+    stop_strings: StopStrings | None = None,
+    on_ended: Callable[[int], None] | None = None,
+):
+    """Decodes `input_ids` (B, W), left-padded with `prompt_mask` (B, W). `cache`: a KV cache of the first W - 1
+    columns (None: prefill here). `on_ended(k)`: k more rows ended. Returns a `Decoded`."""
+    rows, device = input_ids.shape[0], input_ids.device
+    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, C)
+    logprobs = torch.zeros(rows, max_new_tokens, device=device)  # (B, C)
+    lengths, finish = [max_new_tokens] * rows, ["length"] * rows
+    scale = temperature if temperature > 0 else 1.0
+    eos = torch.tensor(eos_ids, device=device)
+    live = torch.arange(rows, device=device)  # (b,) batch rows still running
+    mask = prompt_mask
+    position = mask.sum(-1, keepdim=True) - 1  # (b, 1) position of each row's last token
+    if cache is None:
+        step_ids, positions = input_ids, (mask.cumsum(-1) - 1).clamp(min=0)
+    else:
+        step_ids, positions = input_ids[:, -1:], position
+    for t in range(max_new_tokens):
+        with quiet_cache_rename():
+            out = model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = out.past_key_values
+        logits = out.logits[:, -1].float()  # (b, V)
+        token = choose(logits)  # (b,)
+        scaled = logits / scale
+        logprob = scaled.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(scaled, -1)  # (b,)
+        tokens[live, t], logprobs[live, t] = token, logprob
+        ended = torch.isin(token, eos)  # (b,)
+        if stop_strings is not None:
+            first = max(0, t + 1 - stop_strings.tail)
+            ended |= torch.tensor(stop_strings(tokens[live, first : t + 1].tolist()), device=device)
+        last = t + 1 == max_new_tokens
+        for row in live[ended].tolist():
+            lengths[row], finish[row] = t + 1, "stop"
+        count = len(live) if last else int(ended.sum())  # at the budget every running row ends
+        if on_ended is not None and count:
+            on_ended(count)
+        if last or bool(ended.all()):
+            break
+        if bool(ended.any()):  # the ended rows leave the batch, their cache rows with them
+            keep = (~ended).nonzero().squeeze(1)  # (b',)
+            cache.batch_select_indices(keep)
+            live, mask, position, token = live[keep], mask[keep], position[keep], token[keep]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        position = position + 1
+        step_ids, positions = token[:, None], position
+    return Decoded(tokens, logprobs, lengths, finish)
