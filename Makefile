@@ -171,6 +171,7 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
 	$(BIN)/python bench/sampling.py --out bench-out/sampling $(if $(wildcard $(VLLM_VENV)/bin/python),--vllm-python $(VLLM_VENV)/bin/python)
 	$(BIN)/python bench/dualplay_cost.py --out bench-out/dualplay
+	$(BIN)/python bench/decode_loop.py --model smollm2 --new-tokens 128 --prompts 16 --samples 4 --rounds 3 --out bench-out/decode_loop
 	$(BIN)/python bench/grader.py
 
 bench-quick: install bench-env

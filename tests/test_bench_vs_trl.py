@@ -220,3 +220,34 @@ def test_the_dualplay_cost_fit_recovers_a_known_model():
     assert model["a"] == pytest.approx(0.5) and model["b"] == pytest.approx(0.25)
     assert model["c"] == pytest.approx(0.0625) and model["worst_relative_error"] < 1e-9
     assert model["solve_s_per_token"] == pytest.approx(0.002) and model["solve_s0"] == pytest.approx(0.1)
+
+
+def test_decode_loop_bench_runs_both_paths_on_the_same_batch(tmp_path, capsys):
+    bench = _load("decode_loop")
+    out = tmp_path / "dl"
+    assert (
+        bench.main(
+            [
+                "--child",
+                "--new-tokens",
+                "6",
+                "--prompts",
+                "3",
+                "--samples",
+                "2",
+                "--rounds",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    record = json.loads((out / "result.json").read_text())
+    rows = record["results"]["6"]
+    assert record["rows"] == 6 and len(rows["own"]) == len(rows["generate"]) == 2
+    for run in rows["own"] + rows["generate"]:
+        assert 0 < run["tokens"] <= 36 and run["cpu_s"] > 0
+    # generate decodes every row until the last ends; the own loop never runs more row-steps than that
+    assert all(o["row_steps"] <= g["row_steps"] for o, g in zip(rows["own"], rows["generate"]))
+    assert "generate / own" in capsys.readouterr().out

@@ -1,0 +1,142 @@
+"""The Hugging Face engine's own decode loop against `model.generate` on the same batch (paired, interleaved).
+
+What: one process pinned to one core with one thread loads the model (`tiny`: the vs_trl anchor; `smollm2`:
+SmolLM2-135M-Instruct from the package cache), builds `--prompts` chat prompts x `--samples` rows, and for each round
+times the engine's own loop (`rollout.decode_loop`, ended rows leaving the step) and `generate` (every row decoded
+until the last one ends), alternating which goes first, from the same seed and the same shared-prompt prefill.
+It prints CPU-seconds per call (median and every round), tokens made, the decode row-steps each path ran, and the
+ratio generate / own. Peak RSS is the process's (both paths share it).
+
+Why: the performance issue asks that finished sequences stop costing decode steps; this measures what that buys
+against the path it replaced, in the same process and the same run.
+
+Run: `python bench/decode_loop.py --model tiny --new-tokens 48,200 --rounds 4 --cpu 1`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def load(model: str, out: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from vs_trl import SHAPES, model_dir, questions
+
+    shape = SHAPES["tiny" if model == "tiny" else "smollm2"]
+    texts = questions(shape.prompts, 0)
+    folder = model_dir(model, out, texts)
+    return AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder), texts
+
+
+def row_steps(model) -> list[int]:
+    """Rows of every single-column forward pass (decode steps) from now on."""
+    seen: list[int] = []
+
+    def hook(_module, _args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] == 1:
+            seen.append(ids.shape[0])
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+def measure(args) -> dict:
+    import torch
+
+    from pasodoble.rollout import HFEngine, SamplingParams
+    from pasodoble.rollout.hf import InverseCdfSampler
+
+    torch.set_num_threads(1)
+    model, tokenizer, texts = load(args.model, Path(args.out))
+    engine = HFEngine(model, tokenizer, batch_size=10**6)
+    prompts = []
+    for text in texts[: args.prompts]:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
+    flat = [p for p in prompts for _ in range(args.samples)]
+    width = max(len(p) for p in flat)
+    ids = torch.tensor([[engine.pad_id] * (width - len(p)) + p for p in flat])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in flat])
+    steps = row_steps(model)
+    results = {}
+    for new in args.new_tokens:
+        sampling = SamplingParams(n=args.samples, temperature=1.0, max_new_tokens=new, seed=0)
+        rows = {"own": [], "generate": []}
+        for r in range(args.rounds):
+            for name in ("own", "generate") if r % 2 == 0 else ("generate", "own"):
+                run = engine._decode if name == "own" else engine._generate_with_hf
+                sampler = InverseCdfSampler(1.0, top_k=None, top_p=1.0, min_p=None)
+                torch.manual_seed(r)
+                steps.clear()
+                with torch.no_grad():
+                    start = time.process_time()
+                    cache = engine._shared_prefill(flat, ids, mask)
+                    out = run(ids, mask, cache, sampling, sampler, None)
+                    cpu_s = time.process_time() - start
+                rows[name].append({"cpu_s": cpu_s, "tokens": sum(out[2]), "row_steps": sum(steps)})
+        results[str(new)] = rows
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"model": args.model, "rows": len(flat), "results": results, "peak_rss_mb": round(peak_mb)}
+
+
+def report(record: dict) -> str:
+    lines = [
+        f"decode loop vs generate: {record['model']}, {record['rows']} rows, peak RSS {record['peak_rss_mb']} MB",
+        "",
+        "| new tokens | own loop CPU-s | generate CPU-s | generate / own | tokens (own / generate) "
+        "| decode row-steps (own / generate) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for new, rows in record["results"].items():
+        med = {k: statistics.median(x["cpu_s"] for x in v) for k, v in rows.items()}
+        spread = {k: [round(x["cpu_s"], 2) for x in v] for k, v in rows.items()}
+        tokens = {k: statistics.median(x["tokens"] for x in v) for k, v in rows.items()}
+        steps = {k: statistics.median(x["row_steps"] for x in v) for k, v in rows.items()}
+        lines.append(
+            f"| {new} | {med['own']:.2f} {spread['own']} | {med['generate']:.2f} {spread['generate']} "
+            f"| {med['generate'] / med['own']:.2f} | {tokens['own']:.0f} / {tokens['generate']:.0f} "
+            f"| {steps['own']:.0f} / {steps['generate']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny", help="default: tiny")
+    ap.add_argument("--new-tokens", default="48,200", help="comma-separated budgets (default: 48,200)")
+    ap.add_argument("--prompts", type=int, default=32, help="default: 32")
+    ap.add_argument("--samples", type=int, default=8, help="rows per prompt (default: 8)")
+    ap.add_argument("--rounds", type=int, default=4, help="paired rounds (default: 4)")
+    ap.add_argument(
+        "--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="core to pin to (default: last)"
+    )
+    ap.add_argument("--out", default="bench-out/decode_loop", help="folder for result.json and built models")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.new_tokens = [int(x) for x in str(args.new_tokens).split(",")]
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if not args.child:  # rerun pinned, one thread
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        cmd = ["taskset", "-c", str(args.cpu), sys.executable, __file__, "--child", *(argv or sys.argv[1:])]
+        return subprocess.run(cmd, env=env, check=False).returncode
+    record = measure(args)
+    (Path(args.out) / "result.json").write_text(json.dumps(record, indent=1))
+    print(report(record))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
