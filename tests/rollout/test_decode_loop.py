@@ -133,3 +133,26 @@ def test_max_new_tokens_ends_every_row_with_length(tiny_lm):
     for group in out:
         for c in group:
             assert len(c.token_ids) == 6 == len(c.logprobs) and c.finish_reason == "length"
+
+
+def test_preallocated_layer_writes_in_place_and_keeps_rows_it_selects():
+    from transformers.cache_utils import DynamicLayer
+
+    from pasodoble.rollout.decode_loop import PreallocatedLayer
+
+    torch.manual_seed(0)
+    keys, values = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
+    layer, plain = PreallocatedLayer(keys, values, capacity=6), DynamicLayer()
+    plain.update(keys, values)
+    buffer = layer.key_buffer.data_ptr()
+    for _ in range(2):
+        new_k, new_v = torch.randn(3, 2, 1, 5), torch.randn(3, 2, 1, 5)
+        got, want = layer.update(new_k, new_v), plain.update(new_k, new_v)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert layer.key_buffer.data_ptr() == buffer and layer.get_seq_length() == 6  # written in place, no copy
+    rows = torch.tensor([2, 0])
+    layer.batch_select_indices(rows)
+    plain.batch_select_indices(rows)
+    assert torch.equal(layer.keys, plain.keys) and torch.equal(layer.values, plain.values)
+    extra = torch.randn(2, 2, 1, 5)  # past the capacity: it concatenates like its parent
+    assert torch.equal(layer.update(extra, extra)[0], plain.update(extra, extra)[0])
