@@ -40,6 +40,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
+from pasodoble.core.micro_batches import plan_micro_batches
 from pasodoble.core.precision import DTYPES
 from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
 from pasodoble.errors import ConfigError, UserError
@@ -341,15 +342,21 @@ class Role:
         self.optimizer.zero_grad(set_to_none=True)
         total_tokens = batch.tokens if batch else sum(max(len(s.completion.token_ids), 1) for s in samples)
         total_samples = batch.samples if batch else len(samples)
-        mb, passes = self.cfg.micro_batch_size, self.cfg.num_iterations
+        passes = self.cfg.num_iterations
+        plan = plan_micro_batches(
+            [s.prompt_ids for s in samples],
+            [len(s.completion.token_ids) for s in samples],
+            self.cfg.micro_batch_size,
+            share=self._shares_prompts(self.train_model),
+        )
         chunks = []  # (samples, advantages, weight of the micro-batch in the full-batch loss)
-        for lo in range(0, len(samples), mb):
-            chunk = samples[lo : lo + mb]
+        for rows in plan:
+            chunk = [samples[r] for r in rows]
             if self.cfg.loss_type == "dapo":
                 weight = sum(max(len(s.completion.token_ids), 1) for s in chunk) / total_tokens
             else:
                 weight = len(chunk) / total_samples
-            chunks.append((chunk, advantages[lo : lo + mb], weight))
+            chunks.append((chunk, [advantages[r] for r in rows], weight))
         while batch is not None and len(chunks) < batch.micro_batches:  # every rank runs every forward
             chunks.append(([self._dummy_sample()], [0.0], 0.0))
         sums: dict[str, float] = {}
@@ -440,6 +447,19 @@ class Role:
         )
         return loss, {**stats, **gap}, behaviour
 
+    def _shares_prompts(self, model: torch.nn.Module) -> bool:
+        """True when the update runs each distinct prompt of a micro-batch once (`shared_prefix`)."""
+        # An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
+        # ratios need the loss in the very same numerics, so only then is the prompt not shared.
+        same_numerics = self.cfg.num_iterations > 1 and not self.engine.copies_weights
+        return (
+            self.cfg.share_prompt_prefill
+            and not same_numerics
+            and self.train_model is self.model
+            and not self.cfg.gradient_checkpointing
+            and can_share_prompts(model)
+        )
+
     def _token_logprobs(
         self, model: torch.nn.Module, batch: dict[str, torch.Tensor], samples: Sequence[Sample]
     ) -> torch.Tensor:
@@ -450,17 +470,7 @@ class Role:
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.cfg.logprob_chunk_tokens
         unsharded = self.train_model is self.model
-        # An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
-        # ratios need the loss in the very same numerics, so only then is the prompt not shared.
-        same_numerics = self.cfg.num_iterations > 1 and not self.engine.copies_weights
-        if (
-            self.cfg.share_prompt_prefill
-            and not same_numerics
-            and unsharded
-            and not self.cfg.gradient_checkpointing
-            and len({tuple(s.prompt_ids) for s in samples}) < len(samples)
-            and can_share_prompts(model)
-        ):
+        if self._shares_prompts(model) and len({tuple(s.prompt_ids) for s in samples}) < len(samples):
             return shared_prompt_logprobs(
                 model,
                 [s.prompt_ids for s in samples],
