@@ -94,7 +94,7 @@ class StopStrings:
 
     def __init__(self, stops: tuple[str, ...], tokenizer):
         self.stops, self.tokenizer = stops, tokenizer
-        self.tail = max(len(s) for s in stops)
+        self.tail = max(len(s) for s in stops)  # tokens enough to hold the longest one
 
     def __call__(self, tails: list[list[int]]) -> list[bool]:
         return [any(s in self.tokenizer.decode(ids) for s in self.stops) for ids in tails]
@@ -123,9 +123,8 @@ def decode(
     scale = temperature if temperature > 0 else 1.0
     eos = torch.tensor(eos_ids, device=device)
     live = torch.arange(rows, device=device)  # (b,) the batch row of each row of the step
-    alive = torch.ones(
-        rows, dtype=torch.bool, device=device
-    )  # (b,) False: ended, left at the next compaction
+    # (b,) False: the row ended and leaves at the next compaction
+    alive = torch.ones(rows, dtype=torch.bool, device=device)
     mask = prompt_mask
     position = mask.sum(-1, keepdim=True) - 1  # (b, 1) position of each row's last token
     if cache is None:
@@ -165,18 +164,11 @@ def decode(
         alive &= ~ended
         if last or not bool(alive.any()):
             break
-        if (len(alive) - int(alive.sum())) * COMPACT_AT >= len(
-            alive
-        ):  # ended rows leave, cache rows with them
+        ended_rows = len(alive) - int(alive.sum())
+        if ended_rows * COMPACT_AT >= len(alive):  # ended rows leave, their cache rows with them
             keep = alive.nonzero().squeeze(1)  # (b',)
             cache.batch_select_indices(keep)
-            live, alive, mask, position, token = (
-                live[keep],
-                alive[keep],
-                mask[keep],
-                position[keep],
-                token[keep],
-            )
+            live, alive, mask, position, token = (x[keep] for x in (live, alive, mask, position, token))
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         position = position + 1
         step_ids, positions = token[:, None], position

@@ -82,18 +82,19 @@ class _FinishedCounter(StoppingCriteria):
 
 
 class _StopStrings(StoppingCriteria):
-    """Ends a row once the decoded tail of its completion holds a stop string; `ended[row]` is its length then."""
+    """`generate`'s view of `decode_loop.StopStrings`: ends a row once the decoded tail of its completion holds a stop
+    string; `ended[row]` is its length then."""
 
     def __init__(self, width: int, stops: tuple[str, ...], tokenizer):
-        self.width, self.stops, self.tokenizer = width, stops, tokenizer
-        self.tail = max(len(s) for s in stops)  # tokens enough to hold the longest one: a token is >= 1 char
+        self.width, self.check = width, StopStrings(stops, tokenizer)
         self.ended: dict[int, int] = {}
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         length = input_ids.shape[1] - self.width
-        first = max(self.width, input_ids.shape[1] - self.tail)
-        for row, ids in enumerate(input_ids[:, first:].tolist()):
-            if row not in self.ended and any(s in self.tokenizer.decode(ids) for s in self.stops):
+        first = max(self.width, input_ids.shape[1] - self.check.tail)
+        hits = self.check(input_ids[:, first:].tolist())
+        for row, hit in enumerate(hits):
+            if hit and row not in self.ended:
                 self.ended[row] = length
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
         done[list(self.ended)] = True
