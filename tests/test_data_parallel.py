@@ -15,7 +15,7 @@ import torch
 from pasodoble.roles.role import Role
 from pasodoble.rollout import Completion
 from pasodoble.scale.collectives import share
-from pasodoble.scale.data_parallel import combine_stats, global_batch, local_generate
+from pasodoble.scale.data_parallel import GlobalBatch, combine_stats, global_batch, local_generate
 from pasodoble.scale.sharding.unsharded import Unsharded
 from tests.test_roles import make_role, sampled
 
@@ -89,7 +89,7 @@ def sharded_update(world: int, samples, advantages, **overrides) -> tuple[list[R
     roles = [make_role(**overrides) for _ in range(world)]
     for role in roles:
         role.sharding = sharding
-    batch = global_batch(samples, roles[0].cfg.micro_batch_size, world)
+    batch = global_batch(samples, roles[0].micro_batch_plan, world)
     stats: list = [None] * world
 
     def run(rank: int) -> None:
@@ -114,6 +114,16 @@ def sharded_update(world: int, samples, advantages, **overrides) -> tuple[list[R
         (4, ["a"], {"micro_batch_size": 2}),  # 3 samples on 4 ranks: one rank has none
         (3, ["a", "b"], {"loss_type": "dapo", "micro_batch_size": 2}),
         (2, ["a", "b"], {"loss_type": "grpo", "num_iterations": 2}),
+        (
+            2,
+            ["a", "b", "c"],
+            {"micro_batch_tokens": 24},
+        ),  # a sample a micro-batch: 5 on one rank, 4 on the other
+        (
+            2,
+            ["a", "b", "c"],
+            {"micro_batch_tokens": 44},
+        ),  # up to 3 samples (20 prompt + 3 x 8 tokens) a forward
     ],
 )
 def test_sharded_update_equals_the_full_batch_update(world, prompts, overrides):
@@ -131,6 +141,14 @@ def test_sharded_update_equals_the_full_batch_update(world, prompts, overrides):
     assert combined["samples"] == full_stats["samples"]
     assert combined["loss"] == pytest.approx(full_stats["loss"], rel=1e-4, abs=1e-6)
     assert combined["grad_norm"] == pytest.approx(full_stats["grad_norm"], rel=1e-4)
+
+
+def test_a_batch_with_fewer_micro_batches_than_a_rank_plans_is_refused():
+    role = make_role(micro_batch_tokens=24)  # one sample a micro-batch here
+    samples, advantages = sampled(role, ["a"])
+    batch = GlobalBatch(samples=len(samples), tokens=8 * len(samples), micro_batches=1)
+    with pytest.raises(RuntimeError, match="planned 3 micro-batches but the batch allows 1"):
+        role.update(samples, advantages, batch=batch)
 
 
 def test_an_unnormalised_share_would_differ():

@@ -161,6 +161,20 @@ def test_sharding_and_offload_shrink_the_estimate(tmp_path):
     assert totals["zero2_offload"] < totals["ddp"] and totals["fsdp2"] < totals["ddp"]
 
 
+def test_a_token_budget_sizes_the_activation_estimate(tmp_path):
+    totals = {}
+    for label, budget in [("sequences", None), ("small", 8192), ("large", 10**6)]:
+        (tmp_path / label).mkdir()
+        overrides = [f"{r}.micro_batch_size=4" for r in ("proposer", "solver")]  # 4 x 7,424 tokens at most
+        overrides += (
+            [] if budget is None else [f"{r}.micro_batch_tokens={budget}" for r in ("proposer", "solver")]
+        )
+        cfg = config(tmp_path / label, QWEN3_4B, *overrides)
+        lines, _ = memory_table(cfg, Launch(world_size=1, visible_gpus=1), model_architectures(cfg))
+        totals[label] = float(lines[-1].split()[1])
+    assert totals["small"] < totals["sequences"] < totals["large"]
+
+
 def test_deepspeed_and_fsdp2_run_on_cpu(tmp_path):
     launch = Launch(world_size=2, local_world_size=2, visible_gpus=0)
     (tmp_path / "ds").mkdir()

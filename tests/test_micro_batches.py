@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pasodoble.core.micro_batches import executed_tokens, plan_micro_batches
-from pasodoble.roles.role import Sample
+from pasodoble.errors import ConfigError
+from pasodoble.roles.role import RoleConfig, Sample
 from pasodoble.rollout import Completion
 from tests.test_roles import make_role
 
@@ -46,6 +47,60 @@ def test_every_sample_lands_in_exactly_one_micro_batch_of_the_plain_sizes(size):
 def test_plan_rejects_mismatched_inputs():
     with pytest.raises(ValueError, match="one completion length per prompt"):
         plan_micro_batches([A], [1, 2], 1, share=True)
+    with pytest.raises(ValueError, match="max_tokens"):
+        plan_micro_batches([A], [1], 1, share=True, max_tokens=0)
+
+
+def test_a_token_budget_fills_micro_batches_up_to_it_whatever_their_count():
+    prompts = [A] * 4 + [B] * 4
+    lengths = [4, 4, 4, 4, 2, 2, 2, 2]
+    # shared: A once (3) + 4 rows x 4 = 19, then B once (2) + 4 x 2 = 10; the size (2) no longer caps
+    assert plan_micro_batches(prompts, lengths, 2, share=True, max_tokens=19) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # plain, budget 14: given order 2 x 7 + 2 x 7 + 3 x 4 + 4 = 44 positions; length-sorted [4, 5, 6], [7, 0],
+    # [1, 2], [3] runs 12 + 14 + 14 + 7 = 47
+    assert plan_micro_batches(prompts, lengths, 2, share=False, max_tokens=14) == [
+        [0, 1],
+        [2, 3],
+        [4, 5, 6],
+        [7],
+    ]
+    assert plan_micro_batches([A, A], [50, 1], 8, share=True, max_tokens=10) == [[0], [1]]  # too long: alone
+
+
+@pytest.mark.parametrize("max_tokens", [1, 9, 20, 33, 64, 1000])
+def test_every_micro_batch_of_a_budget_fits_it_unless_it_holds_one_sample(max_tokens):
+    prompts = [A, B, A, B, A, B, A, [7] * 9]
+    lengths = [9, 1, 3, 30, 2, 8, 0, 5]
+    for share in (True, False):
+        plan = plan_micro_batches(prompts, lengths, 1, share=share, max_tokens=max_tokens)
+        assert sorted(i for mb in plan for i in mb) == list(range(len(prompts)))
+        for mb in plan:
+            assert len(mb) == 1 or executed_tokens(prompts, lengths, mb, share=share) <= max_tokens
+        if max_tokens == 1000:
+            assert len(plan) == 1
+
+
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "grpo", "dapo"])
+def test_token_budget_micro_batches_give_the_one_micro_batch_loss_and_gradient(loss_type):
+    plain = make_role(micro_batch_size=6, loss_type=loss_type, max_grad_norm=None)
+    budget = make_role(micro_batch_size=6, micro_batch_tokens=40, loss_type=loss_type, max_grad_norm=None)
+    prompt = plain.prompt_ids([{"role": "user", "content": "1+1"}])
+    samples = [
+        Sample(prompt, Completion("", [10 + k] * n, [-1.0 - 0.1 * k] * n, "stop"))
+        for k, n in enumerate([3, 12, 5, 20, 1, 7])
+    ]
+    plan = budget.micro_batch_plan(samples)
+    assert 2 <= len(plan) < len(samples)  # several samples share a forward, and the budget splits the batch
+    advantages = [1.0, -0.5, 0.25, -1.0, 0.75, -0.25]
+    a, b = plain.update(samples, advantages), budget.update(samples, advantages)
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("value", [0, -5, True, 2.5, 10**12])
+def test_a_bad_token_budget_is_a_config_error(value):
+    with pytest.raises(ConfigError, match="micro_batch_tokens"):
+        RoleConfig(model="m", micro_batch_tokens=value).validate()
 
 
 @pytest.mark.parametrize("loss_type", ["dr_grpo", "grpo", "dapo"])

@@ -12,7 +12,15 @@ sorted plan executed 18% fewer token positions than prompt groups with their pre
 the prompt groups were cheaper (docs/PERFORMANCE.md). The loss does not depend on how samples are grouped: every
 loss type weighs a micro-batch by its share of the whole batch (`Role._update`).
 
-Run: `plan_micro_batches([[1, 2], [1, 2]], [5, 60], 1, share=True)` -> `[[0], [1]]`.
+With `max_tokens` (the role's `micro_batch_tokens`) a micro-batch is not a count of sequences: each plan fills a
+micro-batch, in its order, until one more sample would take its executed token positions past `max_tokens` (a
+sample longer than that runs alone). Short sequences then share one forward, which a fixed count leaves to per-
+operation overhead on small models, and long ones split so that the activations a backward keeps stay bounded
+(verl calls this dynamic batch size). Of the two plans the one with fewer executed positions wins, then the one
+with fewer micro-batches.
+
+Run: `plan_micro_batches([[1, 2], [1, 2]], [5, 60], 1, share=True)` -> `[[0], [1]]`;
+`plan_micro_batches([[1, 2]] * 3, [3, 3, 9], 8, share=True, max_tokens=12)` -> `[[0, 1], [2]]`.
 """
 
 from __future__ import annotations
@@ -32,13 +40,65 @@ def executed_tokens(
 
 
 def plan_micro_batches(
-    prompts: Sequence[Sequence[int]], completion_lengths: Sequence[int], size: int, *, share: bool
+    prompts: Sequence[Sequence[int]],
+    completion_lengths: Sequence[int],
+    size: int,
+    *,
+    share: bool,
+    max_tokens: int | None = None,
 ) -> list[list[int]]:
-    """Sample indices per micro-batch of at most `size`: the given order or length-sorted, whichever runs fewer."""
-    if len(prompts) != len(completion_lengths) or size < 1:
-        raise ValueError("plan_micro_batches needs one completion length per prompt and a size of at least 1")
+    """Sample indices per micro-batch: at most `size` samples each, or (with `max_tokens`) as many as run at most
+    `max_tokens` token positions; the given order or length-sorted, whichever runs fewer positions."""
+    if len(prompts) != len(completion_lengths) or size < 1 or (max_tokens is not None and max_tokens < 1):
+        raise ValueError(
+            "plan_micro_batches needs one completion length per prompt, a size of at least 1 and max_tokens "
+            "of at least 1 (or None)"
+        )
     given = list(range(len(prompts)))
     by_length = sorted(given, key=lambda i: completion_lengths[i])
-    plans = [[order[lo : lo + size] for lo in range(0, len(order), size)] for order in (given, by_length)]
-    costs = [sum(executed_tokens(prompts, completion_lengths, mb, share=share) for mb in p) for p in plans]
+    if max_tokens is None:
+        plans = [[order[lo : lo + size] for lo in range(0, len(order), size)] for order in (given, by_length)]
+    else:
+        plans = [_fill(order, prompts, completion_lengths, max_tokens, share) for order in (given, by_length)]
+    costs = [
+        (sum(executed_tokens(prompts, completion_lengths, mb, share=share) for mb in p), len(p))
+        for p in plans
+    ]
     return plans[1] if costs[1] < costs[0] else plans[0]
+
+
+def _fill(
+    order: Sequence[int],
+    prompts: Sequence[Sequence[int]],
+    completion_lengths: Sequence[int],
+    max_tokens: int,
+    share: bool,
+) -> list[list[int]]:
+    """`order` cut into consecutive micro-batches of at most `max_tokens` executed positions (one sample at least)."""
+    plan: list[list[int]] = []
+    rows: list[int] = []
+    distinct: dict[tuple[int, ...], None] = {}
+    widest = longest = 0  # widest prompt (shared) or prompt + completion (plain); longest completion
+    for i in order:
+        prompt, completion = tuple(prompts[i]), max(completion_lengths[i], 1)
+        if share:
+            grown = distinct if prompt in distinct else {**distinct, prompt: None}
+            wide, long = max(widest, len(prompt)), max(longest, completion)
+            cost = len(grown) * wide + (len(rows) + 1) * long
+        else:
+            wide, long = max(widest, len(prompt) + completion), longest
+            cost = (len(rows) + 1) * wide
+        if rows and cost > max_tokens:
+            plan.append(rows)
+            rows, distinct, widest, longest = [], {}, 0, 0
+            if share:
+                grown, wide, long = {prompt: None}, len(prompt), completion
+            else:
+                wide = len(prompt) + completion
+        rows.append(i)
+        if share:
+            distinct = grown
+        widest, longest = wide, long
+    if rows:
+        plan.append(rows)
+    return plan

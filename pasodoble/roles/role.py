@@ -88,6 +88,9 @@ class RoleConfig:
     epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
+    micro_batch_tokens: int | None = (
+        None  # instead: token positions per forward/backward (None: micro_batch_size)
+    )
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
     dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
@@ -129,6 +132,16 @@ class RoleConfig:
             )
         if self.micro_batch_size < 1 or self.generation_batch_size < 1:
             raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
+        if self.micro_batch_tokens is not None and (
+            isinstance(self.micro_batch_tokens, bool)
+            or not isinstance(self.micro_batch_tokens, int)
+            or not 1 <= self.micro_batch_tokens <= MAX_PASS_TOKENS
+        ):
+            raise ConfigError(
+                "micro_batch_tokens",
+                f"must be an integer in [1, {MAX_PASS_TOKENS:,}] or null (micro_batch_size sequences), got "
+                f"{self.micro_batch_tokens!r}",
+            )
         if self.logprob_chunk_tokens is not None and (
             isinstance(self.logprob_chunk_tokens, bool) or self.logprob_chunk_tokens < 1
         ):
@@ -343,12 +356,7 @@ class Role:
         total_tokens = batch.tokens if batch else sum(max(len(s.completion.token_ids), 1) for s in samples)
         total_samples = batch.samples if batch else len(samples)
         passes = self.cfg.num_iterations
-        plan = plan_micro_batches(
-            [s.prompt_ids for s in samples],
-            [len(s.completion.token_ids) for s in samples],
-            self.cfg.micro_batch_size,
-            share=self._shares_prompts(self.train_model),
-        )
+        plan = self.micro_batch_plan(samples)
         chunks = []  # (samples, advantages, weight of the micro-batch in the full-batch loss)
         for rows in plan:
             chunk = [samples[r] for r in rows]
@@ -357,6 +365,11 @@ class Role:
             else:
                 weight = len(chunk) / total_samples
             chunks.append((chunk, [advantages[r] for r in rows], weight))
+        if batch is not None and len(chunks) > batch.micro_batches:
+            raise RuntimeError(
+                f"{self.name}: this rank planned {len(chunks)} micro-batches but the batch allows "
+                f"{batch.micro_batches}; build it with global_batch(samples, role.micro_batch_plan, world_size)"
+            )
         while batch is not None and len(chunks) < batch.micro_batches:  # every rank runs every forward
             chunks.append(([self._dummy_sample()], [0.0], 0.0))
         sums: dict[str, float] = {}
@@ -390,6 +403,16 @@ class Role:
             "grad_norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
         }
+
+    def micro_batch_plan(self, samples: Sequence[Sample]) -> list[list[int]]:
+        """Sample indices of each micro-batch `update` runs on `samples` (see core/micro_batches.py)."""
+        return plan_micro_batches(
+            [s.prompt_ids for s in samples],
+            [len(s.completion.token_ids) for s in samples],
+            self.cfg.micro_batch_size,
+            share=self._shares_prompts(self.train_model),
+            max_tokens=self.cfg.micro_batch_tokens,
+        )
 
     def _dummy_sample(self) -> Sample:
         """A one-token sample for a zero-weight forward/backward (a rank whose share ran out of micro-batches)."""

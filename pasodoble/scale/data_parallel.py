@@ -26,11 +26,11 @@ their metrics agree in distribution only.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pasodoble.rollout import Completion
-from pasodoble.scale.collectives import Collective, share, share_sizes
+from pasodoble.scale.collectives import Collective, share
 
 
 @dataclass(frozen=True)
@@ -117,12 +117,16 @@ def solve_shared(
     )
 
 
-def global_batch(samples: Sequence, micro_batch_size: int, world_size: int) -> GlobalBatch:
-    longest = max(share_sizes(len(samples), world_size))
+def global_batch(samples: Sequence, plan: Callable[[Sequence], list], world_size: int) -> GlobalBatch:
+    """The whole batch's normalisers; `plan(share)` is the micro-batches a rank runs on its share (`Role.micro_batch_plan`),
+    and every rank runs as many as the rank with the most."""
+    shares = [
+        samples[r.start : r.stop] for r in (share(len(samples), world_size, k) for k in range(world_size))
+    ]
     return GlobalBatch(
         samples=len(samples),
         tokens=sum(max(len(s.completion.token_ids), 1) for s in samples),
-        micro_batches=-(-longest // micro_batch_size),
+        micro_batches=max(len(plan(part)) if part else 0 for part in shares),
     )
 
 
@@ -134,7 +138,7 @@ def update_shared(
     role, samples: Sequence, advantages: Sequence[float], collective: Collective
 ) -> dict[str, float]:
     """`role.update` on this rank's share with the full batch's normaliser; statistics combined over ranks."""
-    batch = global_batch(samples, role.cfg.micro_batch_size, collective.world_size)
+    batch = global_batch(samples, role.micro_batch_plan, collective.world_size)
     mine = share(len(samples), collective.world_size, collective.rank)
     stats = role.update(
         list(samples[mine.start : mine.stop]), list(advantages[mine.start : mine.stop]), batch=batch
