@@ -211,6 +211,12 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--prompts", type=int, help="override the prompts per step of every shape")
     ap.add_argument("--max-new-tokens", type=int, help="override the new tokens of every shape")
     ap.add_argument(
+        "--micro-batch",
+        type=int,
+        help="override the sequences per forward/backward of both sides (TRL's per_device_train_batch_size; "
+        "default 8); it must divide prompts x samples",
+    )
+    ap.add_argument(
         "--project-set", action="append", default=[], help="RoleConfig override, e.g. micro_batch_size=16"
     )
     args = ap.parse_args(argv)
@@ -222,6 +228,13 @@ def parse_args(argv: list[str] | None = None):
     unknown = [s for s in args.shapes if s not in SHAPES]
     if unknown or not args.shapes:
         ap.error(f"--shapes: unknown {unknown}; use a comma-separated list of {', '.join(SHAPES)}")
+    for name in args.shapes if args.micro_batch is not None else ():
+        sequences = (args.prompts or SHAPES[name].prompts) * SHAPES[name].num_generations
+        if args.micro_batch < 1 or sequences % args.micro_batch:
+            ap.error(
+                f"--micro-batch {args.micro_batch} must divide the {sequences} sequences of a {name} step "
+                "(TRL accumulates whole micro-batches)"
+            )
     if args.rounds < 1 or args.warmup_steps < 0:
         ap.error("--rounds must be >= 1 and --warmup-steps >= 0")
     if not args.project_only and not args.trl_python.is_file():
@@ -252,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             shape,
             prompts=args.prompts or shape.prompts,
             max_new_tokens=args.max_new_tokens or shape.max_new_tokens,
+            micro_batch=args.micro_batch or shape.micro_batch,
         )
         shapes[name] = run_shape(name, shape, args, sides, peak)
     versions = {run["side"]: run["versions"] for shape in shapes.values() for run in shape["runs"]}

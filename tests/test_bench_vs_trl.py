@@ -149,6 +149,12 @@ def test_flags_quick_shapes_and_a_missing_trl_venv(tmp_path, capsys):
     with pytest.raises(SystemExit):
         vs_trl.parse_args(["--out", str(tmp_path), "--trl-python", str(tmp_path / "none" / "python")])
     assert "run `make bench-env`, or pass --project-only" in capsys.readouterr().err
+    args = vs_trl.parse_args(["--out", str(tmp_path), "--quick", "--project-only", "--micro-batch", "64"])
+    assert args.micro_batch == 64  # divides the anchor's 32 x 8 sequences
+    for bad in ("48", "0"):
+        with pytest.raises(SystemExit):
+            vs_trl.parse_args(["--out", str(tmp_path), "--quick", "--project-only", "--micro-batch", bad])
+        assert f"--micro-batch {bad} must divide the 256 sequences of a tiny step" in capsys.readouterr().err
 
 
 def _bench(tmp_path: Path, *flags: str) -> dict:
