@@ -75,30 +75,11 @@ def _fill(
     share: bool,
 ) -> list[list[int]]:
     """`order` cut into consecutive micro-batches of at most `max_tokens` executed positions (one sample at least)."""
-    plan: list[list[int]] = []
-    rows: list[int] = []
-    distinct: dict[tuple[int, ...], None] = {}
-    widest = longest = 0  # widest prompt (shared) or prompt + completion (plain); longest completion
+    plan: list[list[int]] = [[]]
     for i in order:
-        prompt, completion = tuple(prompts[i]), max(completion_lengths[i], 1)
-        if share:
-            grown = distinct if prompt in distinct else {**distinct, prompt: None}
-            wide, long = max(widest, len(prompt)), max(longest, completion)
-            cost = len(grown) * wide + (len(rows) + 1) * long
+        grown = plan[-1] + [i]
+        if len(grown) > 1 and executed_tokens(prompts, completion_lengths, grown, share=share) > max_tokens:
+            plan.append([i])
         else:
-            wide, long = max(widest, len(prompt) + completion), longest
-            cost = (len(rows) + 1) * wide
-        if rows and cost > max_tokens:
-            plan.append(rows)
-            rows, distinct, widest, longest = [], {}, 0, 0
-            if share:
-                grown, wide, long = {prompt: None}, len(prompt), completion
-            else:
-                wide = len(prompt) + completion
-        rows.append(i)
-        if share:
-            distinct = grown
-        widest, longest = wide, long
-    if rows:
-        plan.append(rows)
-    return plan
+            plan[-1] = grown
+    return plan if plan[0] else []

@@ -88,9 +88,7 @@ class RoleConfig:
     epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
-    micro_batch_tokens: int | None = (
-        None  # instead: token positions per forward/backward (None: micro_batch_size)
-    )
+    micro_batch_tokens: int | None = None  # token positions per forward/backward (None: micro_batch_size)
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
     dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"

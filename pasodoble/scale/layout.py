@@ -148,9 +148,11 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
             0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
         )
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
-    tokens = role.micro_batch_size * role.max_sequence_length  # a budget: at most it, or one whole sequence
-    if role.micro_batch_tokens is not None:
-        tokens = max(role.micro_batch_tokens, role.max_sequence_length)
+    tokens = (  # a micro-batch: its sequences at full length, or the token budget (one whole sequence at least)
+        role.micro_batch_size * role.max_sequence_length
+        if role.micro_batch_tokens is None
+        else max(role.micro_batch_tokens, role.max_sequence_length)
+    )
     layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
     kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
