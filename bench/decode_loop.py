@@ -16,11 +16,8 @@ Run: `python bench/decode_loop.py --model tiny --new-tokens 48,200 --rounds 4 --
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_trl import pinned_bench  # noqa: E402
 
 
 def load(model: str, out: Path):
@@ -120,22 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=32, help="default: 32")
     ap.add_argument("--samples", type=int, default=8, help="rows per prompt (default: 8)")
     ap.add_argument("--rounds", type=int, default=4, help="paired rounds (default: 4)")
-    ap.add_argument(
-        "--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="core to pin to (default: last)"
-    )
     ap.add_argument("--out", default="bench-out/decode_loop", help="folder for result.json and built models")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    args.new_tokens = [int(x) for x in str(args.new_tokens).split(",")]
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    if not args.child:  # rerun pinned, one thread
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        cmd = ["taskset", "-c", str(args.cpu), sys.executable, __file__, "--child", *(argv or sys.argv[1:])]
-        return subprocess.run(cmd, env=env, check=False).returncode
-    record = measure(args)
-    (Path(args.out) / "result.json").write_text(json.dumps(record, indent=1))
-    print(report(record))
-    return 0
+
+    def prepare(args):
+        args.new_tokens = [int(x) for x in str(args.new_tokens).split(",")]
+
+    return pinned_bench(ap, argv, __file__, measure, report, prepare)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,28 @@ def run_child(python: str, side: str, spec: Path | None, out: Path, cpu: int) ->
     return json.loads(out.read_text())
 
 
+def pinned_bench(ap, argv: list[str] | None, script: str, measure, report, prepare=None) -> int:
+    """A paired bench's main: adds --cpu and the hidden --child to `ap`, reruns `script` pinned to that core with one
+    thread, and there runs `measure(args)`, writes `args.out`/result.json and prints `report(record)`."""
+    ap.add_argument(
+        "--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="core to pin to (default: last)"
+    )
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv)
+    if prepare is not None:
+        prepare(args)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if not args.child:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        cmd = ["taskset", "-c", str(args.cpu), sys.executable, script, "--child", *argv]
+        return subprocess.run(cmd, env=env, check=False).returncode
+    record = measure(args)
+    (Path(args.out) / "result.json").write_text(json.dumps(record, indent=1))
+    print(report(record))
+    return 0
+
+
 def load_average() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 

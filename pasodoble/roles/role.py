@@ -46,6 +46,7 @@ from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logpro
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles import adapters
 from pasodoble.roles.adapters import LoraConfig, shape_problem
+from pasodoble.roles.grouped_attention import use_grouped_attention
 from pasodoble.rollout import Completion, RolloutEngine, SamplingParams
 from pasodoble.rollout.factory import build_engine, hf_engine
 from pasodoble.rollout.placement import Placement
@@ -271,6 +272,7 @@ class Role:
         dtype = precision.weights_dtype(cfg.dtype, cfg.trainable)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         model = model.to(resolve_device(cfg.device))
+        use_grouped_attention(model)
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
 from pasodoble.roles.adapters import add_adapter, wrap_lora
+from pasodoble.roles.grouped_attention import use_grouped_attention
 from pasodoble.roles.role import Role, RoleConfig, resolve_device
 from pasodoble.rollout.factory import build_shared_engine
 from pasodoble.rollout.placement import Placement
@@ -49,7 +50,9 @@ def build_shared_roles(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[proposer_cfg.dtype])
-    proposer_view = wrap_lora(base.to(resolve_device(proposer_cfg.device)), "proposer", proposer_cfg.lora)
+    base = base.to(resolve_device(proposer_cfg.device))
+    use_grouped_attention(base)
+    proposer_view = wrap_lora(base, "proposer", proposer_cfg.lora)
     solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
     models = {"proposer": proposer_view, "solver": solver_view}
     engines = build_shared_engine(
