@@ -4,7 +4,7 @@ on padded batches, over a shared prompt's cache and in decoding; and which model
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
 
 from pasodoble.core.shared_prefix import shared_prompt_logprobs
 from pasodoble.roles.grouped_attention import GROUPED_SDPA, use_grouped_attention
@@ -64,16 +64,68 @@ def test_shared_prompt_logprobs_match_the_stock_path(tiny_lm):
     _assert_same_values_and_gradients(path, loss)
 
 
-def test_greedy_decoding_is_unchanged(tiny_lm):
+def test_grouped_heads_reach_sdpa_unrepeated(tiny_lm, monkeypatch):
+    """The grouped model's padded forward calls SDPA with fewer key heads than query heads; the stock one never."""
+    _, tokenizer, path = tiny_lm
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, *args, **kwargs):
+        calls.append((query.shape[1], key.shape[1], kwargs.get("enable_gqa", False)))
+        return sdpa(query, key, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    ids = torch.randint(3, len(tokenizer), (2, 9), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    grouped_calls = {}
+    for name, model in zip(("stock", "grouped"), _pair(path)):
+        calls.clear()
+        model(input_ids=ids, attention_mask=mask)
+        grouped_calls[name] = [c for c in calls if c[2] and c[1] < c[0]]
+        assert calls  # every layer went through SDPA
+    assert (
+        len(grouped_calls["grouped"]) == AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers
+    )
+    assert grouped_calls["stock"] == []
+
+
+def test_decoding_scores_are_unchanged(tiny_lm):
+    """Greedy decoding of a padded batch: the same tokens and the same logits at every step (prefill and decode)."""
     _, tokenizer, path = tiny_lm
     stock, grouped = _pair(path)
     prompt = torch.tensor([[5, 9, 14, 3, 22], [0, 0, 7, 8, 9]])
     mask = (prompt != 0).long()
     runs = [
-        m.generate(input_ids=prompt, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        m.generate(
+            input_ids=prompt,
+            attention_mask=mask,
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=0,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )  # fmt: skip
         for m in (stock, grouped)
     ]
-    assert torch.equal(runs[0], runs[1])
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    for a, b in zip(runs[0].logits, runs[1].logits):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+def test_other_devices_take_the_stock_path(monkeypatch):
+    """A model moved off the CPU after loading: its calls go to transformers' SDPA (CUDA refuses masked grouped
+    calls in its fused kernels)."""
+    from pasodoble.roles import grouped_attention
+
+    seen = []
+    monkeypatch.setattr(
+        grouped_attention, "sdpa_attention_forward", lambda *a, **k: seen.append(a[1].device.type)
+    )
+    query, key = torch.empty(1, 4, 3, 8, device="meta"), torch.empty(1, 2, 3, 8, device="meta")
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool, device="meta")
+    grouped_attention.grouped_sdpa_forward(torch.nn.Module(), query, key, key, mask)
+    assert seen == ["meta"]
 
 
 def test_used_only_for_grouped_heads_on_sdpa(tiny_lm):
@@ -88,6 +140,16 @@ def test_used_only_for_grouped_heads_on_sdpa(tiny_lm):
     plain = LlamaForCausalLM(heads)
     assert not use_grouped_attention(plain)
     assert plain.config._attn_implementation == "sdpa"
+    # grouped heads, but an architecture outside ARCHITECTURES: its code may branch on the name "sdpa"
+    other = Phi3ForCausalLM(
+        Phi3Config(
+            vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, pad_token_id=0,
+        )
+    )  # fmt: skip
+    assert other.config._attn_implementation == "sdpa"
+    assert not use_grouped_attention(other)
+    assert other.config._attn_implementation == "sdpa"
 
 
 def test_the_saved_config_keeps_no_trace(tiny_lm, tmp_path):

@@ -170,6 +170,10 @@ def load_model(path: str, dtype: str, device: str, adapter: Path | None):
         raise UserError(
             f"--model: cannot load {path!r} ({err}); give a local model directory or a Hub id"
         ) from err
+    if device == "cpu":
+        from pasodoble.roles.grouped_attention import use_grouped_attention
+
+        use_grouped_attention(model)  # prefills without copies of the key/value heads
     if adapter is not None:
         from peft import PeftModel
 

@@ -27,6 +27,7 @@ from pasodoble.errors import ConfigError, UserError
 from pasodoble.folders import check_folder, claim_folder
 from pasodoble.grader import Grader
 from pasodoble.reports.tracking import Tracker
+from pasodoble.roles.grouped_attention import use_grouped_attention
 from pasodoble.roles.models import check_model_spec
 from pasodoble.sft.data import SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import TeacherConfig, build_teacher
@@ -166,6 +167,9 @@ def run_sft(args: argparse.Namespace) -> int:
     else:
         device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
+    use_grouped_attention(
+        model
+    )  # on the CPU only: forward and backward without copies of the key/value heads
     out = Path(cfg.out)
     if main:
         print(f"fine-tuning {cfg.model} -> {out} (metrics.jsonl, then the model)", flush=True)
