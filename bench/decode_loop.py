@@ -1,14 +1,16 @@
 """The Hugging Face engine's own decode loop against `model.generate` on the same batch (paired, interleaved).
 
 What: one process pinned to one core with one thread loads the model (`tiny`: the vs_trl anchor; `smollm2`:
-SmolLM2-135M-Instruct from the package cache), builds `--prompts` chat prompts x `--samples` rows, and for each round
-times the engine's own loop (`rollout.decode_loop`, ended rows leaving the step) and `generate` (every row decoded
-until the last one ends), alternating which goes first, from the same seed and the same shared-prompt prefill.
-It prints CPU-seconds per call (median and every round), tokens made, the decode row-steps each path ran, and the
-ratio generate / own. Peak RSS is the process's (both paths share it).
+SmolLM2-135M-Instruct from the package cache) with the Role's attention (`use_grouped_attention`), builds
+`--prompts` chat prompts x `--samples` rows, and for each round times three arms from the same seed and the same
+shared-prompt prefill, each leading in turn: the engine's own loop (`rollout.decode_loop`, ended rows leaving the
+step) over a cache with each prompt's columns copied per row ("own"), the same loop reading each prompt's columns
+once for its rows (`core.prefix_attention`, "shared": what the engine runs), and `generate` (every row decoded until
+the last one ends). It prints CPU-seconds per call (median and every round), tokens made, the decode row-steps of
+each arm, and the ratios generate / own and own / shared. Peak RSS is the process's (the arms share it).
 
-Why: the performance issue asks that finished sequences stop costing decode steps; this measures what that buys
-against the path it replaced, in the same process and the same run.
+Why: the performance issue asks that finished sequences stop costing decode steps and that a question's samples
+share its prompt; this measures what each buys against the path it replaced, in the same process and the same run.
 
 Run: `python bench/decode_loop.py --model tiny --new-tokens 48,200 --rounds 4 --cpu 1`.
 """
@@ -27,6 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vs_trl import pinned_bench  # noqa: E402
+
+ARMS = ("own", "shared", "generate")
 
 
 def load(model: str, out: Path):
@@ -55,11 +59,15 @@ def row_steps(model) -> list[int]:
 def measure(args) -> dict:
     import torch
 
+    from pasodoble.core.prefix_attention import SharedPrefix
+    from pasodoble.core.shared_prefix import gather_cache
+    from pasodoble.roles.grouped_attention import use_grouped_attention
     from pasodoble.rollout import HFEngine, SamplingParams
     from pasodoble.rollout.hf import InverseCdfSampler
 
     torch.set_num_threads(1)
     model, tokenizer, texts = load(args.model, Path(args.out))
+    use_grouped_attention(model)  # as the Role loads it
     engine = HFEngine(model, tokenizer, batch_size=10**6)
     prompts = []
     for text in texts[: args.prompts]:
@@ -73,17 +81,22 @@ def measure(args) -> dict:
     results = {}
     for new in args.new_tokens:
         sampling = SamplingParams(n=args.samples, temperature=1.0, max_new_tokens=new, seed=0)
-        rows = {"own": [], "generate": []}
+        rows = {name: [] for name in ARMS}
         for r in range(args.rounds):
-            for name in ("own", "generate") if r % 2 == 0 else ("generate", "own"):
-                run = engine._decode if name == "own" else engine._generate_with_hf
+            for name in ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]:  # each arm leads in turn
                 sampler = InverseCdfSampler(1.0, top_k=None, top_p=1.0, min_p=None)
                 torch.manual_seed(r)
                 steps.clear()
                 with torch.no_grad():
                     start = time.process_time()
-                    cache = engine._shared_prefill(flat, ids, mask)
-                    out = run(ids, mask, cache, sampling, sampler, None)
+                    cache, prompt_mask, index = engine._shared_prefill(flat, ids, mask)
+                    if name == "shared":
+                        prefix = SharedPrefix(cache, prompt_mask, index)
+                        out = engine._decode(ids, mask, None, sampling, sampler, None, prefix)
+                    else:
+                        gather_cache(cache, index)
+                        run = engine._decode if name == "own" else engine._generate_with_hf
+                        out = run(ids, mask, cache, sampling, sampler, None)
                     cpu_s = time.process_time() - start
                 rows[name].append({"cpu_s": cpu_s, "tokens": sum(out[2]), "row_steps": sum(steps)})
         results[str(new)] = rows
@@ -95,19 +108,19 @@ def report(record: dict) -> str:
     lines = [
         f"decode loop vs generate: {record['model']}, {record['rows']} rows, peak RSS {record['peak_rss_mb']} MB",
         "",
-        "| new tokens | own loop CPU-s | generate CPU-s | generate / own | tokens (own / generate) "
-        "| decode row-steps (own / generate) |",
-        "|---|---|---|---|---|---|",
+        "| new tokens | own loop CPU-s | own loop, shared prompts CPU-s | generate CPU-s | generate / own "
+        "| own / shared | tokens (own / shared / generate) | decode row-steps (own / shared / generate) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for new, rows in record["results"].items():
         med = {k: statistics.median(x["cpu_s"] for x in v) for k, v in rows.items()}
         spread = {k: [round(x["cpu_s"], 2) for x in v] for k, v in rows.items()}
-        tokens = {k: statistics.median(x["tokens"] for x in v) for k, v in rows.items()}
-        steps = {k: statistics.median(x["row_steps"] for x in v) for k, v in rows.items()}
+        tokens = " / ".join(f"{statistics.median(x['tokens'] for x in rows[k]):.0f}" for k in ARMS)
+        steps = " / ".join(f"{statistics.median(x['row_steps'] for x in rows[k]):.0f}" for k in ARMS)
+        times = " | ".join(f"{med[k]:.2f} {spread[k]}" for k in ARMS)
         lines.append(
-            f"| {new} | {med['own']:.2f} {spread['own']} | {med['generate']:.2f} {spread['generate']} "
-            f"| {med['generate'] / med['own']:.2f} | {tokens['own']:.0f} / {tokens['generate']:.0f} "
-            f"| {steps['own']:.0f} / {steps['generate']:.0f} |"
+            f"| {new} | {times} | {med['generate'] / med['own']:.2f} | {med['own'] / med['shared']:.2f} "
+            f"| {tokens} | {steps} |"
         )
     return "\n".join(lines)
 

@@ -7,8 +7,9 @@ Qwen2, Qwen3 and their mixtures of experts), and returns whether it did. That im
 attention (the update's forward and backward, a prefill) to `torch.nn.functional.scaled_dot_product_attention` with
 `enable_gqa=True`, and everything else (a decode step's single query, position biases, soft-capping, a causal call
 over a longer cache) to transformers' own SDPA function unchanged, as does any call on another device (a model moved
-after loading). The mask is transformers' SDPA mask. The values agree with the stock path to float rounding
-(tests/test_grouped_attention.py).
+after loading). A decode step given `shared_prefix=` (the HF engine's own loop) reads each prompt's cached columns
+once for all its samples (`core.prefix_attention`, on any device). The mask is transformers' SDPA mask. The values
+agree with the stock path to float rounding (tests/test_grouped_attention.py, tests/rollout/test_prefix_attention.py).
 
 Why: with an attention mask, which every padded or shared-prompt micro-batch has, transformers 5.24 repeats each
 key/value head once per query head it serves (`repeat_kv`) before SDPA on any device but XPU and MPS, since CUDA's
@@ -26,6 +27,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from pasodoble.core.prefix_attention import PREFIX_AWARE, prefix_decode_attention
+
 GROUPED_SDPA = "pasodoble_grouped_sdpa"
 
 
@@ -42,15 +45,23 @@ def grouped_sdpa_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract; returns the (B, Q, H, D) output."""
     q_length, kv_length = query.shape[2], key.shape[2]
+    prefix = kwargs.pop("shared_prefix", None)  # the decode loop's prompts, read once per group
+    if prefix is not None:
+        if q_length != 1:
+            raise ValueError(f"shared_prefix= is for decode steps of one query column, got {q_length}")
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        return prefix_decode_attention(
+            query, key, value, attention_mask, scale, prefix, module.layer_idx
+        ), None
     causal = (
         q_length > 1
         and attention_mask is None
         and bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     )
+    # off the CPU: CUDA's fused kernels refuse a masked grouped call, and its math kernel is slow
     stock = (
         q_length == 1
-        or query.device.type
-        != "cpu"  # CUDA's fused kernels refuse a masked grouped call: its math kernel is slow
+        or query.device.type != "cpu"
         or kwargs.get("position_bias") is not None
         or kwargs.get("softcap") is not None
         or query.shape[1] == key.shape[1]
@@ -83,6 +94,7 @@ def grouped_sdpa_forward(
 
 AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_forward)
 ALL_MASK_ATTENTION_FUNCTIONS.register(GROUPED_SDPA, sdpa_mask)
+PREFIX_AWARE.add(GROUPED_SDPA)
 
 
 # Architectures whose modeling code builds its mask and calls attention the same way for every implementation name.

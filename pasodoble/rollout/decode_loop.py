@@ -16,9 +16,12 @@ criteria, keyword plumbing) costs as much as a small model's forward. On the Smo
 were of rows that had already ended (docs/PERFORMANCE.md). The samples follow the same distribution as through
 `generate`; rows drop out of the random draws once ended, so a seed gives other samples than `generate` would.
 
-Used for models whose cache is a plain full-attention one (`core.shared_prefix.can_share_prompts`); the engine runs
-`generate` for the others. Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0,
-temperature=0.7, choose=sampler.draw)` under `torch.no_grad()`.
+With `prefix=` (`core.prefix_attention.SharedPrefix`) the rows' cache holds only their own columns and each decode
+step reads every prompt's shared columns once for its rows. Used for models whose cache is a plain full-attention
+one (`core.shared_prefix.can_share_prompts`); the engine runs `generate` for the others.
+
+Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0, temperature=0.7, choose=sampler.draw)`
+under `torch.no_grad()`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from pasodoble.core.prefix_attention import SharedPrefix
 from pasodoble.core.shared_prefix import quiet_cache_rename
 
 # Ended rows leave the step once they are 1 / COMPACT_AT of it: a compaction copies every layer's cache, about what
@@ -111,11 +115,14 @@ def decode(
     temperature: float,
     choose: Callable[[torch.Tensor], torch.Tensor],
     cache=None,
+    prefix: SharedPrefix | None = None,
     stop_strings: StopStrings | None = None,
     on_ended: Callable[[int], None] | None = None,
 ):
     """Decodes `input_ids` (B, W), left-padded with `prompt_mask` (B, W). `cache`: a KV cache of the first W - 1
-    columns (None: prefill here). `on_ended(k)`: k more rows ended. Returns a `Decoded`."""
+    columns; or `prefix`: those columns once per distinct prompt, for a model whose attention implementation is in
+    `PREFIX_AWARE` (the rows' own cache then starts empty); neither: prefill here. `on_ended(k)`: k more rows
+    ended. Returns a `Decoded`."""
     rows, device = input_ids.shape[0], input_ids.device
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, C)
     logprobs = torch.zeros(rows, max_new_tokens, device=device)  # (B, C)
@@ -127,7 +134,10 @@ def decode(
     alive = torch.ones(rows, dtype=torch.bool, device=device)
     mask = prompt_mask
     position = mask.sum(-1, keepdim=True) - 1  # (b, 1) position of each row's last token
-    if cache is None:
+    shared = {} if prefix is None else {"shared_prefix": prefix}
+    if prefix is not None:  # the mask covers only the rows' own columns, none of them padding
+        step_ids, positions, mask = input_ids[:, -1:], position, mask.new_ones(rows, 1)
+    elif cache is None:
         step_ids, positions = input_ids, (mask.cumsum(-1) - 1).clamp(min=0)
     else:
         step_ids, positions = input_ids[:, -1:], position
@@ -140,6 +150,7 @@ def decode(
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **shared,
             )
             cache = out.past_key_values
         if t == 0:  # room for every column the decode can add
@@ -168,6 +179,8 @@ def decode(
         if ended_rows * COMPACT_AT >= len(alive):  # ended rows leave, their cache rows with them
             keep = alive.nonzero().squeeze(1)  # (b',)
             cache.batch_select_indices(keep)
+            if prefix is not None:
+                prefix.select(keep)
             live, alive, mask, position, token = (x[keep] for x in (live, alive, mask, position, token))
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         position = position + 1

@@ -14,7 +14,9 @@ Sampling is set only by `SamplingParams`: tokens are drawn by `rollout.sampler`,
 `SamplingParams` says and draws one token per row by inverse CDF (far cheaper on CPU than `torch.multinomial`);
 through `generate` it runs greedily over the sampler's scores, with a bare generation config swapped in for the
 call, so no field of a checkpoint's generation_config.json (top_k, temperature, repetition_penalty...) and no
-library default applies. The n samples of a prompt share one prefill of it (`_shared_prefill`). With
+library default applies. The n samples of a prompt share one prefill of it (`_shared_prefill`), and with an
+attention implementation in `core.prefix_attention.PREFIX_AWARE` (the Role's grouped one) the decode steps read
+that prompt's cached columns once for all n rows instead of a copy per row. With
 `autocast_dtype` (a trainable role's float32 master weights, `pasodoble.core.precision`), sampling and log-probs
 run under autocast to that dtype, as the loss's forward does. No decode step communicates: a sharded role generates
 inside `Role.gathered()`, on full weights (and `generate` gets `synced_gpus=False`: transformers switches it on for
@@ -34,6 +36,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from pasodoble.core.grpo import token_logprobs
 from pasodoble.core.precision import autocast
+from pasodoble.core.prefix_attention import PREFIX_AWARE, SharedPrefix
 from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, gather_cache, quiet_cache_rename
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.decode_logprobs import SampledLogprobs
@@ -178,11 +181,22 @@ class HFEngine:
             sampler = InverseCdfSampler(
                 sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p
             )
-        cache = self._shared_prefill(prompts, input_ids, prompt_mask) if self.share_prefill else None
-        run = self._decode if can_share_prompts(self.model) else self._generate_with_hf
-        completion, logps, lengths, finish = run(
-            input_ids, prompt_mask, cache, sampling, sampler, on_progress
-        )  # (B, C), (B, C) or None
+        own_loop = can_share_prompts(self.model)
+        prefill = self._shared_prefill(prompts, input_ids, prompt_mask) if self.share_prefill else None
+        cache = prefix = None
+        if prefill is not None and own_loop and self.model.config._attn_implementation in PREFIX_AWARE:
+            prefix = SharedPrefix(*prefill)  # decode steps read each prompt's columns once for its samples
+        elif prefill is not None:
+            cache, _, rows = prefill
+            gather_cache(cache, rows)  # (U, ...) -> (B, ...)
+        if own_loop:
+            completion, logps, lengths, finish = self._decode(
+                input_ids, prompt_mask, cache, sampling, sampler, on_progress, prefix
+            )  # (B, C), (B, C)
+        else:
+            completion, logps, lengths, finish = self._generate_with_hf(
+                input_ids, prompt_mask, cache, sampling, sampler, on_progress
+            )  # (B, C), (B, C) or None
         if logps is None or self.rescore:
             comp_mask = (
                 torch.arange(completion.shape[1], device=device)[None, :]
@@ -198,7 +212,7 @@ class HFEngine:
             results.append(Completion(text, ids, logps[i, :n].tolist(), finish[i]))
         return results
 
-    def _decode(self, input_ids, prompt_mask, cache, sampling, sampler, on_progress):
+    def _decode(self, input_ids, prompt_mask, cache, sampling, sampler, on_progress, prefix=None):
         """The engine's own loop (`rollout.decode_loop`): ended rows stop costing decode steps."""
         done = decode(
             self.model,
@@ -210,6 +224,7 @@ class HFEngine:
             temperature=sampling.temperature,
             choose=sampler.draw if sampler is not None else lambda logits: logits.argmax(-1),
             cache=cache,
+            prefix=prefix,
             stop_strings=StopStrings(sampling.stop, self.tokenizer) if sampling.stop else None,
             on_ended=on_progress,
         )
@@ -255,9 +270,9 @@ class HFEngine:
         return completion, logps, lengths, finish
 
     def _shared_prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, prompt_mask: torch.Tensor):
-        """A KV cache of all but the last prompt column, computed once per distinct prompt and gathered per row, or
-        None when no two rows share a prompt (or the model's cache is not a plain full-attention one).
-        `generate` then runs only the last column before decoding: n samples of a prompt cost one prefill."""
+        """(cache, mask, rows): a KV cache of all but the last prompt column of each distinct prompt (U rows), their
+        mask and each batch row's prompt; None when no two rows share a prompt (or the model's cache is not a plain
+        full-attention one). Decoding then runs only the last column: n samples of a prompt cost one prefill."""
         unique, index = distinct_prompts(prompts)
         if len(unique) == len(prompts) or input_ids.shape[1] < 2 or not can_share_prompts(self.model):
             return None
@@ -273,8 +288,7 @@ class HFEngine:
                 use_cache=True,
                 logits_to_keep=1,
             ).past_key_values
-        gather_cache(cache, torch.tensor(index, device=input_ids.device))  # (U, ...) -> (B, ...)
-        return cache
+        return cache, mask, torch.tensor(index, device=input_ids.device)
 
     def _logprobs(self, sequences: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
         chunks = []

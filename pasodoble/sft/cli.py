@@ -167,9 +167,8 @@ def run_sft(args: argparse.Namespace) -> int:
     else:
         device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
-    use_grouped_attention(
-        model
-    )  # on the CPU only: forward and backward without copies of the key/value heads
+    # on the CPU only: forward and backward without copies of the key/value heads
+    use_grouped_attention(model)
     out = Path(cfg.out)
     if main:
         print(f"fine-tuning {cfg.model} -> {out} (metrics.jsonl, then the model)", flush=True)
