@@ -12,12 +12,14 @@ each arm, and the ratios generate / own and own / shared. Peak RSS is the proces
 Why: the performance issue asks that finished sequences stop costing decode steps and that a question's samples
 share its prompt; this measures what each buys against the path it replaced, in the same process and the same run.
 
-Run: `python bench/decode_loop.py --model tiny --new-tokens 48,200 --rounds 4 --cpu 1`.
+Run: `python bench/decode_loop.py --model tiny --new-tokens 48,200 --rounds 4 --cpu 1`; `--context-words 150` puts a
+passage before each question, as a Solver's prompt has.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import resource
 import statistics
 import sys
@@ -41,6 +43,16 @@ def load(model: str, out: Path):
     texts = questions(shape.prompts, 0)
     folder = model_dir(model, out, texts)
     return AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder), texts
+
+
+def passage(words: int, seed: int) -> str:
+    """About `words` words of seeded arithmetic facts, a stand-in for a corpus passage."""
+    rng = random.Random(seed)
+    facts = []
+    while len(facts) * 4 < words:
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        facts.append(f"{a} plus {b} is {a + b}.")
+    return " ".join(facts)
 
 
 def row_steps(model) -> list[int]:
@@ -70,7 +82,9 @@ def measure(args) -> dict:
     use_grouped_attention(model)  # as the Role loads it
     engine = HFEngine(model, tokenizer, batch_size=10**6)
     prompts = []
-    for text in texts[: args.prompts]:
+    for i, text in enumerate(texts[: args.prompts]):
+        if args.context_words:  # a Solver-like prompt: a passage, then the question
+            text = f"Passage: {passage(args.context_words, i)}\n\nQuestion: {text}"
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
         prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
     flat = [p for p in prompts for _ in range(args.samples)]
@@ -101,12 +115,19 @@ def measure(args) -> dict:
                 rows[name].append({"cpu_s": cpu_s, "tokens": sum(out[2]), "row_steps": sum(steps)})
         results[str(new)] = rows
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"model": args.model, "rows": len(flat), "results": results, "peak_rss_mb": round(peak_mb)}
+    return {
+        "model": args.model,
+        "rows": len(flat),
+        "prompt_tokens": round(sum(len(p) for p in prompts) / len(prompts)),
+        "results": results,
+        "peak_rss_mb": round(peak_mb),
+    }
 
 
 def report(record: dict) -> str:
     lines = [
-        f"decode loop vs generate: {record['model']}, {record['rows']} rows, peak RSS {record['peak_rss_mb']} MB",
+        f"decode loop vs generate: {record['model']}, {record['rows']} rows, prompts of "
+        f"{record.get('prompt_tokens', '?')} tokens on average, peak RSS {record['peak_rss_mb']} MB",
         "",
         "| new tokens | own loop CPU-s | own loop, shared prompts CPU-s | generate CPU-s | generate / own "
         "| own / shared | tokens (own / shared / generate) | decode row-steps (own / shared / generate) |",
@@ -132,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=32, help="default: 32")
     ap.add_argument("--samples", type=int, default=8, help="rows per prompt (default: 8)")
     ap.add_argument("--rounds", type=int, default=4, help="paired rounds (default: 4)")
+    ap.add_argument(
+        "--context-words",
+        type=int,
+        default=0,
+        help="put a passage of about this many words before each question, as a Solver prompt has (default: 0)",
+    )
     ap.add_argument("--out", default="bench-out/decode_loop", help="folder for result.json and built models")
 
     def prepare(args):

@@ -228,7 +228,7 @@ def test_the_dualplay_cost_fit_recovers_a_known_model():
     assert model["solve_s_per_token"] == pytest.approx(0.002) and model["solve_s0"] == pytest.approx(0.1)
 
 
-def test_decode_loop_bench_runs_both_paths_on_the_same_batch(tmp_path, capsys):
+def test_decode_loop_bench_runs_every_arm_on_the_same_batch(tmp_path, capsys):
     bench = _load("decode_loop")
     out = tmp_path / "dl"
     assert (
@@ -243,6 +243,8 @@ def test_decode_loop_bench_runs_both_paths_on_the_same_batch(tmp_path, capsys):
                 "2",
                 "--rounds",
                 "2",
+                "--context-words",
+                "8",
                 "--out",
                 str(out),
             ]
@@ -251,9 +253,11 @@ def test_decode_loop_bench_runs_both_paths_on_the_same_batch(tmp_path, capsys):
     )
     record = json.loads((out / "result.json").read_text())
     rows = record["results"]["6"]
-    assert record["rows"] == 6 and len(rows["own"]) == len(rows["generate"]) == 2
-    for run in rows["own"] + rows["generate"]:
+    assert record["rows"] == 6 and len(rows["own"]) == len(rows["shared"]) == len(rows["generate"]) == 2
+    for run in rows["own"] + rows["shared"] + rows["generate"]:
         assert 0 < run["tokens"] <= 36 and run["cpu_s"] > 0
     # generate decodes every row until the last ends; the own loop never runs more row-steps than that
     assert all(o["row_steps"] <= g["row_steps"] for o, g in zip(rows["own"], rows["generate"]))
-    assert "generate / own" in capsys.readouterr().out
+    assert record["prompt_tokens"] > 20  # the passage came before each question
+    printed = capsys.readouterr().out
+    assert "generate / own" in printed and "own / shared" in printed
