@@ -103,14 +103,17 @@ def measure(args) -> dict:
                 steps.clear()
                 with torch.no_grad():
                     start = time.process_time()
-                    cache, prompt_mask, index = engine._shared_prefill(flat, ids, mask)
-                    if name == "shared":
-                        prefix = SharedPrefix(cache, prompt_mask, index)
-                        out = engine._decode(ids, mask, None, sampling, sampler, None, prefix)
-                    else:
+                    prefill = engine._shared_prefill(flat, ids, mask)  # None: no two rows share a prompt
+                    cache = prefix = None
+                    if prefill is not None and name == "shared":
+                        prefix = SharedPrefix(*prefill)
+                    elif prefill is not None:
+                        cache, _, index = prefill
                         gather_cache(cache, index)
-                        run = engine._decode if name == "own" else engine._generate_with_hf
-                        out = run(ids, mask, cache, sampling, sampler, None)
+                    if name == "generate":
+                        out = engine._generate_with_hf(ids, mask, cache, sampling, sampler, None)
+                    else:
+                        out = engine._decode(ids, mask, cache, sampling, sampler, None, prefix)
                     cpu_s = time.process_time() - start
                 rows[name].append({"cpu_s": cpu_s, "tokens": sum(out[2]), "row_steps": sum(steps)})
         results[str(new)] = rows

@@ -72,9 +72,8 @@ def _from_grid(x: torch.Tensor, prefix: SharedPrefix) -> torch.Tensor:
 
 def _partial(scores: torch.Tensor, values: torch.Tensor):
     """Unnormalised softmax(scores) @ values with its row maximum and sum: (out, max, sum), float32."""
-    top = scores.amax(-1, keepdim=True).clamp(
-        min=torch.finfo(scores.dtype).min
-    )  # a fully masked row: exp -> 0
+    # a fully masked row (a prompt of one token has no shared column) gets a finite top, so its weights are 0
+    top = scores.amax(-1, keepdim=True).clamp(min=torch.finfo(scores.dtype).min)
     weights = torch.exp(scores - top)
     return torch.matmul(weights.to(values.dtype), values).float(), top, weights.sum(-1, keepdim=True)
 
@@ -92,9 +91,8 @@ def prefix_decode_attention(
     rows, heads, _, dim = query.shape
     kv = key.shape[1]
     group = heads // kv
-    q = query.reshape(
-        rows, kv, group, dim
-    )  # head h reads key/value head h // group, as repeat_kv lays them out
+    # head h reads key/value head h // group, as repeat_kv lays them out
+    q = query.reshape(rows, kv, group, dim)
     own = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # (b, KV, g, S), softmax in float32
     if mask is not None:
         own = own.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else own + mask
@@ -103,9 +101,8 @@ def prefix_decode_attention(
     prompts, width = len(prefix.mask), prefix.width
     grid = _to_grid(q, prefix).view(prompts, width, kv, group, dim).transpose(1, 2)
     grid = grid.reshape(prompts, kv, width * group, dim)  # every sample's heads of one prompt: one product
-    shared = (
-        torch.matmul(grid, prefix.keys[layer].transpose(-1, -2)).float() * scaling
-    )  # (U, KV, width * g, P)
+    # (U, KV, width * g, P)
+    shared = torch.matmul(grid, prefix.keys[layer].transpose(-1, -2)).float() * scaling
     shared = shared.masked_fill(~prefix.mask[:, None, None, :], float("-inf"))
     parts = _partial(shared, prefix.values[layer])
 

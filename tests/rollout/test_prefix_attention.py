@@ -24,9 +24,8 @@ def _prefix(prompt_lengths: list[int], width: int, rows: list[int]) -> SharedPre
             torch.randn(len(prompt_lengths), KV, width, DIM),
             layer,
         )
-    mask = torch.tensor(
-        [[0] * (width - n) + [1] * n for n in prompt_lengths]
-    )  # left padding; 0 columns: all pad
+    # left padding; a prompt of 0 columns is all padding
+    mask = torch.tensor([[0] * (width - n) + [1] * n for n in prompt_lengths])
     return SharedPrefix(cache, mask, torch.tensor(rows))
 
 
@@ -52,10 +51,8 @@ def _step(rows: int, own: int):
     "lengths,rows",
     [
         ([5, 3, 6], [0, 0, 1, 1, 2, 2]),  # every prompt's rows together, as many each: no regrouping
-        (
-            [5, 0, 6, 2],
-            [2, 0, 0, 1, 2, 3, 0, 1],
-        ),  # rows out of order, uneven groups, a one-token prompt (no columns)
+        # rows out of order, uneven groups, a one-token prompt (no columns)
+        ([5, 0, 6, 2], [2, 0, 0, 1, 2, 3, 0, 1]),
     ],
 )
 def test_matches_attention_over_each_rows_copy_of_its_prompt(lengths, rows):
@@ -64,10 +61,8 @@ def test_matches_attention_over_each_rows_copy_of_its_prompt(lengths, rows):
     assert prefix.identity == (rows == sorted(rows) and len(set(rows.count(u) for u in set(rows))) == 1)
     query, key, value = _step(len(rows), 4)
     own_mask = torch.ones(len(rows), 1, 1, 4, dtype=torch.bool)
-    own_mask[0, ..., 1] = False  # a masked own column (bool mask) ...
-    additive = torch.zeros(len(rows), 1, 1, 4).masked_fill(
-        ~own_mask, float("-inf")
-    )  # ... and as an additive one
+    own_mask[0, ..., 1] = False  # a masked own column, as a bool mask and as an additive one
+    additive = torch.zeros(len(rows), 1, 1, 4).masked_fill(~own_mask, float("-inf"))
     for layer in range(LAYERS):
         want = _reference(query, key, value, own_mask, prefix, layer)
         for mask in (own_mask, additive):
@@ -103,12 +98,8 @@ def test_grouped_attention_takes_the_prefix_only_for_one_query_column():
 
 
 def _prompts(tokenizer) -> list[list[int]]:
-    texts = (
-        "What is 2+3?",
-        "x",
-        "Name three primes below 20.",
-        "What is 2+3?",
-    )  # one-token and repeated prompts
+    # a one-token prompt and a repeated one
+    texts = ("What is 2+3?", "x", "Name three primes below 20.", "What is 2+3?")
     return [tokenizer(t)["input_ids"] for t in texts]
 
 
