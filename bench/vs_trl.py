@@ -2,7 +2,9 @@
 
 What: for each shape, the same model folder and the same chat prompts go to three sides, each a fresh process
 pinned to one core (`taskset -c`, OMP_NUM_THREADS=1): the project (`Role.generate`, reward, `Role.update`), TRL
-with the project's settings (gradient checkpointing off) and TRL's defaults (checkpointing on). A round runs the
+with the project's settings (gradient checkpointing off) and TRL's defaults (checkpointing on). The project's token
+budgets are `auto` (`micro_batch_tokens`, `logprob_chunk_tokens`: from the model's shape, core/token_budget.py)
+unless `--project-set` names them. A round runs the
 sides one after another (A B C A B C ...); each process takes a warm-up step, dropped, then the measured step.
 Reported per side: medians over rounds of CPU-seconds (step, generation with rewards, update), completion tokens
 per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 matmul peak of the same core
@@ -197,10 +199,17 @@ def report(results: dict) -> str:
     ]
     for name, shape in results["shapes"].items():
         s = shape["shape"]
+        project = next((r.get("settings", {}) for r in shape.get("runs", []) if r["side"] == "project"), {})
+        budgets = (
+            f"; the project's micro_batch_tokens {project['micro_batch_tokens']}, logprob_chunk_tokens "
+            f"{project['logprob_chunk_tokens']}"
+            if "micro_batch_tokens" in project
+            else ""
+        )
         lines += [
             "",
             f"## {name}: {s['prompts']} prompts x {s['num_generations']} samples, up to {s['max_new_tokens']} new "
-            f"tokens, rounds: {shape['summary']['sides']['project']['rounds']}",
+            f"tokens, rounds: {shape['summary']['sides']['project']['rounds']}{budgets}",
             "",
             stats.render_table(shape["summary"]),
             "",

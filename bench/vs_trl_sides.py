@@ -121,6 +121,9 @@ def run_project(spec: dict) -> dict:
         "micro_batch_size": spec["micro_batch"],
         "generation_batch_size": per_step * n,  # one generate() call per step, as TRL makes
         "device": "cpu",
+        # budgets from the model's shape (core/token_budget.py); --project-set replaces them
+        "micro_batch_tokens": "auto",
+        "logprob_chunk_tokens": "auto",
     }
     for item in spec.get("project_overrides", []):
         apply_override(data, item)
@@ -158,7 +161,8 @@ def run_project(spec: dict) -> dict:
         "settings": {
             "gradient_checkpointing": cfg.gradient_checkpointing,
             "micro_batch_size": cfg.micro_batch_size,
-            "logprob_chunk_tokens": cfg.logprob_chunk_tokens,
+            "micro_batch_tokens": role.micro_batch_tokens,
+            "logprob_chunk_tokens": role.logprob_chunk_tokens,
             "generation_batch_size": cfg.generation_batch_size,
             "share_prompt_prefill": cfg.share_prompt_prefill,
         },

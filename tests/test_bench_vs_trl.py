@@ -119,10 +119,17 @@ def test_report_states_conditions_and_one_table_per_shape():
             "tiny": {
                 "shape": {"prompts": 32, "num_generations": 8, "max_new_tokens": 48},
                 "summary": stats.summarise(runs),
+                "runs": [
+                    {
+                        "side": "project",
+                        "settings": {"micro_batch_tokens": 2112, "logprob_chunk_tokens": 2048},
+                    }
+                ],
             }
         },
     }
     text = vs_trl.report(results)
+    assert "rounds: 1; the project's micro_batch_tokens 2112, logprob_chunk_tokens 2048" in text
     assert "load average [1.0, 2.0, 3.0] before, [2.0, 2.0, 3.0] after" in text
     assert "71.0 GFLOP/s" in text and "`python bench/vs_trl.py --quick`" in text
     assert "## tiny: 32 prompts x 8 samples, up to 48 new tokens, rounds: 1" in text
@@ -187,6 +194,8 @@ def test_project_only_end_to_end(tmp_path):
     assert r["side"] == "project" and r["completion_tokens"] <= 1 * 8 * 4
     assert r["step_cpu_s"] == pytest.approx(r["generate_cpu_s"] + r["update_cpu_s"])
     assert results["peak_flops_per_s"] > 0 and r["mfu_step"] > 0
+    # the budgets default to auto, resolved from the tiny model's shape
+    assert isinstance(r["settings"]["micro_batch_tokens"], int) and r["settings"]["micro_batch_tokens"] >= 64
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
@@ -43,6 +44,7 @@ from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chu
 from pasodoble.core.micro_batches import plan_micro_batches
 from pasodoble.core.precision import DTYPES
 from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
+from pasodoble.core.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles import adapters
 from pasodoble.roles.adapters import LoraConfig, shape_problem
@@ -89,7 +91,9 @@ class RoleConfig:
     epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
-    micro_batch_tokens: int | None = None  # token positions per forward/backward (None: micro_batch_size)
+    # token positions per forward/backward (None: micro_batch_size; "auto": from the model's shape,
+    # core/token_budget.py)
+    micro_batch_tokens: int | Literal["auto"] | None = None
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
     dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
@@ -99,7 +103,8 @@ class RoleConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # settings of the vllm / vllm_server engines
     lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
     tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
-    logprob_chunk_tokens: int | None = 2048  # LM-head tokens per chunk of the loss (None: whole logits)
+    # LM-head tokens per chunk of the loss (None: whole logits; "auto": from the vocabulary and the model's size)
+    logprob_chunk_tokens: int | Literal["auto"] | None = 2048
     share_prompt_prefill: bool = True  # each distinct prompt of a generate() call / micro-batch runs once
 
     def validate(self) -> None:
@@ -131,22 +136,26 @@ class RoleConfig:
             )
         if self.micro_batch_size < 1 or self.generation_batch_size < 1:
             raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
-        if self.micro_batch_tokens is not None and (
+        if self.micro_batch_tokens not in (None, "auto") and (
             isinstance(self.micro_batch_tokens, bool)
             or not isinstance(self.micro_batch_tokens, int)
             or not 1 <= self.micro_batch_tokens <= MAX_PASS_TOKENS
         ):
             raise ConfigError(
                 "micro_batch_tokens",
-                f"must be an integer in [1, {MAX_PASS_TOKENS:,}] or null (micro_batch_size sequences), got "
+                f"must be an integer in [1, {MAX_PASS_TOKENS:,}], auto (from the model's shape) or null "
+                "(micro_batch_size sequences), got "
                 f"{self.micro_batch_tokens!r}",
             )
-        if self.logprob_chunk_tokens is not None and (
-            isinstance(self.logprob_chunk_tokens, bool) or self.logprob_chunk_tokens < 1
+        if self.logprob_chunk_tokens not in (None, "auto") and (
+            isinstance(self.logprob_chunk_tokens, bool)
+            or not isinstance(self.logprob_chunk_tokens, int)
+            or self.logprob_chunk_tokens < 1
         ):
             raise ConfigError(
                 "logprob_chunk_tokens",
-                f"must be an integer >= 1 (e.g. 2048) or null for off, got {self.logprob_chunk_tokens}",
+                "must be an integer >= 1 (e.g. 2048), auto (from the vocabulary and the model's size) or null for "
+                f"off, got {self.logprob_chunk_tokens!r}",
             )
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ConfigError("tis_cap", f"must be > 0 (e.g. 2.0) or null for off, got {self.tis_cap}")
@@ -203,6 +212,41 @@ class RoleConfig:
                 )
 
 
+def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, int | None]:
+    """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
+    its weights, gradients and AdamW states (core/token_budget.py). A model whose config lacks the sizes gets
+    micro_batch_size sequences and 2048-token chunks."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    sizes = {k: getattr(config, k, None) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")}
+    vocab = getattr(config, "vocab_size", None)
+    state = 0
+    for p in model.parameters():
+        # the weights; a trained parameter adds its gradient and two float32 AdamW moments
+        state += p.numel() * (
+            p.element_size() * (2 if p.requires_grad else 1) + (8 if p.requires_grad else 0)
+        )
+    tokens, chunk = cfg.micro_batch_tokens, cfg.logprob_chunk_tokens
+    if tokens == "auto":
+        known = all(isinstance(v, int) and v > 0 for v in sizes.values())
+        tokens = (
+            auto_micro_batch_tokens(
+                hidden=sizes["hidden_size"],
+                intermediate=sizes["intermediate_size"],
+                layers=sizes["num_hidden_layers"],
+                state_bytes=state,
+                value_bytes=DTYPES[cfg.dtype].itemsize,
+                checkpointing=cfg.gradient_checkpointing,
+            )
+            if known
+            else None
+        )
+    if chunk == "auto":
+        chunk = auto_logprob_chunk_tokens(vocab=vocab, state_bytes=state) if isinstance(vocab, int) else 2048
+    return tokens, chunk
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` -> the first CUDA device when there is one, else the CPU."""
     if name == "auto":
@@ -249,6 +293,7 @@ class Role:
         self.scheduler = None
         self.reference: torch.nn.Module | None = None
         self.updates = 0
+        self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if cfg.trainable and cfg.beta > 0:  # copied before the policy is sharded, then sharded on its own
@@ -411,7 +456,7 @@ class Role:
             [len(s.completion.token_ids) for s in samples],
             self.cfg.micro_batch_size,
             share=self._shares_prompts(self.train_model),
-            max_tokens=self.cfg.micro_batch_tokens,
+            max_tokens=self.micro_batch_tokens,
         )
 
     def _dummy_sample(self) -> Sample:
@@ -491,7 +536,7 @@ class Role:
         the whole logits."""
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
-        chunk = self.cfg.logprob_chunk_tokens
+        chunk = self.logprob_chunk_tokens
         unsharded = self.train_model is self.model
         if self._shares_prompts(model) and len({tuple(s.prompt_ids) for s in samples}) < len(samples):
             return shared_prompt_logprobs(

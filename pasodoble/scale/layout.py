@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pasodoble.core.token_budget import auto_micro_batch_tokens
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.realmodels import entry_dir, is_pkg_spec
 from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
@@ -148,10 +149,21 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
             0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
         )
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
+    budget = role.micro_batch_tokens
+    if budget == "auto":
+        # as the Role resolves it: from the unsharded float32 master weights, gradients and AdamW moments
+        budget = auto_micro_batch_tokens(
+            hidden=h,
+            intermediate=arch["intermediate_size"],
+            layers=layers,
+            state_bytes=n * 16 if role.trainable else n * b,
+            value_bytes=b,
+            checkpointing=role.gradient_checkpointing,
+        )
     tokens = (  # a micro-batch: its sequences at full length, or the token budget (one whole sequence at least)
         role.micro_batch_size * role.max_sequence_length
-        if role.micro_batch_tokens is None
-        else max(role.micro_batch_tokens, role.max_sequence_length)
+        if budget is None
+        else max(budget, role.max_sequence_length)
     )
     layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
     kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working

@@ -1,0 +1,71 @@
+"""Token budgets picked from a model's shape: what `micro_batch_tokens: auto` and `logprob_chunk_tokens: auto` mean.
+
+What: `activation_target(state_bytes)` is the memory one micro-batch's activations may take: the larger of 64 MiB
+and 40% of the role's weights, gradients and optimizer states. `auto_micro_batch_tokens(...)` divides it by what one
+token position keeps for the backward (every layer's working set, or with gradient checkpointing one hidden state
+per layer plus one layer's working set; the same terms as the layout's memory estimate, `scale/layout.py`) and
+rounds down to a multiple of 64. `auto_logprob_chunk_tokens(...)` gives the loss's LM-head chunks a quarter of the
+same target: float32 logits and their gradient, 8 bytes a vocabulary entry, at most 2048 tokens (the fixed default).
+
+Why: the budget that is both fast and under TRL's peak memory was chosen by hand per model (2048 tokens on the tiny
+anchor, 640 with 512-token chunks on SmolLM2-135M; docs/PERFORMANCE.md). Too small a budget leaves small models to
+per-operation overhead; too large one lets activations, not the model's state, set the peak. Tying the activations
+to the state keeps the peak a fixed share above the state whatever the model, with a floor that lets tiny models
+batch enough tokens to be fast.
+
+Run: `auto_micro_batch_tokens(hidden=576, intermediate=1536, layers=30, state_bytes=134_515_008 * 16)` -> 576
+(SmolLM2-135M, float32 AdamW); the tiny anchor (hidden 96, intermediate 256, 4 layers) gets 2112.
+"""
+
+from __future__ import annotations
+
+ACTIVATION_FLOOR_BYTES = 64 << 20  # the least a micro-batch's activations may take (tiny models)
+STATE_SHARE = 0.4  # a micro-batch's activations as a share of weights + gradients + optimizer states
+LOGITS_SHARE = 0.25  # the loss's LM-head chunk as a share of that activation target
+BUDGET_STEP = 64  # budgets are multiples of this many tokens
+MAX_AUTO_CHUNK = 2048  # the fixed default chunk: auto never goes above it
+
+
+def activation_target(state_bytes: float) -> float:
+    """Bytes one micro-batch's activations may take, for a role whose weights + gradients + optimizer states take
+    `state_bytes`."""
+    return max(ACTIVATION_FLOOR_BYTES, STATE_SHARE * state_bytes)
+
+
+def token_activation_bytes(
+    *, hidden: int, intermediate: int, layers: int, value_bytes: int = 4, checkpointing: bool = False
+) -> int:
+    """Bytes one token position keeps for the backward: each layer's working set (about 10 hidden-wide and 4
+    MLP-wide values), or with checkpointing one hidden state per layer plus one layer's working set."""
+    working = value_bytes * (10 * hidden + 4 * intermediate)
+    return layers * value_bytes * hidden + working if checkpointing else layers * working
+
+
+def _rounded(tokens: float, ceiling: int | None = None) -> int:
+    budget = max(BUDGET_STEP, int(tokens) // BUDGET_STEP * BUDGET_STEP)
+    return budget if ceiling is None else min(budget, ceiling)
+
+
+def auto_micro_batch_tokens(
+    *,
+    hidden: int,
+    intermediate: int,
+    layers: int,
+    state_bytes: float,
+    value_bytes: int = 4,
+    checkpointing: bool = False,
+) -> int:
+    """Token positions per forward/backward such that their activations fit `activation_target(state_bytes)`."""
+    if min(hidden, intermediate, layers) < 1 or state_bytes < 0:
+        raise ValueError("auto_micro_batch_tokens needs positive model sizes and state_bytes >= 0")
+    sizes = dict(hidden=hidden, intermediate=intermediate, layers=layers)
+    per_token = token_activation_bytes(**sizes, value_bytes=value_bytes, checkpointing=checkpointing)
+    return _rounded(activation_target(state_bytes) / per_token)
+
+
+def auto_logprob_chunk_tokens(*, vocab: int, state_bytes: float) -> int:
+    """LM-head tokens per chunk of the loss such that their float32 logits and gradient (8 bytes an entry) fit a
+    quarter of `activation_target(state_bytes)`; at most 2048."""
+    if vocab < 1 or state_bytes < 0:
+        raise ValueError("auto_logprob_chunk_tokens needs vocab >= 1 and state_bytes >= 0")
+    return _rounded(LOGITS_SHARE * activation_target(state_bytes) / (8 * vocab), MAX_AUTO_CHUNK)

@@ -1,0 +1,131 @@
+"""Token budgets from a model's shape (`core.token_budget`) and `micro_batch_tokens` / `logprob_chunk_tokens: auto`."""
+
+from __future__ import annotations
+
+import pytest
+
+from pasodoble.config import apply_override, from_dict
+from pasodoble.core.micro_batches import plan_micro_batches
+from pasodoble.core.token_budget import (
+    ACTIVATION_FLOOR_BYTES,
+    auto_logprob_chunk_tokens,
+    auto_micro_batch_tokens,
+    token_activation_bytes,
+)
+from pasodoble.errors import ConfigError
+from pasodoble.roles.role import RoleConfig, Sample, token_budgets
+from pasodoble.rollout import Completion
+from pasodoble.scale.layout import DistributedConfig, role_memory_gb
+from tests.test_roles import make_role
+
+SMOLLM2 = dict(hidden=576, intermediate=1536, layers=30)
+SMOLLM2_PARAMS = 134_515_008
+TINY = dict(hidden=96, intermediate=256, layers=4)
+
+
+def test_the_budgets_land_where_the_hand_tuned_ones_measured_best():
+    # docs/PERFORMANCE.md: 2048 tokens on the tiny anchor; 640 tokens and 512-token chunks on SmolLM2-135M (the
+    # auto budgets are one 64-token step from the hand-tuned ones)
+    assert auto_micro_batch_tokens(**TINY, state_bytes=16 * 400_000) == 2112
+    assert auto_micro_batch_tokens(**SMOLLM2, state_bytes=16 * SMOLLM2_PARAMS) == 576
+    assert auto_logprob_chunk_tokens(vocab=49_152, state_bytes=16 * SMOLLM2_PARAMS) == 512
+    assert auto_logprob_chunk_tokens(vocab=320, state_bytes=16 * 400_000) == 2048
+
+
+def test_the_activations_of_an_auto_budget_fit_the_target_and_one_more_step_would_not():
+    for sizes, state in (
+        (TINY, 1e6),
+        (SMOLLM2, 16 * SMOLLM2_PARAMS),
+        (dict(hidden=1024, intermediate=3072, layers=28), 9.6e9),
+    ):
+        for checkpointing in (False, True):
+            budget = auto_micro_batch_tokens(**sizes, state_bytes=state, checkpointing=checkpointing)
+            per_token = token_activation_bytes(**sizes, checkpointing=checkpointing)
+            target = max(ACTIVATION_FLOOR_BYTES, 0.4 * state)
+            assert budget % 64 == 0
+            assert budget * per_token <= target < (budget + 64) * per_token
+
+
+def test_checkpointing_and_half_precision_buy_a_larger_budget_and_a_larger_model_state_too():
+    plain = auto_micro_batch_tokens(**SMOLLM2, state_bytes=16 * SMOLLM2_PARAMS)
+    assert auto_micro_batch_tokens(**SMOLLM2, state_bytes=16 * SMOLLM2_PARAMS, checkpointing=True) > 4 * plain
+    assert (
+        auto_micro_batch_tokens(**SMOLLM2, state_bytes=16 * SMOLLM2_PARAMS, value_bytes=2) >= 2 * plain - 64
+    )
+    assert auto_micro_batch_tokens(**SMOLLM2, state_bytes=32 * SMOLLM2_PARAMS) >= 2 * plain - 64
+    # a large vocabulary gets a smaller chunk; a huge model still never passes the fixed default
+    assert auto_logprob_chunk_tokens(vocab=151_936, state_bytes=16 * SMOLLM2_PARAMS) < 512
+    assert auto_logprob_chunk_tokens(vocab=151_936, state_bytes=16 * 8e9) == 2048
+
+
+def test_a_model_too_large_for_its_floor_still_gets_one_step_of_tokens():
+    assert auto_micro_batch_tokens(hidden=8192, intermediate=28672, layers=80, state_bytes=0) == 64
+    assert auto_logprob_chunk_tokens(vocab=10**9, state_bytes=0) == 64
+    with pytest.raises(ValueError, match="positive model sizes"):
+        auto_micro_batch_tokens(hidden=0, intermediate=1, layers=1, state_bytes=1)
+    with pytest.raises(ValueError, match="vocab"):
+        auto_logprob_chunk_tokens(vocab=0, state_bytes=1)
+
+
+def test_auto_is_accepted_by_the_config_and_a_misspelling_is_a_config_error():
+    data = {"model": "m"}
+    apply_override(data, "micro_batch_tokens=auto")
+    apply_override(data, "logprob_chunk_tokens=auto")
+    cfg = from_dict(RoleConfig, data, "solver")
+    cfg.validate()
+    assert (cfg.micro_batch_tokens, cfg.logprob_chunk_tokens) == ("auto", "auto")
+    for key in ("micro_batch_tokens", "logprob_chunk_tokens"):
+        with pytest.raises(ConfigError, match=key):
+            from_dict(RoleConfig, {"model": "m", key: "automatic"}, "solver")
+        with pytest.raises(ConfigError, match=key):
+            RoleConfig(model="m", **{key: "2048"}).validate()
+
+
+def test_a_role_resolves_auto_from_its_model_and_plans_by_the_resolved_budget():
+    role = make_role(micro_batch_tokens="auto", logprob_chunk_tokens="auto", micro_batch_size=1)
+    config = role.model.config
+    params = sum(p.numel() for p in role.model.parameters())
+    expected = auto_micro_batch_tokens(
+        hidden=config.hidden_size,
+        intermediate=config.intermediate_size,
+        layers=config.num_hidden_layers,
+        state_bytes=16 * params,
+    )
+    assert role.micro_batch_tokens == expected
+    assert role.logprob_chunk_tokens == auto_logprob_chunk_tokens(
+        vocab=config.vocab_size, state_bytes=16 * params
+    )
+    prompt = role.prompt_ids([{"role": "user", "content": "1+1"}])
+    samples = [Sample(prompt, Completion("", [10] * 5, [-1.0] * 5, "stop")) for _ in range(6)]
+    # micro_batch_size=1 alone would give six micro-batches; the resolved budget holds all six samples in one
+    assert role.micro_batch_plan(samples) == plan_micro_batches(
+        [prompt] * 6, [5] * 6, 1, share=role._shares_prompts(role.train_model), max_tokens=expected
+    )
+    assert len(role.micro_batch_plan(samples)) == 1
+    fixed = make_role(micro_batch_tokens=24, logprob_chunk_tokens=None)
+    assert (fixed.micro_batch_tokens, fixed.logprob_chunk_tokens) == (24, None)
+
+
+def test_a_model_without_the_sizes_falls_back_to_sequences_and_the_default_chunk():
+    import torch
+
+    cfg = RoleConfig(model="m", micro_batch_tokens="auto", logprob_chunk_tokens="auto")
+    assert token_budgets(cfg, torch.nn.Linear(4, 4)) == (None, 2048)
+
+
+def test_the_layout_estimate_resolves_auto_as_the_role_does():
+    arch = {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "vocab_size": 49_152,
+        "tie_word_embeddings": True,
+    }
+    fixed = RoleConfig(model="m", max_prompt_length=64, max_completion_length=64, micro_batch_tokens=576)
+    auto = RoleConfig(model="m", max_prompt_length=64, max_completion_length=64, micro_batch_tokens="auto")
+    dist = DistributedConfig()
+    assert role_memory_gb(arch, auto, dist, 1)["activations"] == pytest.approx(
+        role_memory_gb(arch, fixed, dist, 1)["activations"]
+    )
