@@ -12,6 +12,9 @@ when `--vllm-python` names a venv with vLLM (`make vllm-env`).
 Why: the issue asks how close sampling gets to the matmul limit at batch 64 or more, and whether the vLLM CPU build
 is worth its install for a real model; the answer is measured here, not assumed.
 
+`--profile N` adds one more HF call under torch.profiler and its N costliest operators (share of the time, FLOP rate
+of the matrix products): where a decode step's time goes.
+
 Run: `python bench/sampling.py --out bench-out/sampling [--vllm-python ~/.cache/pasodoble/venv-vllm/bin/python]`;
 one side by hand: `python bench/sampling.py --side hf --spec SPEC --result OUT.json`.
 """
@@ -94,6 +97,7 @@ def run_side(side: str, spec: dict) -> dict:
         groups = engine.generate(prompts, sampling)
         times.append((tree_cpu_s() - cpu0, time.perf_counter() - wall0))
     tokens = sum(len(c.token_ids) for g in groups for c in g)
+    profile = op_profile(engine, prompts, sampling, spec["profile"]) if spec.get("profile") else None
     engine.close()
     cpu_s = statistics.median(t[0] for t in times)
     wall_s = statistics.median(t[1] for t in times)
@@ -106,7 +110,48 @@ def run_side(side: str, spec: dict) -> dict:
         "cpu_s": cpu_s,
         "wall_s": wall_s,
         "runs": times,
+        "profile": profile,
     }
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")  # the operators whose FLOP rate the profile reports
+
+
+def op_profile(engine, prompts, sampling, top: int) -> list[dict]:
+    """One more `generate` call under torch.profiler: the `top` operators by self CPU time, each with its share of
+    the call's operator time and, for matrix products, the FLOP rate they ran at."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        engine.generate(prompts, sampling)
+    events = list(prof.key_averages())
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    rows = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+    return [
+        {
+            "op": e.key,
+            "calls": e.count,
+            "self_cpu_s": e.self_cpu_time_total / 1e6,
+            "share": e.self_cpu_time_total / total,
+            "gflop_per_s": (
+                e.flops / e.self_cpu_time_total / 1e3
+                if e.key in MATMUL_OPS and e.flops and e.self_cpu_time_total
+                else None
+            ),
+        }
+        for e in rows
+    ]
+
+
+def profile_table(rows: list[dict]) -> str:
+    lines = [
+        "| operator | calls | self CPU-s | share of operator time | GFLOP/s |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rate = f"{r['gflop_per_s']:.1f}" if r["gflop_per_s"] else ""
+        lines.append(f"| `{r['op']}` | {r['calls']:,} | {r['self_cpu_s']:.2f} | {r['share']:.1%} | {rate} |")
+    return "\n".join(lines)
 
 
 def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
@@ -150,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per engine, median (default 3)")
     ap.add_argument("--cpu", type=int, default=os.cpu_count() - 1, help="core to pin to (default: the last)")
     ap.add_argument("--vllm-python", type=Path, help="python of a venv with vLLM: adds the vllm engine")
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the timed calls, one more hf call under torch.profiler: its N costliest operators (default 0: off)",
+    )
     ap.add_argument("--side", choices=("hf", "vllm"), help=argparse.SUPPRESS)
     ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -174,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "new_tokens": args.new_tokens,
         "repeats": args.repeats,
         "cpu": args.cpu,
+        "profile": args.profile,
         "params": 134_515_008,  # SmolLM2-135M, tied embeddings once (the hf side counts its own)
     }
     spec_path = args.out / "spec.json"
@@ -206,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         f"new tokens, one thread on core {args.cpu} ({cpu_model()}), fp32 matmul peak {peak / 1e9:.1f} GFLOP/s, "
         f"medians of {args.repeats} calls\n\n" + table(results, peak)
     )
+    for r in results:
+        if r.get("profile"):
+            text += f"\n\nOperators of one more {r['side']} call under torch.profiler:\n\n" + profile_table(
+                r["profile"]
+            )
     print(text)
     write_json_atomic(args.out / "sampling.json", {"peak_flops_per_s": peak, "results": results})
     write_text_atomic(args.out / "sampling.md", text + "\n")

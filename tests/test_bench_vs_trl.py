@@ -270,3 +270,20 @@ def test_decode_loop_bench_runs_every_arm_on_the_same_batch(tmp_path, capsys):
     assert record["prompt_tokens"] > 20  # the passage came before each question
     printed = capsys.readouterr().out
     assert "generate / own" in printed and "own / shared" in printed
+
+
+def test_sampling_bench_profiles_the_operators_of_one_call():
+    from pasodoble.rollout import HFEngine, SamplingParams
+    from tests.loop_helpers import make_model, make_tokenizer
+
+    bench = _load("sampling")
+    tokenizer = make_tokenizer()
+    engine = HFEngine(make_model(tokenizer), tokenizer, batch_size=4)
+    prompts = [tokenizer("1+1=")["input_ids"], tokenizer("2+2=")["input_ids"]]
+    rows = bench.op_profile(engine, prompts, SamplingParams(n=2, max_new_tokens=4, seed=0), top=5)
+    assert len(rows) == 5 and rows == sorted(rows, key=lambda r: -r["self_cpu_s"])
+    assert 0 < sum(r["share"] for r in rows) <= 1 + 1e-9
+    matmuls = [r for r in rows if r["gflop_per_s"]]
+    assert matmuls and all(r["op"] in bench.MATMUL_OPS for r in matmuls)
+    table = bench.profile_table(rows).splitlines()
+    assert table[0].startswith("| operator |") and len(table) == 2 + 5
