@@ -98,8 +98,9 @@ def test_a_role_resolves_auto_from_its_model_and_plans_by_the_resolved_budget():
     prompt = role.prompt_ids([{"role": "user", "content": "1+1"}])
     samples = [Sample(prompt, Completion("", [10] * 5, [-1.0] * 5, "stop")) for _ in range(6)]
     # micro_batch_size=1 alone would give six micro-batches; the resolved budget holds all six samples in one
-    assert role.micro_batch_plan(samples) == plan_micro_batches(
-        [prompt] * 6, [5] * 6, 1, share=role._shares_prompts(role.train_model), max_tokens=expected
+    plan, packed = role.micro_batch_layout(samples)
+    assert plan == plan_micro_batches(
+        [prompt] * 6, [5] * 6, 1, share=True, packed=packed, max_tokens=expected
     )
     assert len(role.micro_batch_plan(samples)) == 1
     fixed = make_role(micro_batch_tokens=24, logprob_chunk_tokens=None)

@@ -1,9 +1,10 @@
 """Which samples go into which micro-batch of an update: the given order, or by completion length when that pads less.
 
 What: `plan_micro_batches(prompts, completion_lengths, size, share=...)` returns the sample indices of each
-micro-batch. It prices two plans by the token positions their forwards execute (`executed_tokens`: with shared
-prompts each distinct prompt once at the widest prompt's width plus every row at the longest completion; without,
-every row at the longest prompt + completion) and keeps the cheaper: the samples in the given order (a prompt's
+micro-batch. It prices two plans by the token positions their forwards execute (`executed_tokens`: packed
+(`core.packed`), a row per distinct prompt at the longest prompt + its completions; with shared prompts each
+distinct prompt once at the widest prompt's width plus every row at the longest completion; otherwise every row at
+the longest prompt + completion) and keeps the cheaper: the samples in the given order (a prompt's
 samples together, so they share its prefill) or sorted by completion length (rows of one micro-batch end close to
 each other; ties keep the given order). Both plans have the same number of micro-batches of the same sizes.
 
@@ -29,14 +30,75 @@ from collections.abc import Sequence
 
 
 def executed_tokens(
-    prompts: Sequence[Sequence[int]], completion_lengths: Sequence[int], rows: Sequence[int], *, share: bool
+    prompts: Sequence[Sequence[int]],
+    completion_lengths: Sequence[int],
+    rows: Sequence[int],
+    *,
+    share: bool,
+    packed: bool = False,
 ) -> int:
     """Token positions the update's forward runs for the micro-batch `rows` (indices into the samples)."""
+    if packed:  # core/packed.py: a row per distinct prompt, its completions after it without their last token
+        groups: dict[tuple[int, ...], int] = {}
+        for r in rows:
+            key = tuple(prompts[r])
+            groups[key] = groups.get(key, len(key)) + max(completion_lengths[r] - 1, 0)
+        return len(groups) * max(groups.values())
     longest_completion = max(max(completion_lengths[r], 1) for r in rows)
     if share:
         distinct = {tuple(prompts[r]) for r in rows}
         return len(distinct) * max(len(p) for p in distinct) + len(rows) * longest_completion
     return len(rows) * max(len(prompts[r]) + max(completion_lengths[r], 1) for r in rows)
+
+
+def attention_entries(
+    prompts: Sequence[Sequence[int]],
+    completion_lengths: Sequence[int],
+    rows: Sequence[int],
+    *,
+    share: bool,
+    packed: bool = False,
+) -> int:
+    """(query, key) pairs the update's attention computes for the micro-batch `rows`: a masked call computes every
+    pair of its rows (CPU attention does not skip the blocks a mask hides), so a packed row of L positions costs L
+    squared, as does a padded row."""
+    if packed:  # R rows of width L
+        positions = executed_tokens(prompts, completion_lengths, rows, share=True, packed=True)
+        return positions * (positions // len({tuple(prompts[r]) for r in rows}))
+    longest_completion = max(max(completion_lengths[r], 1) for r in rows)
+    if share:  # the prompts' own pass, then every completion over its prompt's columns and its own
+        wide = max(len(prompts[r]) for r in rows)
+        distinct = len({tuple(prompts[r]) for r in rows})
+        return distinct * wide * wide + len(rows) * longest_completion * (wide + longest_completion)
+    width = max(len(prompts[r]) + max(completion_lengths[r], 1) for r in rows)
+    return len(rows) * width * width
+
+
+def layout_cost(
+    prompts: Sequence[Sequence[int]],
+    completion_lengths: Sequence[int],
+    plan: Sequence[Sequence[int]],
+    *,
+    share: bool,
+    packed: bool,
+    entry_weight: float,
+) -> float:
+    """A plan's forward-and-backward work in units of one token position's matrix products: executed positions plus
+    `entry_weight` (`attention_entry_weight`) per attention pair."""
+    return sum(
+        executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed)
+        + entry_weight * attention_entries(prompts, completion_lengths, mb, share=share, packed=packed)
+        for mb in plan
+    )
+
+
+def attention_entry_weight(
+    *, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int
+) -> float:
+    """One attention (query, key) pair's FLOPs (a product with the key and one with the value, every head) over one
+    token position's through a decoder layer's projections and MLP: the exchange rate of `layout_cost`."""
+    projections = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * intermediate
+    return 2 * heads * head_dim / projections
 
 
 def plan_micro_batches(
@@ -45,6 +107,7 @@ def plan_micro_batches(
     size: int,
     *,
     share: bool,
+    packed: bool = False,
     max_tokens: int | None = None,
 ) -> list[list[int]]:
     """Sample indices per micro-batch: at most `size` samples each, or (with `max_tokens`) as many as run at most
@@ -59,9 +122,15 @@ def plan_micro_batches(
     if max_tokens is None:
         plans = [[order[lo : lo + size] for lo in range(0, len(order), size)] for order in (given, by_length)]
     else:
-        plans = [_fill(order, prompts, completion_lengths, max_tokens, share) for order in (given, by_length)]
+        plans = [
+            _fill(order, prompts, completion_lengths, max_tokens, share, packed)
+            for order in (given, by_length)
+        ]
     costs = [
-        (sum(executed_tokens(prompts, completion_lengths, mb, share=share) for mb in p), len(p))
+        (
+            sum(executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed) for mb in p),
+            len(p),
+        )
         for p in plans
     ]
     return plans[1] if costs[1] < costs[0] else plans[0]
@@ -73,12 +142,14 @@ def _fill(
     completion_lengths: Sequence[int],
     max_tokens: int,
     share: bool,
+    packed: bool,
 ) -> list[list[int]]:
     """`order` cut into consecutive micro-batches of at most `max_tokens` executed positions (one sample at least)."""
     plan: list[list[int]] = [[]]
     for i in order:
         grown = plan[-1] + [i]
-        if len(grown) > 1 and executed_tokens(prompts, completion_lengths, grown, share=share) > max_tokens:
+        cost = executed_tokens(prompts, completion_lengths, grown, share=share, packed=packed)
+        if len(grown) > 1 and cost > max_tokens:
             plan.append([i])
         else:
             plan[-1] = grown

@@ -41,7 +41,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
-from pasodoble.core.micro_batches import plan_micro_batches
+from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
+from pasodoble.core.packed import can_pack, packed_logprobs
 from pasodoble.core.precision import DTYPES
 from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
 from pasodoble.core.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
@@ -247,6 +248,23 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
     return tokens, chunk
 
 
+def entry_weight(model: torch.nn.Module) -> float | None:
+    """`micro_batches.attention_entry_weight` of the model's decoder layers; None when its config lacks the
+    sizes."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+    intermediate = getattr(config, "intermediate_size", None)
+    if not all(isinstance(v, int) and v > 0 for v in (hidden, heads, intermediate)):
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    return attention_entry_weight(
+        hidden=hidden, intermediate=intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim
+    )
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` -> the first CUDA device when there is one, else the CPU."""
     if name == "auto":
@@ -294,6 +312,7 @@ class Role:
         self.reference: torch.nn.Module | None = None
         self.updates = 0
         self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
+        self.entry_weight = entry_weight(self.model)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if cfg.trainable and cfg.beta > 0:  # copied before the policy is sharded, then sharded on its own
@@ -401,7 +420,7 @@ class Role:
         total_tokens = batch.tokens if batch else sum(max(len(s.completion.token_ids), 1) for s in samples)
         total_samples = batch.samples if batch else len(samples)
         passes = self.cfg.num_iterations
-        plan = self.micro_batch_plan(samples)
+        plan, packed = self.micro_batch_layout(samples)
         chunks = []  # (samples, advantages, weight of the micro-batch in the full-batch loss)
         for rows in plan:
             chunk = [samples[r] for r in rows]
@@ -427,7 +446,7 @@ class Role:
                 with self.sharding.accumulate(self.train_model, last=ci == len(chunks) - 1):
                     with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
                         loss, stats, logps = self._micro_batch_loss(
-                            chunk, adv, first_pass[ci] if it else None
+                            chunk, adv, first_pass[ci] if it else None, packed=packed
                         )
                     if it == 0:
                         first_pass.append(logps)
@@ -451,13 +470,33 @@ class Role:
 
     def micro_batch_plan(self, samples: Sequence[Sample]) -> list[list[int]]:
         """Sample indices of each micro-batch `update` runs on `samples` (see core/micro_batches.py)."""
-        return plan_micro_batches(
-            [s.prompt_ids for s in samples],
-            [len(s.completion.token_ids) for s in samples],
+        return self.micro_batch_layout(samples)[0]
+
+    def micro_batch_layout(self, samples: Sequence[Sample]) -> tuple[list[list[int]], bool]:
+        """The micro-batches of `micro_batch_plan`, and whether they run packed (`core.packed`, a row per prompt):
+        when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other, whose
+        masked attention grows with the square of a group's length (long completions, small models)."""
+        prompts = [s.prompt_ids for s in samples]
+        lengths = [len(s.completion.token_ids) for s in samples]
+        share = self._shares_cache(self.train_model)
+        plan = plan_micro_batches(
+            prompts, lengths, self.cfg.micro_batch_size, share=share, max_tokens=self.micro_batch_tokens
+        )
+        if not self._packs(self.train_model) or self.entry_weight is None:
+            return plan, False
+        packed = plan_micro_batches(
+            prompts,
+            lengths,
             self.cfg.micro_batch_size,
-            share=self._shares_prompts(self.train_model),
+            share=True,
+            packed=True,
             max_tokens=self.micro_batch_tokens,
         )
+        costs = [
+            layout_cost(prompts, lengths, p, share=share, packed=k, entry_weight=self.entry_weight)
+            for p, k in ((packed, True), (plan, False))
+        ]
+        return (packed, True) if costs[0] < costs[1] else (plan, False)
 
     def _dummy_sample(self) -> Sample:
         """A one-token sample for a zero-weight forward/backward (a rank whose share ran out of micro-batches)."""
@@ -473,18 +512,24 @@ class Role:
         return grad_norm
 
     def _micro_batch_loss(
-        self, samples: Sequence[Sample], advantages: Sequence[float], first_logps: torch.Tensor | None = None
+        self,
+        samples: Sequence[Sample],
+        advantages: Sequence[float],
+        first_logps: torch.Tensor | None = None,
+        *,
+        packed: bool = False,
     ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
         """Loss, stats and the detached log-probs of this pass; `first_logps` is None on the first pass (the
-        log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS)."""
+        log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS); `packed`:
+        the micro-batch runs as a row per prompt (`micro_batch_layout`)."""
         batch = collate(samples, self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        logps = self._token_logprobs(self.train_model, batch, samples)
+        logps = self._token_logprobs(self.train_model, batch, samples, packed=packed)
         ref_logps = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logps = self._token_logprobs(self.reference, batch, samples)
+                ref_logps = self._token_logprobs(self.reference, batch, samples, packed=packed)
         mask, engine_logps = batch["completion_mask"], batch["old_logps"]
         behaviour = logps.detach() if first_logps is None else first_logps
         gap = {}
@@ -515,31 +560,39 @@ class Role:
         )
         return loss, {**stats, **gap}, behaviour
 
-    def _shares_prompts(self, model: torch.nn.Module) -> bool:
-        """True when the update runs each distinct prompt of a micro-batch once (`shared_prefix`)."""
+    def _shares_cache(self, model: torch.nn.Module) -> bool:
+        """True when the update may run each distinct prompt of a micro-batch once through the KV cache."""
+        return self._may_share() and not self.cfg.gradient_checkpointing and can_share_prompts(model)
+
+    def _packs(self, model: torch.nn.Module) -> bool:
+        """True when the update may run a micro-batch as one row per distinct prompt (`core.packed`)."""
+        return self._may_share() and can_pack(model)
+
+    def _may_share(self) -> bool:
         # An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
         # ratios need the loss in the very same numerics, so only then is the prompt not shared.
         same_numerics = self.cfg.num_iterations > 1 and not self.engine.copies_weights
-        return (
-            self.cfg.share_prompt_prefill
-            and not same_numerics
-            and self.train_model is self.model
-            and not self.cfg.gradient_checkpointing
-            and can_share_prompts(model)
-        )
+        return self.cfg.share_prompt_prefill and not same_numerics and self.train_model is self.model
 
     def _token_logprobs(
-        self, model: torch.nn.Module, batch: dict[str, torch.Tensor], samples: Sequence[Sample]
+        self,
+        model: torch.nn.Module,
+        batch: dict[str, torch.Tensor],
+        samples: Sequence[Sample],
+        *,
+        packed: bool = False,
     ) -> torch.Tensor:
-        """(B, T) log-probs for the loss. On an unsharded role whose model allows it: each distinct prompt run once
-        when samples share one (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`); otherwise through
-        the whole logits."""
+        """(B, T) log-probs for the loss. On an unsharded role whose model allows it: a row per distinct prompt
+        (`packed`), else each distinct prompt run once through the KV cache when samples share one
+        (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`); otherwise through the whole logits."""
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.logprob_chunk_tokens
         unsharded = self.train_model is self.model
-        if self._shares_prompts(model) and len({tuple(s.prompt_ids) for s in samples}) < len(samples):
-            return shared_prompt_logprobs(
+        shared = len({tuple(s.prompt_ids) for s in samples}) < len(samples)
+        if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
+            run = packed_logprobs if packed else shared_prompt_logprobs
+            return run(
                 model,
                 [s.prompt_ids for s in samples],
                 [s.completion.token_ids for s in samples],

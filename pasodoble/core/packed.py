@@ -1,0 +1,143 @@
+"""Token log-probs of a GRPO micro-batch packed one row per prompt: the prompt once, its samples' completions after
+it, and an attention mask that lets a completion see its prompt and itself only.
+
+What: `packed_logprobs(model, prompts, completions, width, ...)` returns the (B, width) log-probs that
+`grpo.token_logprobs` returns for the same samples laid out by `roles.role.collate` (prompt, then completion, right
+padding; position t scores token t, 0 outside the completions), with the same values to float tolerance and the
+same gradients. Each distinct prompt of the micro-batch becomes one row `[p, c1, c2, ...]` (`pack`, first-seen
+order): the prompt once, then its samples' completions without their last token (no later token reads it and
+nothing scores its state), each completion at the positions (`position_ids`) it has after its prompt in the plain
+layout; rows are right-padded to the longest. `segment_mask` gives the (R, 1, L, L) boolean mask: a position
+attends to the earlier positions of its own prompt and of its own completion. Completion token k is scored from its prompt's last state (k = 0) or
+from its own token k - 1, through the LM head in checkpointed chunks (`chunked_logprobs.score_states`).
+`can_pack(model)` says whether a model takes such a mask.
+
+Why: the update of a GRPO batch, which holds every prompt `num_generations` times, is most of a step's time. Running
+the prompts once through the KV cache (`core.shared_prefix`) saved their repeats but left two forwards per
+micro-batch (the prompts' matrix products have a few dozen rows, far from the CPU's peak, and every weight then gets
+two gradients that autograd adds out of place) and padded every completion to the longest of its micro-batch.
+Packed rows pad only whole groups to the longest group, run one forward and full-height matrix products
+(docs/PERFORMANCE.md). One row per prompt rather than one row for the whole micro-batch keeps the attention, which
+a mask does not let skip the blocks it hides, at each group's length squared.
+
+Run: `packed_logprobs(model, [[1, 2, 3]] * 4, completions, width=9, pad_id=0, temperature=0.6)`; tests in
+`tests/test_packed.py`. Models on another attention implementation (FlashAttention takes no 4D mask; eager adds
+the mask to its scores) use `core.shared_prefix`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from pasodoble.core.chunked_logprobs import CHUNK_TOKENS, head_skipped, score_states
+from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts
+
+# Attention implementations that apply a boolean 4D mask as "True: attend" (the project's grouped SDPA included).
+MASKED_IMPLEMENTATIONS = frozenset({"sdpa", "pasodoble_grouped_sdpa"})
+
+
+def can_pack(model: torch.nn.Module) -> bool:
+    """True when the model's head is a plain linear layer, every layer attends to the full causal past (no sliding
+    window) and its attention implementation takes a boolean 4D mask."""
+    config = getattr(model, "config", None)
+    return (
+        can_share_prompts(model) and getattr(config, "_attn_implementation", None) in MASKED_IMPLEMENTATIONS
+    )
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A micro-batch as one row per distinct prompt, and where each completion token is scored from."""
+
+    input_ids: list[list[int]]  # (R, L_r) the prompt, then its samples' completions without their last token
+    position_ids: list[list[int]]  # each token's position in its own prompt + completion
+    segment: list[list[int]]  # 0 on the prompt, 1 + the sample's index on its completion
+    source: list[tuple[int, int]]  # (N,) the (row, column) whose state scores each completion token
+    target: list[int]  # (N,) that token
+    sample: list[int]  # (N,) its sample
+    column: list[int]  # (N,) its column in the plain (B, width) layout
+
+
+def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> Packed:
+    """The packed rows of samples (`prompts[b]`, `completions[b]`); every prompt must be non-empty."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"pack needs one completion per prompt, got {len(prompts)} and {len(completions)}")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("pack needs a non-empty prompt for every sample")
+    unique, index = distinct_prompts(prompts)
+    rows, positions, segments, source, target, sample, column = [], [], [], [], [], [], []
+    for g, prompt in enumerate(unique):
+        ids, pos, seg = list(prompt), list(range(len(prompt))), [0] * len(prompt)
+        for b in (b for b, i in enumerate(index) if i == g):
+            tokens = list(completions[b])
+            if not tokens:
+                continue
+            start, fed = len(ids), len(tokens) - 1  # the last token is scored, never fed
+            ids += tokens[:-1]
+            pos += range(len(prompt), len(prompt) + fed)
+            seg += [1 + b] * fed
+            # token 0 is scored from the prompt's last state, token k from the state of token k - 1
+            source += [(g, len(prompt) - 1), *((g, c) for c in range(start, start + fed))]
+            target += tokens
+            sample += [b] * len(tokens)
+            column += range(len(prompt), len(prompt) + len(tokens))
+        rows.append(ids)
+        positions.append(pos)
+        segments.append(seg)
+    return Packed(rows, positions, segments, source, target, sample, column)
+
+
+def segment_mask(segment: torch.Tensor) -> torch.Tensor:
+    """(R, 1, L, L) bool from (R, L) segments: position i attends to j <= i that is on the prompt (segment 0) or on
+    i's own segment. Padding (segment -1, at the ends of rows) sees only padding, so no row of the mask is empty."""
+    length = segment.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment.device).tril()
+    visible = ((segment[:, None, :] == 0) & (segment[:, :, None] >= 0)) | (
+        segment[:, :, None] == segment[:, None, :]
+    )
+    return (causal & visible)[:, None]
+
+
+def packed_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    width: int,
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> torch.Tensor:
+    """(B, width) log-probs of `completions[b]` after `prompts[b]`, at the plain layout's positions (see module);
+    `pad_id` fills the ends of rows shorter than the longest."""
+    temperature = temperature if temperature > 0 else 1.0
+    device = next(model.parameters()).device
+    packed = pack(prompts, completions)
+    length = max(len(r) for r in packed.input_ids)
+
+    def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
+        return torch.tensor([r + [fill] * (length - len(r)) for r in rows], dtype=torch.long, device=device)
+
+    segment = padded(packed.segment, -1)
+    head = model.get_output_embeddings()
+    with head_skipped(head):
+        hidden = model(
+            input_ids=padded(packed.input_ids, pad_id),
+            attention_mask=segment_mask(segment),
+            position_ids=padded(packed.position_ids, 0),
+            use_cache=False,
+        ).logits  # (R, L, H): the head is skipped
+    where = torch.tensor([r * length + c for r, c in packed.source], dtype=torch.long, device=device)
+    targets = torch.tensor(packed.target, dtype=torch.long, device=device)
+    flat = score_states(
+        head, hidden.flatten(0, 1)[where], targets, temperature=temperature, chunk_tokens=chunk_tokens
+    )
+    if not targets.numel():
+        flat = flat + hidden.sum() * 0.0  # no tokens: keep the graph connected
+    out = hidden.new_zeros(len(completions), width, dtype=torch.float32)
+    sample = torch.tensor(packed.sample, dtype=torch.long, device=device)
+    column = torch.tensor(packed.column, dtype=torch.long, device=device)
+    return out.index_put((sample, column), flat)  # (B, width)
