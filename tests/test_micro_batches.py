@@ -120,3 +120,38 @@ def test_a_length_sorted_plan_gives_the_one_micro_batch_loss_and_gradient(loss_t
     a, b = plain.update(samples, advantages), planned.update(samples, advantages)
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+def test_packed_rows_and_the_attention_pairs_each_layout_computes():
+    from pasodoble.core.micro_batches import attention_entries, layout_cost
+
+    prompts, lengths = [A, A, B], [2, 7, 0]
+    # rows: A + (2 - 1) + (7 - 1) = 10 positions, B alone = 2, padded to 10
+    assert executed_tokens(prompts, lengths, [0, 1, 2], share=True, packed=True) == 2 * 10
+    assert attention_entries(prompts, lengths, [0, 1, 2], share=True, packed=True) == 2 * 10 * 10
+    # the KV-cache path: two prompts of width 3, then 3 rows of 7 over 3 + 7 columns
+    assert attention_entries(prompts, lengths, [0, 1, 2], share=True) == 2 * 9 + 3 * 7 * 10
+    assert attention_entries(prompts, lengths, [0, 1, 2], share=False) == 3 * 10 * 10
+    plan = [[0, 1], [2]]
+    assert layout_cost(prompts, lengths, plan, share=True, packed=True, entry_weight=0.5) == (
+        10 + 0.5 * 100 + 2 + 0.5 * 4
+    )
+
+
+def test_attention_entry_weight_is_a_pair_over_a_position():
+    from pasodoble.core.micro_batches import attention_entry_weight
+
+    # SmolLM2-135M: 9 heads of 64 (3 key/value heads), hidden 576, MLP 1536
+    weight = attention_entry_weight(hidden=576, intermediate=1536, heads=9, kv_heads=3, head_dim=64)
+    assert weight == pytest.approx(2 * 9 * 64 / (576 * 64 * 24 + 3 * 576 * 1536))
+
+
+def test_the_role_packs_short_groups_and_keeps_the_cache_for_long_ones():
+    role = make_role(micro_batch_size=64)
+    prompt = role.prompt_ids([{"role": "user", "content": "1+1"}])
+    short = [Sample(prompt, Completion("", [10] * 4, [-1.0] * 4, "stop")) for _ in range(3)]
+    assert role.micro_batch_layout(short)[1]  # packed: fewer positions, few pairs
+    role.entry_weight = 1.0  # attention priced like a whole layer: a packed row's squared length loses
+    assert not role.micro_batch_layout(short)[1]
+    role.entry_weight = None  # a model without the sizes: never packed
+    assert not role.micro_batch_layout(short)[1]

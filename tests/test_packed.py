@@ -6,10 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pasodoble.core.grpo import token_logprobs
 from pasodoble.core.packed import can_pack, pack, packed_logprobs, segment_mask
-from pasodoble.roles.role import collate
-from tests.test_shared_prefix import _grads, _samples
+from tests.test_shared_prefix import assert_same_as_plain
 
 
 def test_pack_lays_out_each_prompt_once_and_drops_each_last_token():
@@ -51,36 +49,7 @@ def test_segment_mask_sees_own_prompt_and_own_completion_only():
 def test_values_and_gradients_equal_the_plain_path(tiny_lm, chunk_tokens):
     model, tokenizer, _ = tiny_lm
     assert can_pack(model)
-    samples = _samples(len(tokenizer))
-    batch = collate(samples, tokenizer.pad_token_id)
-    weights = torch.randn(batch["input_ids"].shape, generator=torch.Generator().manual_seed(6))
-    out = {}
-    for name in ("plain", "packed"):
-        model.zero_grad(set_to_none=True)
-        if name == "plain":
-            logps = token_logprobs(
-                model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=0.7
-            )
-        else:
-            logps = packed_logprobs(
-                model,
-                [s.prompt_ids for s in samples],
-                [s.completion.token_ids for s in samples],
-                batch["input_ids"].shape[1],
-                pad_id=tokenizer.pad_token_id,
-                temperature=0.7,
-                chunk_tokens=chunk_tokens,
-            )
-        (logps * weights).sum().backward()
-        out[name] = (logps.detach(), _grads(model))
-    model.zero_grad(set_to_none=True)
-    (lp, grads), (lp2, grads2) = out["plain"], out["packed"]
-    assert lp.shape == lp2.shape and (lp2 != 0).sum() == batch["completion_mask"].sum()
-    torch.testing.assert_close(lp2, lp, atol=2e-6, rtol=1e-5)
-    assert len(grads) == len(grads2) > 0
-    for a, b in zip(grads, grads2):
-        torch.testing.assert_close(b, a, atol=2e-6, rtol=1e-5)
-    assert not model.get_output_embeddings().__dict__.get("forward")  # the head's forward is restored
+    assert_same_as_plain(model, tokenizer, packed_logprobs, chunk_tokens)
 
 
 def test_only_masked_attention_implementations_pack(tiny_lm):
@@ -92,3 +61,20 @@ def test_only_masked_attention_implementations_pack(tiny_lm):
     finally:
         model.config._attn_implementation = kept
     assert can_pack(model) and not can_pack(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_packed_role_update_equals_the_plain_one(checkpointing):
+    from tests.test_roles import make_role, sampled
+
+    packed = make_role(gradient_checkpointing=checkpointing, micro_batch_size=8)
+    packed.entry_weight = 0.0  # price positions only: the packed rows win
+    plain = make_role(share_prompt_prefill=False, micro_batch_size=8)
+    samples, adv = sampled(packed, ["1+1", "2+2", "33*3"])
+    assert packed.micro_batch_layout(samples)[1] and not plain.micro_batch_layout(samples)[1]
+    for _ in range(2):  # the second update's samples are a step old: ratios != 1 on both paths
+        a, b = packed.update(samples, adv), plain.update(samples, adv)
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+        for x, y in zip(packed.model.parameters(), plain.model.parameters()):
+            torch.testing.assert_close(x, y, atol=2e-5, rtol=0)

@@ -31,21 +31,20 @@ def test_distinct_prompts_keep_first_seen_order():
     assert distinct_prompts([[1, 2], [3], [1, 2], [3], [4]]) == ([[1, 2], [3], [4]], [0, 1, 0, 1, 2])
 
 
-@pytest.mark.parametrize("chunk_tokens", [1, 2048])
-def test_values_and_gradients_equal_the_plain_path(tiny_lm, chunk_tokens):
-    model, tokenizer, _ = tiny_lm
+def assert_same_as_plain(model, tokenizer, run, chunk_tokens: int) -> None:
+    """`run` (shared_prompt_logprobs' signature) gives the plain path's log-probs and parameter gradients."""
     samples = _samples(len(tokenizer))
     batch = collate(samples, tokenizer.pad_token_id)
     weights = torch.randn(batch["input_ids"].shape, generator=torch.Generator().manual_seed(6))
     out = {}
-    for name in ("plain", "shared"):
+    for name in ("plain", "other"):
         model.zero_grad(set_to_none=True)
         if name == "plain":
             logps = token_logprobs(
                 model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=0.7
             )
         else:
-            logps = shared_prompt_logprobs(
+            logps = run(
                 model,
                 [s.prompt_ids for s in samples],
                 [s.completion.token_ids for s in samples],
@@ -57,13 +56,19 @@ def test_values_and_gradients_equal_the_plain_path(tiny_lm, chunk_tokens):
         (logps * weights).sum().backward()
         out[name] = (logps.detach(), _grads(model))
     model.zero_grad(set_to_none=True)
-    (lp, grads), (lp2, grads2) = out["plain"], out["shared"]
+    (lp, grads), (lp2, grads2) = out["plain"], out["other"]
     assert lp.shape == lp2.shape and (lp2 != 0).sum() == batch["completion_mask"].sum()
     torch.testing.assert_close(lp2, lp, atol=2e-6, rtol=1e-5)
     assert len(grads) == len(grads2) > 0
     for a, b in zip(grads, grads2):
         torch.testing.assert_close(b, a, atol=2e-6, rtol=1e-5)
     assert not model.get_output_embeddings().__dict__.get("forward")  # the head's forward is restored
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 2048])
+def test_values_and_gradients_equal_the_plain_path(tiny_lm, chunk_tokens):
+    model, tokenizer, _ = tiny_lm
+    assert_same_as_plain(model, tokenizer, shared_prompt_logprobs, chunk_tokens)
 
 
 def test_sliding_window_models_are_not_shared(tiny_lm):

@@ -28,6 +28,7 @@ Departures from the reference code:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
+from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
 from pasodoble.core.packed import can_pack, packed_logprobs
 from pasodoble.core.precision import DTYPES
@@ -590,20 +592,22 @@ class Role:
         chunk = self.logprob_chunk_tokens
         unsharded = self.train_model is self.model
         shared = len({tuple(s.prompt_ids) for s in samples}) < len(samples)
-        if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
-            run = packed_logprobs if packed else shared_prompt_logprobs
-            return run(
-                model,
-                [s.prompt_ids for s in samples],
-                [s.completion.token_ids for s in samples],
-                batch["input_ids"].shape[1],
-                pad_id=self.tokenizer.pad_token_id,
-                temperature=temperature,
-                chunk_tokens=chunk or batch["input_ids"].numel(),
-            )
-        if chunk is not None and unsharded and supports_chunking(model):
-            return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
-        return grpo.token_logprobs(*args, temperature=temperature)
+        # unsharded, the input embedding's backward adds its rows into the gradient in place (core/embedding_grad.py)
+        with rows_into_grad(model) if unsharded else contextlib.nullcontext():
+            if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
+                run = packed_logprobs if packed else shared_prompt_logprobs
+                return run(
+                    model,
+                    [s.prompt_ids for s in samples],
+                    [s.completion.token_ids for s in samples],
+                    batch["input_ids"].shape[1],
+                    pad_id=self.tokenizer.pad_token_id,
+                    temperature=temperature,
+                    chunk_tokens=chunk or batch["input_ids"].numel(),
+                )
+            if chunk is not None and unsharded and supports_chunking(model):
+                return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
+            return grpo.token_logprobs(*args, temperature=temperature)
 
     def full_state(self, *, all_ranks: bool = False) -> dict | None:
         """Full weights and optimizer state gathered from the shards (every rank calls it, under FSDP2 a
