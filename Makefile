@@ -166,7 +166,7 @@ bench-env: $(TRL_VENV)/.stamp-trl
 # step against TRL's GRPOTrainer on the same weights and work (paired, interleaved runs in separate processes pinned
 # to one core; BENCH_ARGS adds flags, e.g. --rounds 5 --cpu 0), the rollout engines' sampling throughput and MFU on
 # SmolLM2 (vLLM beside HF when its venv is built), the dual-play step's phases and cost model on the tiny world, the
-# decode loop and the grouped-query attention against the paths they replaced, and the grader against plain
+# decode loop, the grouped-query attention and the update's layouts against the paths they replaced, and the grader against plain
 # math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
 bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
@@ -174,6 +174,7 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/dualplay_cost.py --out bench-out/dualplay
 	$(BIN)/python bench/decode_loop.py --model smollm2 --new-tokens 128 --prompts 16 --samples 4 --rounds 3 --out bench-out/decode_loop
 	$(BIN)/python bench/grouped_attention.py --model tiny --out bench-out/grouped_attention
+	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --out bench-out/update_layout
 	$(BIN)/python bench/grader.py
 
 bench-quick: install bench-env

@@ -287,3 +287,28 @@ def test_sampling_bench_profiles_the_operators_of_one_call():
     assert matmuls and all(r["op"] in bench.MATMUL_OPS for r in matmuls)
     table = bench.profile_table(rows).splitlines()
     assert table[0].startswith("| operator |") and len(table) == 2 + 5
+
+
+def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsys):
+    bench = _load("update_layout")
+    out = tmp_path / "ul"
+    argv = [
+        "--child",
+        "--new-tokens",
+        "6",
+        "--prompts",
+        "3",
+        "--samples",
+        "2",
+        "--rounds",
+        "3",
+        "--out",
+        str(out),
+    ]
+    assert bench.main(argv) == 0
+    record = json.loads((out / "result.json").read_text())
+    assert record["samples"] == 6 and 0 < record["completion_tokens"] <= 36
+    assert all(len(record["seconds"][name]) == 3 for name in bench.ARMS)
+    assert all(x > 0 for name in bench.ARMS for x in record["seconds"][name])
+    printed = capsys.readouterr().out
+    assert "cache_stock" in printed and "arm / packed" in printed

@@ -1,0 +1,132 @@
+"""The update's micro-batch layouts against each other on the same samples, paired in one process.
+
+What: one process pinned to one core with one thread loads the model as a Role (`tiny`: the vs_trl anchor;
+`smollm2`: SmolLM2-135M-Instruct from the package cache), samples one GRPO step's completions with it (`--prompts`
+chat questions x `--samples`, up to `--new-tokens`, seed 0: real lengths, as `bench/vs_trl.py` makes them), and
+for each round times one `Role.update` on those samples in each arm, the first arm of a round taking turns:
+
+- `packed`: the Role's choice (`Role.micro_batch_layout`: a row per prompt, `core.packed`, where its cost model
+  prices that lower) with the input embedding's backward adding its rows into the gradient in place
+  (`core.embedding_grad`), the default;
+- `cache`: the same without packed rows (each distinct prompt once through the KV cache, `core.shared_prefix`);
+- `cache_stock`: that with the stock embedding backward as well: the update before either change.
+
+It prints the CPU-seconds of each arm (median and every round), the paired ratios to `packed`, the layout the Role
+chose, and the peak RSS of the process (all arms share it).
+
+Why: the two changes are measured apart from generation and from TRL, on the same samples in the same run, which
+the whole-step comparison's noise (±7-10% a phase) cannot resolve.
+
+Run: `python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 3 --cpu 1`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_trl import pinned_bench  # noqa: E402
+
+ARMS = ("packed", "cache", "cache_stock")
+
+
+@contextlib.contextmanager
+def arm(role, name: str):
+    """The Role as it runs in arm `name` (see module) for the duration."""
+    from pasodoble.roles import role as role_module
+
+    weight, rows_into_grad = role.entry_weight, role_module.rows_into_grad
+    if name != "packed":
+        role.entry_weight = None  # no cost model: the Role keeps the KV-cache layout
+    if name == "cache_stock":
+        role_module.rows_into_grad = lambda model: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        role.entry_weight, role_module.rows_into_grad = weight, rows_into_grad
+
+
+def measure(args) -> dict:
+    import torch
+    from vs_trl import model_dir, questions
+
+    from pasodoble.core.grpo import group_advantages
+    from pasodoble.roles.role import Role, RoleConfig, Sample
+
+    torch.set_num_threads(1)
+    texts = questions(args.prompts, 0)
+    folder = model_dir(args.model, Path(args.out), texts)
+    cfg = RoleConfig(
+        model=str(folder), num_generations=args.samples, temperature=1.0, max_prompt_length=4096,
+        max_completion_length=args.new_tokens, device="cpu", lr=1e-6, generation_batch_size=len(texts) * args.samples,
+        micro_batch_tokens="auto", logprob_chunk_tokens="auto",
+    )  # fmt: skip
+    role = Role.from_pretrained("solver", cfg, folder)
+    prompts = [role.prompt_ids([{"role": "user", "content": t}]) for t in texts]
+    samples, advantages = [], []
+    for prompt, group in zip(prompts, role.generate(prompts, seed=0), strict=True):
+        # any spread of rewards: the time does not depend on it
+        advantages += group_advantages(torch.tensor([float(len(c.token_ids) % 3) for c in group])).tolist()
+        samples += [Sample(prompt, c) for c in group]
+    plan, packed = role.micro_batch_layout(samples)
+    for name in ARMS:  # warm-up
+        with arm(role, name):
+            role.update(samples, advantages)
+    seconds: dict[str, list[float]] = {name: [] for name in ARMS}
+    for k in range(args.rounds):
+        for name in ARMS[k % len(ARMS) :] + ARMS[: k % len(ARMS)]:
+            with arm(role, name):
+                start = time.process_time()
+                role.update(samples, advantages)
+                seconds[name].append(time.process_time() - start)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "model": args.model, "samples": len(samples), "new_tokens": args.new_tokens,
+        "completion_tokens": sum(len(s.completion.token_ids) for s in samples),
+        "micro_batch_tokens": role.micro_batch_tokens, "micro_batches": len(plan), "packed": packed,
+        "seconds": seconds, "peak_rss_mb": round(peak_mb),
+    }  # fmt: skip
+
+
+def report(record: dict) -> str:
+    s = record["seconds"]
+    lines = [
+        f"update layouts: {record['model']}, {record['samples']} samples, {record['completion_tokens']} completion "
+        f"tokens, micro_batch_tokens {record['micro_batch_tokens']}, {record['micro_batches']} micro-batches, the "
+        f"Role chose {'packed rows' if record['packed'] else 'the KV-cache layout'}; peak RSS {record['peak_rss_mb']} MB",
+        "",
+        "| arm | CPU-s (median) | every round | arm / packed (paired median) |",
+        "|---|---|---|---|",
+    ]
+    for name in ARMS:
+        ratio = statistics.median(a / b for a, b in zip(s[name], s["packed"]))
+        lines.append(
+            f"| {name} | {statistics.median(s[name]):.3f} | {[round(x, 3) for x in s[name]]} | {ratio:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny", help="default: tiny")
+    ap.add_argument("--prompts", type=int, default=32, help="default: 32")
+    ap.add_argument("--samples", type=int, default=8, help="completions per prompt (default: 8)")
+    ap.add_argument("--new-tokens", type=int, default=48, help="completion budget (default: 48)")
+    ap.add_argument("--rounds", type=int, default=3, help="paired rounds (default: 3)")
+    ap.add_argument(
+        "--out", default="bench-out/update_layout", help="folder for result.json and built models"
+    )
+    return pinned_bench(ap, argv, __file__, measure, report)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
