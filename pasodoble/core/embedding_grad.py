@@ -8,7 +8,7 @@ other uses of the weight (a tied LM head) still accumulate theirs through autogr
 
 Why: the stock backward (`embedding_dense_backward`) builds a zero (V, H) tensor, adds the used rows into it, and
 autograd then adds that whole tensor into `weight.grad`: for SmolLM2-135M's 49,152 x 576 vocabulary two passes over
-113 MB per micro-batch for a few hundred rows, 7% of an update's time in a profile (docs/PERFORMANCE.md).
+113 MB per micro-batch for a few hundred rows, about 5% of an update's time in a profile (docs/PERFORMANCE.md).
 
 Run: `with rows_into_grad(model): loss = f(model(...)); loss.backward()`; the backward may run after the block.
 Only for a module run unsharded: data-parallel wrappers all-reduce a gradient when autograd accumulates it, which

@@ -8,9 +8,9 @@ same gradients. Each distinct prompt of the micro-batch becomes one row `[p, c1,
 order): the prompt once, then its samples' completions without their last token (no later token reads it and
 nothing scores its state), each completion at the positions (`position_ids`) it has after its prompt in the plain
 layout; rows are right-padded to the longest. `segment_mask` gives the (R, 1, L, L) boolean mask: a position
-attends to the earlier positions of its own prompt and of its own completion. Completion token k is scored from its prompt's last state (k = 0) or
-from its own token k - 1, through the LM head in checkpointed chunks (`chunked_logprobs.score_states`).
-`can_pack(model)` says whether a model takes such a mask.
+attends to the earlier positions of its own prompt and of its own completion. Completion token k is scored from
+its prompt's last state (k = 0) or from its own token k - 1, through the LM head in checkpointed chunks
+(`chunked_logprobs.score_states`). `can_pack(model)` says whether a model takes such a mask.
 
 Why: the update of a GRPO batch, which holds every prompt `num_generations` times, is most of a step's time. Running
 the prompts once through the KV cache (`core.shared_prefix`) saved their repeats but left two forwards per
@@ -68,10 +68,13 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]])
     if any(len(p) == 0 for p in prompts):
         raise ValueError("pack needs a non-empty prompt for every sample")
     unique, index = distinct_prompts(prompts)
+    members: list[list[int]] = [[] for _ in unique]  # each prompt's samples, in order
+    for b, g in enumerate(index):
+        members[g].append(b)
     rows, positions, segments, source, target, sample, column = [], [], [], [], [], [], []
     for g, prompt in enumerate(unique):
         ids, pos, seg = list(prompt), list(range(len(prompt))), [0] * len(prompt)
-        for b in (b for b, i in enumerate(index) if i == g):
+        for b in members[g]:
             tokens = list(completions[b])
             if not tokens:
                 continue

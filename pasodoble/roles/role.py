@@ -215,13 +215,17 @@ class RoleConfig:
                 )
 
 
+def text_config(model: torch.nn.Module):
+    """The config that holds the decoder's sizes (a multimodal model's text part), or None."""
+    config = getattr(model, "config", None)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, int | None]:
     """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
     its weights, gradients and AdamW states (core/token_budget.py). A model whose config lacks the sizes gets
     micro_batch_size sequences and 2048-token chunks."""
-    config = getattr(model, "config", None)
-    if hasattr(config, "get_text_config"):
-        config = config.get_text_config()
+    config = text_config(model)
     sizes = {k: getattr(config, k, None) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")}
     vocab = getattr(config, "vocab_size", None)
     state = 0
@@ -253,9 +257,7 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
 def entry_weight(model: torch.nn.Module) -> float | None:
     """`micro_batches.attention_entry_weight` of the model's decoder layers; None when its config lacks the
     sizes."""
-    config = getattr(model, "config", None)
-    if hasattr(config, "get_text_config"):
-        config = config.get_text_config()
+    config = text_config(model)
     hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
     intermediate = getattr(config, "intermediate_size", None)
     if not all(isinstance(v, int) and v > 0 for v in (hidden, heads, intermediate)):
