@@ -5,16 +5,18 @@ What: one process pinned to one core with one thread loads the model as a Role (
 chat questions x `--samples`, up to `--new-tokens`, seed 0: real lengths, as `bench/vs_trl.py` makes them), and
 for each round times one `Role.update` on those samples in each arm, the first arm of a round taking turns:
 
-- `packed`: the Role's choice (`Role.micro_batch_layout`: a row per prompt, `core.packed`, where its cost model
-  prices that lower) with the input embedding's backward adding its rows into the gradient in place
-  (`core.embedding_grad`), the default;
-- `cache`: the same without packed rows (each distinct prompt once through the KV cache, `core.shared_prefix`);
-- `cache_stock`: that with the stock embedding backward as well: the update before either change.
+- `default`: the Role's choice (`Role.micro_batch_layout`: a row per prompt, `core.packed`, where its cost model
+  prices that lower), the input embedding's backward adding its rows into the gradient in place
+  (`core.embedding_grad`), and the LM head's log-probs as one fused autograd node (`core.fused_head`);
+- `stock_head`: the same with the stock head expression (`head(h) / T`, `gather`, `logsumexp`);
+- `cache`: the default without packed rows (each distinct prompt once through the KV cache, `core.shared_prefix`);
+- `cache_stock`: that with the stock embedding backward and the stock head as well: the update before the three
+  changes.
 
-It prints the CPU-seconds of each arm (median and every round), the paired ratios to `packed`, the layout the Role
+It prints the CPU-seconds of each arm (median and every round), the paired ratios to `default`, the layout the Role
 chose, and the peak RSS of the process (all arms share it).
 
-Why: the two changes are measured apart from generation and from TRL, on the same samples in the same run, which
+Why: the changes are measured apart from generation and from TRL, on the same samples in the same run, which
 the whole-step comparison's noise (±7-10% a phase) cannot resolve.
 
 Run: `python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 3 --cpu 1`.
@@ -36,23 +38,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vs_trl import pinned_bench  # noqa: E402
 
-ARMS = ("packed", "cache", "cache_stock")
+ARMS = ("default", "stock_head", "cache", "cache_stock")
 
 
 @contextlib.contextmanager
 def arm(role, name: str):
     """The Role as it runs in arm `name` (see module) for the duration."""
+    from pasodoble.core import chunked_logprobs
     from pasodoble.roles import role as role_module
 
-    weight, rows_into_grad = role.entry_weight, role_module.rows_into_grad
-    if name != "packed":
+    weight, rows_into_grad, can_fuse = (
+        role.entry_weight,
+        role_module.rows_into_grad,
+        chunked_logprobs.can_fuse,
+    )
+    if name.startswith("cache"):
         role.entry_weight = None  # no cost model: the Role keeps the KV-cache layout
     if name == "cache_stock":
         role_module.rows_into_grad = lambda model: contextlib.nullcontext()
+    if name in ("stock_head", "cache_stock"):
+        chunked_logprobs.can_fuse = lambda head, states: False
     try:
         yield
     finally:
-        role.entry_weight, role_module.rows_into_grad = weight, rows_into_grad
+        role.entry_weight, role_module.rows_into_grad, chunked_logprobs.can_fuse = (
+            weight,
+            rows_into_grad,
+            can_fuse,
+        )
 
 
 def measure(args) -> dict:
@@ -104,11 +117,11 @@ def report(record: dict) -> str:
         f"tokens, micro_batch_tokens {record['micro_batch_tokens']}, {record['micro_batches']} micro-batches, the "
         f"Role chose {'packed rows' if record['packed'] else 'the KV-cache layout'}; peak RSS {record['peak_rss_mb']} MB",
         "",
-        "| arm | CPU-s (median) | every round | arm / packed (paired median) |",
+        "| arm | CPU-s (median) | every round | arm / default (paired median) |",
         "|---|---|---|---|",
     ]
     for name in ARMS:
-        ratio = statistics.median(a / b for a, b in zip(s[name], s["packed"]))
+        ratio = statistics.median(a / b for a, b in zip(s[name], s["default"]))
         lines.append(
             f"| {name} | {statistics.median(s[name]):.3f} | {[round(x, 3) for x in s[name]]} | {ratio:.3f} |"
         )

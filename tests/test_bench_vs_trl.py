@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -311,4 +312,36 @@ def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsy
     assert all(len(record["seconds"][name]) == 3 for name in bench.ARMS)
     assert all(x > 0 for name in bench.ARMS for x in record["seconds"][name])
     printed = capsys.readouterr().out
-    assert "cache_stock" in printed and "arm / packed" in printed
+    assert "cache_stock" in printed and "stock_head" in printed and "arm / default" in printed
+
+
+def test_update_layout_arms_switch_the_changes_off_and_back():
+    import torch
+
+    from pasodoble.core import chunked_logprobs
+    from pasodoble.roles import role as role_module
+
+    bench = _load("update_layout")
+    role = types.SimpleNamespace(entry_weight=0.5)
+    head, states = torch.nn.Linear(4, 7, bias=False), torch.randn(2, 4)
+    switched = {}
+    for name in bench.ARMS:
+        with bench.arm(role, name):
+            switched[name] = (
+                role.entry_weight is not None,
+                chunked_logprobs.can_fuse(head, states),
+                role_module.rows_into_grad is not bench_rows_into_grad(),
+            )
+        assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
+    assert switched == {
+        "default": (True, True, False),
+        "stock_head": (True, False, False),
+        "cache": (False, True, False),
+        "cache_stock": (False, False, True),
+    }
+
+
+def bench_rows_into_grad():
+    from pasodoble.core.embedding_grad import rows_into_grad
+
+    return rows_into_grad

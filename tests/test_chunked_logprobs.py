@@ -77,7 +77,9 @@ def test_role_update_is_the_same_with_and_without_chunks():
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-7)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
     for x, y in zip(chunked.model.parameters(), plain.model.parameters()):
-        torch.testing.assert_close(x, y, atol=2e-5, rtol=0)  # AdamW at lr 1e-2 magnifies ~0 gradients
+        # AdamW at lr 1e-2 turns the rounding of a ~0 gradient into a step of up to lr; the chunks' fused head
+        # rounds the softmax another way than the plain path (as close to float64: tests/test_fused_head.py)
+        torch.testing.assert_close(x, y, atol=5e-5, rtol=0)
 
 
 def test_chunk_size_is_validated():

@@ -23,6 +23,7 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from pasodoble.core.fused_head import can_fuse, head_logprobs
 from pasodoble.core.grpo import entropy_from_logits
 
 CHUNK_TOKENS = 2048  # completion tokens per head application: 2048 x 49k float32 logits is 400 MB
@@ -53,6 +54,8 @@ def head_skipped(head: torch.nn.Module):
 
 
 def _chunk_logps(head: torch.nn.Module, temperature: float, hidden: torch.Tensor, targets: torch.Tensor):
+    if can_fuse(head, hidden):
+        return head_logprobs(hidden, head.weight, targets, temperature)  # one (N, V) buffer, not six
     logits = (
         head(hidden).float() / temperature
     )  # (N, V): the only vocabulary-sized tensor, one chunk at a time

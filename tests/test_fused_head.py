@@ -1,0 +1,117 @@
+"""The fused LM-head log-probs equal the stock expression's values and gradients, and apply only where exact."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from pasodoble.core import chunked_logprobs
+from pasodoble.core.fused_head import can_fuse, head_logprobs
+
+
+def stock(head, temperature, states, targets):
+    logits = head(states).float() / temperature
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def grads(fn, head, states, targets, weights):
+    head.weight.grad = None
+    states = states.detach().requires_grad_(True)
+    out = fn(states, targets)
+    (out * weights).sum().backward()
+    return out.detach(), head.weight.grad.clone(), states.grad.clone()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_values_and_gradients_equal_the_stock_expression(temperature, checkpointed):
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 300, bias=False)
+    states = torch.randn(11, 16) * 3
+    targets = torch.randint(0, 300, (11,))
+    weights = torch.randn(11)
+
+    def fused(s, t):
+        if checkpointed:
+            return checkpoint(head_logprobs, s, head.weight, t, temperature, use_reentrant=False)
+        return head_logprobs(s, head.weight, t, temperature)
+
+    want = grads(lambda s, t: stock(head, temperature, s, t), head, states, targets, weights)
+    got = grads(fused, head, states, targets, weights)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_adds_into_an_existing_gradient_and_a_tied_embedding():
+    torch.manual_seed(1)
+    embedding = torch.nn.Embedding(50, 8)
+    head = torch.nn.Linear(8, 50, bias=False)
+    head.weight = embedding.weight  # tied, as SmolLM2's
+    ids = torch.randint(0, 50, (6,))
+    targets = torch.randint(0, 50, (6,))
+
+    def gradient(fn):
+        embedding.weight.grad = torch.ones_like(embedding.weight)  # an earlier micro-batch's
+        fn(torch.tanh(embedding(ids))).sum().backward()
+        return embedding.weight.grad.clone()
+
+    want = gradient(lambda s: stock(head, 1.0, s, targets))
+    got = gradient(lambda s: head_logprobs(s, head.weight, targets, 1.0))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_score_states_takes_the_fused_path_and_keeps_its_results():
+    torch.manual_seed(2)
+    head = torch.nn.Linear(12, 90, bias=False)
+    states = torch.randn(9, 12)
+    targets = torch.randint(0, 90, (9,))
+    weights = torch.randn(9)
+    calls = []
+    real = chunked_logprobs.head_logprobs
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    chunked_logprobs.head_logprobs = counted
+    try:
+        got = grads(
+            lambda s, t: chunked_logprobs.score_states(head, s, t, temperature=0.6, chunk_tokens=4),
+            head,
+            states,
+            targets,
+            weights,
+        )
+    finally:
+        chunked_logprobs.head_logprobs = real
+    want = grads(lambda s, t: stock(head, 0.6, s, t), head, states, targets, weights)
+    assert calls  # three checkpointed chunks: the forward and each recompute
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_applies_only_where_exact():
+    states = torch.randn(3, 4)
+    assert can_fuse(torch.nn.Linear(4, 7, bias=False), states)
+    assert not can_fuse(torch.nn.Linear(4, 7, bias=True), states)
+    assert not can_fuse(torch.nn.Linear(4, 7, bias=False).to(torch.bfloat16), states)
+    assert not can_fuse(torch.nn.Linear(4, 7, bias=False), states.to(torch.bfloat16))
+    hooked = torch.nn.Linear(4, 7, bias=False)
+    hooked.register_forward_hook(lambda *a: None)
+    assert not can_fuse(hooked, states)
+
+    class Scaled(torch.nn.Linear):
+        pass
+
+    assert not can_fuse(Scaled(4, 7, bias=False), states)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not can_fuse(torch.nn.Linear(4, 7, bias=False), states)
+
+
+def test_gradient_is_taken_once():
+    head = torch.nn.Linear(4, 7, bias=False)
+    out = head_logprobs(torch.randn(3, 4, requires_grad=True), head.weight, torch.tensor([0, 1, 2]), 1.0)
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError):
+        out.sum().backward()  # the saved softmax became the gradient in place: a second pass must not reuse it
