@@ -122,8 +122,11 @@ def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
         samples, advantages = sampled(plain, ["a", "bb"], seed=step)
         a, b = ds.update(samples, advantages), plain.update(samples, advantages)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
-    # ZeRO-3 sums the tied embedding/LM-head gradient in another order (measured 1.2e-6 after two lr-1e-2 steps)
-    tolerance = 1e-6 if stage < 3 else 5e-6
+    # ZeRO sums the tied embedding/LM-head gradient in another order than the plain role (which adds the
+    # embedding's rows in place) and ZeRO-3's hooked head keeps the stock log-prob expression where the plain role
+    # fuses it (core/fused_head.py, as accurate against float64); an lr-1e-2 AdamW step turns the rounding of a ~0
+    # gradient into a step of up to lr: measured 3.1e-5 after two steps at ZeRO-2, float32, 1.2e-6 before the fusion
+    tolerance = 5e-5
     assert max_diff(ds.weights(), plain.model.state_dict()) <= tolerance
     ds.save(tmp_path / "ds", ds.full_state())
     plain.save(tmp_path / "plain")
