@@ -8,7 +8,8 @@ unless `--project-set` names them. A round runs the
 sides one after another (A B C A B C ...); each process takes a warm-up step, dropped, then the measured step.
 Reported per side: medians over rounds of CPU-seconds (step, generation with rewards, update), completion tokens
 per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 matmul peak of the same core
-measured in the same run (the higher of a measurement before and one after the timed work); then the paired ratios TRL / project. Writes `results.json` and `report.md` under --out.
+measured in the same run (the higher of a measurement before and one after the timed work); then the paired
+ratios TRL / project. Writes `results.json` and `report.md` under --out.
 
 Shapes: `tiny`, the anchor (a random tiny Qwen3 from the tiny world's config, byte-level BPE of 320 tokens, 32
 prompts x 8 samples, 48 new tokens), `tiny200` (the same at 200 new tokens) and `smollm2`

@@ -319,6 +319,7 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 
     from pasodoble.core import chunked_logprobs
+    from pasodoble.core.embedding_grad import rows_into_grad
     from pasodoble.roles import role as role_module
 
     bench = _load("update_layout")
@@ -330,7 +331,7 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
             switched[name] = (
                 role.entry_weight is not None,
                 chunked_logprobs.can_fuse(head, states),
-                role_module.rows_into_grad is not bench_rows_into_grad(),
+                role_module.rows_into_grad is not rows_into_grad,
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
     assert switched == {
@@ -339,9 +340,3 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
         "cache": (False, True, False),
         "cache_stock": (False, False, True),
     }
-
-
-def bench_rows_into_grad():
-    from pasodoble.core.embedding_grad import rows_into_grad
-
-    return rows_into_grad

@@ -8,7 +8,7 @@ matrix products. `can_fuse(head, states)` says when it applies: a bias-free `nn.
 weight, float32 states, no module hooks (a sharded or offloaded head keeps the stock path), autocast off.
 
 Why: the stock expression (`head(h).float() / T`, `gather`, `logsumexp`) keeps the logits for its backward and
-builds five more (N, V) tensors there (the exp of logsumexp's backward, the zero tensor that gather's backward
+builds several more (N, V) tensors there (the exp of logsumexp's backward, the zero tensor that gather's backward
 scatters into, their sum, the division's gradient), each a pass over N x V floats and, at 49,152 entries a row, a
 fresh allocation of 100+ MB that the allocator takes from and returns to the kernel (page faults on every touch).
 The head is a fifth of SmolLM2-135M's FLOPs, and this memory traffic added to it (issue: performance).
