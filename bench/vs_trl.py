@@ -9,7 +9,8 @@ sides one after another (A B C A B C ...); each process takes a warm-up step, dr
 Reported per side: medians over rounds of CPU-seconds (step, generation with rewards, update), completion tokens
 per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 matmul peak of the same core
 measured in the same run (the higher of a measurement before and one after the timed work); then the paired
-ratios TRL / project. Writes `results.json` and `report.md` under --out.
+ratios TRL / project, and what twice each TRL side's tokens per CPU-second would ask of the project's step (its
+CPU-seconds and step MFU at the same work). Writes `results.json` and `report.md` under --out.
 
 Shapes: `tiny`, the anchor (a random tiny Qwen3 from the tiny world's config, byte-level BPE of 320 tokens, 32
 prompts x 8 samples, 48 new tokens), `tiny200` (the same at 200 new tokens) and `smollm2`
@@ -223,6 +224,8 @@ def report(results: dict) -> str:
             stats.render_table(shape["summary"]),
             "",
             stats.speedup_line(shape["summary"]),
+            "",
+            stats.target_line(shape["summary"]),
         ]
     return "\n".join(lines) + "\n"
 

@@ -145,3 +145,23 @@ def speedup_line(summary: dict) -> str:
         if ratio and ratio["median"]:
             parts.append(f"{1 / ratio['median']:.2f}x {SIDE_TITLES[side]}")
     return "project tokens per CPU-second: " + (", ".join(parts) if parts else "no TRL runs to compare")
+
+
+def target_line(summary: dict, factor: float = 2.0) -> str:
+    """What `factor` x each TRL side's tokens per CPU-second asks of the project's step: the CPU-seconds it may take
+    for its median completion tokens, and the step MFU that implies at its own FLOPs (the MFU scales with the speed
+    when the work is fixed). A step MFU above 1 cannot be reached at this work and peak."""
+    mine = summary["sides"].get("project")
+    parts = []
+    for side, ratios in summary["ratios"].items():
+        ratio = ratios.get("tokens_per_cpu_s")
+        if not mine or not ratio or not ratio["median"]:
+            continue
+        speedup = 1 / ratio["median"]
+        need_s = mine["step_cpu_s"]["median"] * speedup / factor
+        need_mfu = mine["mfu_step"]["median"] * factor / speedup
+        parts.append(f"{SIDE_TITLES[side]}: step <= {need_s:.2f} CPU-s, step MFU {need_mfu:.3f}")
+    now = f" (now {mine['step_cpu_s']['median']:.2f} CPU-s, {mine['mfu_step']['median']:.3f})" if mine else ""
+    if not parts:
+        return f"{factor:g}x TRL: no TRL runs to compare"
+    return f"{factor:g}x TRL's tokens per CPU-second needs{now}: " + "; ".join(parts)

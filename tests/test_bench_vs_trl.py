@@ -103,6 +103,19 @@ def test_table_shows_each_side_its_ratio_to_the_project_and_the_speedup():
     assert stats.speedup_line(alone).endswith("no TRL runs to compare")
 
 
+def test_target_line_says_what_twice_trls_speed_asks_of_the_step():
+    # the project's step: 2 CPU-s, 1.2e6 FLOPs at a 1e6 FLOP/s peak (MFU 0.6); TRL's 3 and 5 CPU-s on the same work
+    runs = [run("project", r, 2.0, 1.0) for r in range(2)]
+    runs += [run("trl", r, 3.0, 1.0) for r in range(2)] + [run("trl_defaults", r, 5.0, 2.0) for r in range(2)]
+    assert stats.target_line(stats.summarise(runs)) == (
+        "2x TRL's tokens per CPU-second needs (now 2.00 CPU-s, 0.600): TRL (ckpt off): step <= 1.50 CPU-s, "
+        "step MFU 0.800; TRL defaults: step <= 2.50 CPU-s, step MFU 0.480"
+    )
+    assert stats.target_line(stats.summarise(runs), factor=3.0).startswith("3x TRL's")
+    assert "step MFU 1.200" in stats.target_line(stats.summarise(runs), factor=3.0)
+    assert stats.target_line(stats.summarise(runs[:2])) == "2x TRL: no TRL runs to compare"
+
+
 def test_report_states_conditions_and_one_table_per_shape():
     runs = [run("project", 0, 2.0, 1.0), run("trl", 0, 3.0, 1.0)]
     results = {
@@ -135,6 +148,9 @@ def test_report_states_conditions_and_one_table_per_shape():
     assert "71.0 GFLOP/s" in text and "`python bench/vs_trl.py --quick`" in text
     assert "## tiny: 32 prompts x 8 samples, up to 48 new tokens, rounds: 1" in text
     assert "project tokens per CPU-second: 1.50x TRL (ckpt off)" in text
+    assert (
+        "2x TRL's tokens per CPU-second needs (now 2.00 CPU-s, 0.600): TRL (ckpt off): step <= 1.50" in text
+    )
 
 
 def test_the_work_is_fixed_by_the_seed_and_checked_to_be_the_same_on_every_side():
