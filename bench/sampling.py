@@ -3,7 +3,8 @@
 What: each engine samples `--prompts` chat prompts x `--samples` completions of up to `--new-tokens` tokens at
 temperature 1 (rows end at EOS; throughput counts the tokens made), in a fresh
 process pinned to one core with one thread, after a warm-up call; the engine's whole process tree is timed (vLLM
-runs its engine core in a child process): wall seconds and CPU-seconds (psutil, the process and its children).
+runs its engine core in a child process): wall seconds and CPU-seconds (psutil, the process and its children), and
+the peak resident memory of the process tree (the sum of each process's peak, taken before any profiling call).
 MFU: 2N FLOPs per token (the prompt tokens each engine prefills, plus the sampled tokens) over the tree's
 CPU-seconds over the float32 matmul peak of the same core measured in the same run (the higher of a measurement
 before and one after the timed calls: the rate drifts). Engines: `hf` (the project's
@@ -47,6 +48,26 @@ def tree_cpu_s() -> float:
     for child in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):  # a child that ended between the listing and the read
             total += sum(child.cpu_times()[:2])
+    return total
+
+
+def tree_peak_rss_mb() -> float:
+    """Peak resident memory (MB) of this process plus that of every live child (`VmHWM` of each: an upper bound of
+    the tree's peak, and its exact peak when there are no children)."""
+    import psutil
+
+    def hwm(pid: int) -> float:
+        with open(f"/proc/{pid}/status") as status:
+            kb = next((line.split()[1] for line in status if line.startswith("VmHWM:")), "0")
+        return int(kb) / 1024
+
+    me = psutil.Process()
+    total = hwm(me.pid)
+    for child in me.children(recursive=True):
+        with contextlib.suppress(
+            OSError, psutil.Error
+        ):  # a child that ended between the listing and the read
+            total += hwm(child.pid)
     return total
 
 
@@ -101,6 +122,7 @@ def run_side(side: str, spec: dict) -> dict:
         groups = engine.generate(prompts, sampling)
         times.append((tree_cpu_s() - cpu0, time.perf_counter() - wall0))
     tokens = sum(len(c.token_ids) for g in groups for c in g)
+    peak_rss_mb = tree_peak_rss_mb()  # before the profiler, which holds every operator event
     profile = op_profile(engine, prompts, sampling, spec["profile"]) if spec.get("profile") else None
     engine.close()
     cpu_s = statistics.median(t[0] for t in times)
@@ -114,6 +136,7 @@ def run_side(side: str, spec: dict) -> dict:
         "cpu_s": cpu_s,
         "wall_s": wall_s,
         "runs": times,
+        "peak_rss_mb": peak_rss_mb,
         "profile": profile,
     }
 
@@ -176,14 +199,15 @@ def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
 
 def table(results: list[dict], peak: float) -> str:
     lines = [
-        "| engine | batch | tokens made | CPU-s | wall s | tokens per CPU-s | MFU (2N per token) |",
-        "|---|---|---|---|---|---|---|",
+        "| engine | batch | tokens made | CPU-s | wall s | tokens per CPU-s | MFU (2N per token) | peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         flops = 2.0 * r["params"] * (r["prefill_tokens"] + r["tokens"])
+        rss = f"{r['peak_rss_mb']:,.0f}" if "peak_rss_mb" in r else "-"
         lines.append(
             f"| {r['side']} | {r['batch']} | {r['tokens']:,} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | "
-            f"{r['tokens'] / r['cpu_s']:.1f} | {flops / r['cpu_s'] / peak:.3f} |"
+            f"{r['tokens'] / r['cpu_s']:.1f} | {flops / r['cpu_s'] / peak:.3f} | {rss} |"
         )
     return "\n".join(lines)
 

@@ -289,6 +289,33 @@ def test_decode_loop_bench_runs_every_arm_on_the_same_batch(tmp_path, capsys):
     assert "generate / own" in printed and "own / shared" in printed
 
 
+def test_sampling_bench_stands_the_process_trees_peak_memory_beside_each_speed():
+    import time
+
+    import psutil
+
+    bench = _load("sampling")
+    r = {"side": "hf", "batch": 64, "tokens": 100, "prefill_tokens": 20, "params": 1000}
+    r |= {"cpu_s": 2.0, "wall_s": 2.1, "peak_rss_mb": 1234.4}
+    older = {k: v for k, v in r.items() if k != "peak_rss_mb"}  # a record from before the column
+    lines = bench.table([r, older], peak=1e5).splitlines()
+    assert lines[0].endswith("| MFU (2N per token) | peak RSS (MB) |")
+    # 2 x 1000 parameters x 120 tokens in 2 CPU-s at a 1e5 FLOP/s peak
+    assert lines[2] == "| hf | 64 | 100 | 2.00 | 2.10 | 50.0 | 1.200 | 1,234 |"
+    assert lines[3].endswith("| 1.200 | - |")
+    alone = bench.tree_peak_rss_mb()
+    assert alone >= psutil.Process().memory_info().rss / 2**20 * 0.99
+    child = subprocess.Popen([sys.executable, "-c", "import time; b = b'x' * (200 * 2**20); time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 60  # a hang guard, not a speed bound
+        while bench.tree_peak_rss_mb() < alone + 150 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert bench.tree_peak_rss_mb() >= alone + 150  # the child's 200 MB count in the tree's peak
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_sampling_bench_profiles_the_operators_of_one_call():
     from pasodoble.rollout import HFEngine, SamplingParams
     from tests.loop_helpers import make_model, make_tokenizer
