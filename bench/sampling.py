@@ -64,9 +64,8 @@ def tree_peak_rss_mb() -> float:
     me = psutil.Process()
     total = hwm(me.pid)
     for child in me.children(recursive=True):
-        with contextlib.suppress(
-            OSError, psutil.Error
-        ):  # a child that ended between the listing and the read
+        # a child that ended between the listing and the read counts nothing
+        with contextlib.suppress(OSError, psutil.Error):
             total += hwm(child.pid)
     return total
 
