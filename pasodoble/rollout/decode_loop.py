@@ -2,14 +2,18 @@
 
 What: `decode(model, input_ids, prompt_mask, ...)` prefills a left-padded batch (or, with a cache of all but the
 last prompt column, runs only that column), then decodes one token per step for the rows still running: it picks
-the token (`choose`: greedy argmax or `rollout.sampler.InverseCdfSampler.draw`), records its log-prob under the
-untruncated softmax(logits / temperature) (1 for greedy calls, as `rollout.decode_logprobs` does), and ends a row
+the token (`choose(scaled, weights)`: greedy argmax or `rollout.sampler.InverseCdfSampler.draw_scaled`), records
+its log-prob under the untruncated softmax(logits / temperature) (1 for greedy calls, as `rollout.decode_logprobs`
+does), and ends a row
 at an EOS, at a stop string or at the token budget. Rows that ended are dropped from the input, the attention mask
 and every layer's KV cache (`batch_select_indices`) once they are an eighth of the step (a copy of the cache each
 time: dropping every row the step it ends cost more than it saved on the tiny bench model). Each layer's cache is
 preallocated for the whole decode after the first step (`PreallocatedLayer`): a step writes one column in place,
 where transformers' dynamic cache concatenates, copying the whole cache every step (a quarter of the tiny bench
-model's decode time).
+model's decode time). The draw and the log-prob share one pass over the vocabulary: `weights` = exp(scaled - row
+max) in a buffer kept for the whole decode, which the sampler draws from and whose row sums give the log-prob's
+normaliser (a softmax for the draw and a logsumexp for the log-prob, each with fresh (B, V) tensors, took 6% of
+SmolLM2's decode at batch 64).
 
 Why: `generate` decodes every row until the last one ends, and its per-step machinery (logits processors, stopping
 criteria, keyword plumbing) costs as much as a small model's forward. On the SmolLM2 GRPO bench 19% of the row-steps
@@ -20,7 +24,8 @@ With `prefix=` (`core.prefix_attention.SharedPrefix`) the rows' cache holds only
 step reads every prompt's shared columns once for its rows. Used for models whose cache is a plain full-attention
 one (`core.shared_prefix.can_share_prompts`); the engine runs `generate` for the others.
 
-Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0, temperature=0.7, choose=sampler.draw)`
+Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0, temperature=0.7,
+choose=sampler.draw_scaled)`
 under `torch.no_grad()`.
 """
 
@@ -113,7 +118,7 @@ def decode(
     eos_ids: list[int],
     pad_id: int,
     temperature: float,
-    choose: Callable[[torch.Tensor], torch.Tensor],
+    choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     cache=None,
     prefix: SharedPrefix | None = None,
     stop_strings: StopStrings | None = None,
@@ -122,7 +127,8 @@ def decode(
     """Decodes `input_ids` (B, W), left-padded with `prompt_mask` (B, W). `cache`: a KV cache of the first W - 1
     columns; or `prefix`: those columns once per distinct prompt, for a model whose attention implementation is in
     `PREFIX_AWARE` (the rows' own cache then starts empty); neither: prefill here. `on_ended(k)`: k more rows
-    ended. Returns a `Decoded`."""
+    ended. `choose(scaled, weights)` -> (b,) tokens, from scaled = logits / temperature (b, V) and weights =
+    exp(scaled - row max) (b, V). Returns a `Decoded`."""
     rows, device = input_ids.shape[0], input_ids.device
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, C)
     logprobs = torch.zeros(rows, max_new_tokens, device=device)  # (B, C)
@@ -135,6 +141,7 @@ def decode(
     mask = prompt_mask
     position = mask.sum(-1, keepdim=True) - 1  # (b, 1) position of each row's last token
     shared = {} if prefix is None else {"shared_prefix": prefix}
+    weights_buffer = None
     if prefix is not None:  # the mask covers only the rows' own columns, none of them padding
         step_ids, positions, mask = input_ids[:, -1:], position, mask.new_ones(rows, 1)
     elif cache is None:
@@ -155,10 +162,17 @@ def decode(
             cache = out.past_key_values
         if t == 0:  # room for every column the decode can add
             preallocate(cache, input_ids.shape[1] + max_new_tokens)
-        logits = out.logits[:, -1].float()  # (b, V)
-        token = choose(logits)  # (b,)
-        scaled = logits / scale
-        logprob = scaled.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(scaled, -1)  # (b,)
+        scaled = out.logits[:, -1].float()  # (b, V): the step's own logits, scaled in place
+        if scale != 1.0:
+            scaled.div_(scale)  # the same float32 division as transformers' temperature warper
+        top = scaled.amax(-1, keepdim=True)  # (b, 1)
+        if weights_buffer is None:
+            weights_buffer = torch.empty_like(scaled)  # (B, V), reused by every step
+        weights = torch.sub(scaled, top, out=weights_buffer[: scaled.shape[0]]).exp_()  # (b, V)
+        token = choose(scaled, weights)  # (b,)
+        logprob = scaled.gather(1, token[:, None]).squeeze(1) - (
+            top.squeeze(1) + weights.sum(-1).log()
+        )  # (b,)
         running = live[alive]  # (r,)
         tokens[running, t], logprobs[running, t] = token[alive], logprob[alive]
         ended = torch.isin(token, eos) & alive  # (b,)

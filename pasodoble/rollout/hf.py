@@ -222,7 +222,7 @@ class HFEngine:
             eos_ids=self.eos_ids,
             pad_id=self.pad_id,
             temperature=sampling.temperature,
-            choose=sampler.draw if sampler is not None else lambda logits: logits.argmax(-1),
+            choose=sampler.draw_scaled if sampler is not None else lambda scaled, weights: scaled.argmax(-1),
             cache=cache,
             prefix=prefix,
             stop_strings=StopStrings(sampling.stop, self.tokenizer) if sampling.stop else None,

@@ -107,13 +107,14 @@ def test_ended_rows_stop_costing_decode_steps(tiny_lm):
     assert rows_per_step[-1] < len(lengths)
 
 
-def test_seeded_sampling_repeats_and_matches_the_sampler(tiny_lm):
+@pytest.mark.parametrize("top_k", [7, None])  # a cut vocabulary; the decode loop's own weights
+def test_seeded_sampling_repeats_and_matches_the_sampler(tiny_lm, top_k):
     model, tokenizer, _ = tiny_lm
     prompts = _prompts(tokenizer)
     engine = _engine_ending_early(
         model, tokenizer, prompts, 12, SamplingParams(n=4, temperature=0.9, max_new_tokens=12, seed=9)
     )
-    sampling = SamplingParams(n=4, temperature=0.9, top_k=7, max_new_tokens=12, seed=5)
+    sampling = SamplingParams(n=4, temperature=0.9, top_k=top_k, max_new_tokens=12, seed=5)
     a, b = engine.generate(prompts, sampling), engine.generate(prompts, sampling)
     assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
     # the first token of every row is the sampler's draw from the prompt's logits under the same seed
@@ -121,7 +122,7 @@ def test_seeded_sampling_repeats_and_matches_the_sampler(tiny_lm):
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
         torch.manual_seed(5)
-        first = InverseCdfSampler(0.9, top_k=7, top_p=1.0, min_p=None).draw(logits.logits[:, -1].float())
+        first = InverseCdfSampler(0.9, top_k=top_k, top_p=1.0, min_p=None).draw(logits.logits[:, -1].float())
     assert first.tolist() == [c.token_ids[0] for g in a for c in g]
 
 
