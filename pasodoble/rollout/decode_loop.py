@@ -4,8 +4,7 @@ What: `decode(model, input_ids, prompt_mask, ...)` prefills a left-padded batch 
 last prompt column, runs only that column), then decodes one token per step for the rows still running: it picks
 the token (`choose(scaled, weights)`: greedy argmax or `rollout.sampler.InverseCdfSampler.draw_scaled`), records
 its log-prob under the untruncated softmax(logits / temperature) (1 for greedy calls, as `rollout.decode_logprobs`
-does), and ends a row
-at an EOS, at a stop string or at the token budget. Rows that ended are dropped from the input, the attention mask
+does), and ends a row at an EOS, at a stop string or at the token budget. Rows that ended are dropped from the input, the attention mask
 and every layer's KV cache (`batch_select_indices`) once they are an eighth of the step (a copy of the cache each
 time: dropping every row the step it ends cost more than it saved on the tiny bench model). Each layer's cache is
 preallocated for the whole decode after the first step (`PreallocatedLayer`): a step writes one column in place,
@@ -25,8 +24,7 @@ step reads every prompt's shared columns once for its rows. Used for models whos
 one (`core.shared_prefix.can_share_prompts`); the engine runs `generate` for the others.
 
 Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0, temperature=0.7,
-choose=sampler.draw_scaled)`
-under `torch.no_grad()`.
+choose=sampler.draw_scaled)` under `torch.no_grad()`.
 """
 
 from __future__ import annotations

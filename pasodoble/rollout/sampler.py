@@ -16,8 +16,8 @@ row (issue: performance; docs/PERFORMANCE.md). Same distribution; other random d
 so a seed gives other (equally likely) samples than before.
 
 Run: `generate(..., do_sample=False, logits_processor=[InverseCdfSampler(0.6, top_k=None, top_p=1.0, min_p=None)])`,
-or `sampler.draw_scaled(scores / temperature, weights)` in the engine's own decode loop (`rollout.decode_loop`); the distribution tests in
-`tests/rollout/test_sampling.py` run through it.
+or `sampler.draw_scaled(scores / temperature, weights)` in the engine's own decode loop (`rollout.decode_loop`);
+the distribution tests in `tests/rollout/test_sampling.py` run through it.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ import torch
 from pasodoble.rollout.sampler import BLOCK, InverseCdfSampler, draw_rows
 
 
-@pytest.mark.parametrize("extra", [0, BLOCK - 17])  # a padded last block; blocks that fit (no padding)
-@pytest.mark.parametrize(
-    "scale", [1.0, 1e-6, 3e4]
-)  # a softmax; unnormalised weights, as the decode loop passes
+# extra: a padded last block, or blocks that fit (no padding); scale: a softmax, or unnormalised weights as the
+# decode loop passes them
+@pytest.mark.parametrize("extra", [0, BLOCK - 17])
+@pytest.mark.parametrize("scale", [1.0, 1e-6, 3e4])
 def test_draws_follow_each_row_distribution_and_skip_zeros(extra, scale):
     torch.manual_seed(0)
     vocab, draws = 3 * BLOCK + 17 + extra, 40_000  # several blocks
