@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
 	ci-fresh test-reversed real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real \
-	bench-env bench bench-quick
+	bench-env bench bench-quick bench-gpu
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -177,6 +177,14 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/grouped_attention.py --model tiny --out bench-out/grouped_attention
 	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --out bench-out/update_layout
 	$(BIN)/python bench/grader.py
+
+# On a GPU machine, with a python that holds torch (CUDA), transformers, accelerate, peft, TRL and datasets (GPU_PY):
+# the dual-play GPU check, then the project vs TRL at Qwen3-0.6B size in bfloat16 (docs/PERFORMANCE.md).
+GPU_PY ?= python3
+bench-gpu:
+	mkdir -p bench-out
+	$(GPU_PY) bench/gpu_check.py --steps 1 --max-new-tokens 256 --json bench-out/gpu_check.json
+	$(GPU_PY) bench/vs_trl.py --device cuda --rounds 2 --trl-python $$(command -v $(GPU_PY)) --out bench-out/gpu $(BENCH_ARGS)
 
 bench-quick: install bench-env
 	$(BIN)/python bench/vs_trl.py --quick --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)

@@ -20,7 +20,8 @@ vLLM engines read the role's module, which holds only this rank's shards).
 
 Needs: torch, transformers, accelerate, peft (vllm optional); no datasets, no math-verify, no network.
 
-    python bench/gpu_check.py                      # GPU, Qwen3-0.6B size, vLLM if importable; < 8 min on an H200
+    python bench/gpu_check.py --steps 1 --max-new-tokens 256   # GPU, Qwen3-0.6B size: 141 s on an H200 (HF engine)
+    python bench/gpu_check.py                      # the defaults: 3 steps of 512 new tokens (over 200 s there)
     python bench/gpu_check.py --device cpu --tiny  # the same path on a CPU with a tiny model (seconds to minutes)
     python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2      # one GPU: FSDP2 on one rank (NCCL)
     torchrun --standalone --nproc_per_node 8 bench/gpu_check.py --backend ddp   # 8 GPUs, one rank each

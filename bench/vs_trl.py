@@ -18,10 +18,19 @@ prompts x 8 samples, 48 new tokens), `tiny200` (the same at 200 new tokens) and 
 generate() call, as TRL does.
 TRL runs in its own venv (`make bench-env`, same torch and transformers); without it use --project-only.
 
+On a GPU (`--device cuda`, shapes `qwen3-0.6b` by default): a randomly initialised Qwen3-0.6B-architecture model built
+from a config (no download; `bench/gpu_check.py`'s config and synthetic tokenizer, weights saved in float32), 16
+prompts x 8 samples, 256 new tokens, micro-batches of 16; both sides train in bfloat16 autocast over float32 master
+weights; processes are not pinned; times are wall-clock seconds after a CUDA synchronise, peak memory is what torch
+allocated on the GPU, and the MFU is against a bfloat16 matmul peak measured in the same run. `qwen3-tiny` is the
+same path with a tiny config (a CPU smoke test of it). `--trl-python` may name the python that runs the project too
+(one environment holding both, with the same torch and transformers).
+
     make bench                                               # every shape, 3 rounds
     python bench/vs_trl.py --quick --trl-python PY --out bench-out      # the anchor, 2 rounds: minutes
     nice -n 19 python bench/vs_trl.py --shapes smollm2 --rounds 2 --cpu 1 --trl-python PY --out bench-out
     python bench/vs_trl.py --quick --project-only --out bench-out       # no TRL: the project's figures alone
+    python bench/vs_trl.py --device cuda --rounds 2 --trl-python python3 --out bench-gpu  # one GPU, Qwen3-0.6B size
 """
 
 from __future__ import annotations
@@ -59,7 +68,15 @@ class Shape:
     lr: float = 1e-6  # AdamW learning rate (constant)
 
 
-SHAPES = {"tiny": Shape(32, 8, 48), "tiny200": Shape(32, 8, 200), "smollm2": Shape(16, 4, 128)}
+SHAPES = {
+    "tiny": Shape(32, 8, 48),
+    "tiny200": Shape(32, 8, 200),
+    "smollm2": Shape(16, 4, 128),
+    "qwen3-0.6b": Shape(16, 8, 256, micro_batch=16),  # --device cuda
+    "qwen3-tiny": Shape(4, 4, 16, micro_batch=8),  # the GPU shapes' path with a tiny config
+}
+CPU_SHAPES = "tiny,tiny200,smollm2"
+GPU_SHAPES = "qwen3-0.6b"
 
 
 def default_trl_python() -> Path:
@@ -90,20 +107,37 @@ def build_tiny_anchor(folder: Path, texts: list[str], seed: int = 0) -> Path:
     return folder
 
 
+def build_from_config(folder: Path, arch: str) -> Path:
+    """A randomly initialised Qwen3 of `bench/gpu_check.py`'s `arch` config ("QWEN3_0_6B" or "TINY") with its
+    synthetic tokenizer, weights in float32 (both sides keep float32 master weights), seed 0."""
+    import gpu_check
+    import torch
+
+    if not (folder / "model-0" / "config.json").is_file():
+        gpu_check.build_model_dir(folder, getattr(gpu_check, arch), seed=0, dtype=torch.float32)
+    return folder / "model-0"
+
+
 def model_dir(shape: str, out: Path, texts: list[str]) -> Path:
     if shape.startswith("tiny"):
         return build_tiny_anchor(out / "models" / "tiny-anchor", texts)
+    if shape.startswith("qwen3-"):
+        arch = "TINY" if shape == "qwen3-tiny" else "QWEN3_0_6B"
+        return build_from_config(out / "models" / shape, arch)
     from pasodoble.realmodels import resolve_pkg
 
     return Path(resolve_pkg("pkg:smollm2-135m-instruct", progress=False))
 
 
-def run_child(python: str, side: str, spec: Path | None, out: Path, cpu: int) -> dict:
-    """One side in a fresh process pinned to core `cpu` with one thread; its JSON record."""
-    cmd = ["taskset", "-c", str(cpu), python, str(SIDE_SCRIPT), "--side", side, "--out", str(out)]
+def run_child(python: str, side: str, spec: Path | None, out: Path, cpu: int, device: str = "cpu") -> dict:
+    """One side in a fresh process, on a CPU pinned to core `cpu` with one thread; its JSON record."""
+    cmd = [python, str(SIDE_SCRIPT), "--side", side, "--out", str(out), "--device", device]
     if spec is not None:
         cmd += ["--spec", str(spec)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if device == "cpu":
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
@@ -156,6 +190,8 @@ def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float) -> d
         "warmup_steps": args.warmup_steps,
         "seed": args.seed,
         "project_overrides": args.project_set,
+        "device": args.device,
+        "dtype": "bfloat16" if args.device == "cuda" else "float32",
     }
     spec_path = args.out / f"spec-{name}.json"
     write_json_atomic(spec_path, spec)
@@ -163,14 +199,14 @@ def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float) -> d
     runs = []
     for r in range(args.rounds):
         for side in sides:
-            record = run_child(
-                pythons[side], side, spec_path, args.out / "runs" / f"{name}-r{r}-{side}.json", args.cpu
-            )
+            out = args.out / "runs" / f"{name}-r{r}-{side}.json"
+            record = run_child(pythons[side], side, spec_path, out, args.cpu, args.device)
             run = stats.derived({**record, "round": r}, peak)
+            gpu = f", peak GPU {run['peak_gpu_mb']:,.0f} MB" if "peak_gpu_mb" in run else ""
             print(
-                f"{name} round {r} {side}: step {run['step_cpu_s']:.2f} CPU-s (generation {run['generate_cpu_s']:.2f},"
-                f" update {run['update_cpu_s']:.2f}), {run['completion_tokens']} tokens, "
-                f"peak RSS {run['peak_rss_mb']:,.0f} MB",
+                f"{name} round {r} {side}: step {run['step_cpu_s']:.2f} {stats.unit([run])} (generation "
+                f"{run['generate_cpu_s']:.2f}, update {run['update_cpu_s']:.2f}), {run['completion_tokens']} "
+                f"tokens, peak RSS {run['peak_rss_mb']:,.0f} MB{gpu}",
                 flush=True,
             )
             runs.append(run)
@@ -199,12 +235,18 @@ def peak_note(results: dict) -> str:
 def report(results: dict) -> str:
     """The Markdown report: conditions, then per shape its table and the project's speed-up line."""
     m = results["machine"]
+    if m.get("gpu"):
+        where = f"{m['gpu']} (host {m['cpu']}), wall-clock seconds, bfloat16 autocast"
+        peak = f"bf16 matmul peak {results['peak_flops_per_s'] / 1e12:.0f} TFLOP/s"
+    else:
+        where = f"{m['cpu']}, core {m['core']}, 1 thread"
+        peak = f"fp32 matmul peak {results['peak_flops_per_s'] / 1e9:.1f} GFLOP/s{peak_note(results)}"
     lines = [
         "# GRPO step: project vs TRL GRPOTrainer",
         "",
-        f"{results['date']}; {m['cpu']}, core {m['core']}, 1 thread; load average {m['load_before']} before, "
-        f"{m['load_after']} after; versions {json.dumps(results['versions'])}; fp32 matmul peak "
-        f"{results['peak_flops_per_s'] / 1e9:.1f} GFLOP/s{peak_note(results)}. Command: `{results['command']}`.",
+        f"{results['date']}; {where}; load average {m['load_before']} before, "
+        f"{m['load_after']} after; versions {json.dumps(results['versions'])}; {peak}. "
+        f"Command: `{results['command']}`.",
         "Figures: medians over rounds (± half the range, % of the median); ratios: median of the paired ratios.",
     ]
     for name, shape in results["shapes"].items():
@@ -233,7 +275,16 @@ def report(results: dict) -> str:
 def parse_args(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for results.json, report.md and the runs")
-    ap.add_argument("--shapes", default="tiny,tiny200,smollm2", help=f"comma-separated: {', '.join(SHAPES)}")
+    ap.add_argument(
+        "--shapes",
+        help=f"comma-separated: {', '.join(SHAPES)} (default: {CPU_SHAPES}; with --device cuda: {GPU_SHAPES})",
+    )
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cpu: one pinned core, float32, CPU-seconds; cuda: one GPU, bfloat16 autocast, wall-clock seconds",
+    )
     ap.add_argument("--rounds", type=int, help="paired rounds per shape (default 3; --quick: 2)")
     ap.add_argument(
         "--quick", action="store_true", help="the anchor only, 2 rounds unless --rounds (minutes)"
@@ -265,6 +316,8 @@ def parse_args(argv: list[str] | None = None):
     args = ap.parse_args(argv)
     if args.quick:
         args.shapes = "tiny"
+    if args.shapes is None:
+        args.shapes = GPU_SHAPES if args.device == "cuda" else CPU_SHAPES
     if args.rounds is None:
         args.rounds = 2 if args.quick else 3
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -287,6 +340,12 @@ def parse_args(argv: list[str] | None = None):
     return args
 
 
+def measure_peak(args, name: str) -> tuple[float, str | None]:
+    """The matmul peak (FLOPs per second) of the pinned core, or of the GPU with --device cuda, and the GPU's name."""
+    record = run_child(sys.executable, "peak", None, args.out / "runs" / name, args.cpu, args.device)
+    return record["peak_flops_per_s"], record.get("device") if args.device == "cuda" else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -297,10 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         else ["project", "trl"] + ([] if args.no_trl_defaults else ["trl_defaults"])
     )
     load_before = load_average()
-    peak_before = run_child(sys.executable, "peak", None, args.out / "runs" / "peak.json", args.cpu)[
-        "peak_flops_per_s"
-    ]
-    print(f"fp32 matmul peak of core {args.cpu}: {peak_before / 1e9:.1f} GFLOP/s", flush=True)
+    peak_before, gpu = measure_peak(args, "peak.json")
+    if gpu:
+        print(f"bf16 matmul peak of the {gpu}: {peak_before / 1e12:.0f} TFLOP/s", flush=True)
+    else:
+        print(f"fp32 matmul peak of core {args.cpu}: {peak_before / 1e9:.1f} GFLOP/s", flush=True)
     shapes = {}
     for name in args.shapes:
         shape = SHAPES[name]
@@ -313,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes[name] = run_shape(name, shape, args, sides, peak_before)
     # The core's rate drifts over a long run (it moved by 30% within 40 minutes on one machine): measure it again
     # and divide every MFU by the higher of the two, so that no MFU rests on a slow moment of the core.
-    peak_after = run_child(sys.executable, "peak", None, args.out / "runs" / "peak-after.json", args.cpu)[
-        "peak_flops_per_s"
-    ]
+    peak_after, _ = measure_peak(args, "peak-after.json")
     peak = max(peak_before, peak_after)
     for shape in shapes.values():
         shape["runs"] = [stats.derived(run, peak) for run in shape["runs"]]
@@ -327,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {
             "cpu": cpu_model(),
             "core": args.cpu,
+            "gpu": gpu,
             "load_before": load_before,
             "load_after": load_average(),
         },

@@ -4,7 +4,10 @@ What: `--side project` runs `warmup_steps` + 1 single-policy steps of the projec
 the project's group advantages, `Role.update`); `--side trl` / `--side trl_defaults` run the same work through
 TRL's `GRPOTrainer` (one optimizer step per generation batch); `--side peak` times a float32 matmul loop. Each
 writes one JSON record: CPU-seconds (`time.process_time`) of the last step and of its phases, its prompt and
-completion tokens, the parameters, the process's peak RSS and the library versions.
+completion tokens, the parameters, the process's peak RSS and the library versions. With `device: cuda` in the spec
+(`bench/vs_trl.py --device cuda`) the clocks are wall-clock seconds after a CUDA synchronise, both sides train in
+bfloat16 autocast over float32 master weights (the project's `dtype: bfloat16`, TRL's `bf16=True`), the record adds
+the peak GPU memory allocated, and `--side peak --device cuda` times a bfloat16 matmul instead.
 
 Why a file of its own: the TRL sides run in TRL's venv, which has torch, transformers and TRL but not the project,
 so this module imports nothing beyond the standard library at the top; each side imports what it needs.
@@ -41,6 +44,15 @@ def _text(completion) -> str:
 
 
 def _peak_rss_mb() -> float:
+    """This process's own peak resident memory: VmHWM, which starts afresh at exec. `ru_maxrss` keeps the parent's
+    resident size at the fork through the exec, so a bench whose parent built a 2.4 GB model read that as every
+    side's peak (seen on the GPU run); it is the fallback where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
@@ -67,6 +79,60 @@ def _one_thread() -> None:
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
+
+
+def _clock(device: str):
+    """CPU-seconds on a CPU; on a GPU, wall-clock seconds read after the device finished its queued work."""
+    if device == "cpu":
+        return time.process_time
+    import torch
+
+    def wall() -> float:
+        torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return wall
+
+
+def _device_figures(device: str) -> dict:
+    """What a record adds on a GPU: its name, the clock's kind and the peak memory torch allocated on it."""
+    if device == "cpu":
+        return {"device": "cpu", "clock": "cpu"}
+    import torch
+
+    return {
+        "device": torch.cuda.get_device_name(),
+        "clock": "wall",
+        "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20,
+    }
+
+
+def run_peak_gpu(size: int = 8192, reps: int = 10, trials: int = 3) -> dict:
+    """Best of `trials` bfloat16 matmul rates on the GPU (FLOPs per second), each over `reps` products after three
+    warm-ups, timed with CUDA events: the GPU MFU's denominator."""
+    import torch
+
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.mm(a, b)
+    best = 0.0
+    for _ in range(trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            torch.mm(a, b)
+        end.record()
+        torch.cuda.synchronize()
+        best = max(best, 2.0 * size**3 * reps / (start.elapsed_time(end) / 1e3))
+    return {
+        "side": "peak",
+        "matmul_size": size,
+        "dtype": "bfloat16",
+        "peak_flops_per_s": best,
+        "device": torch.cuda.get_device_name(),
+        "versions": _versions(),
+    }
 
 
 def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
@@ -107,7 +173,10 @@ def run_project(spec: dict) -> dict:
     from pasodoble.core.grpo import group_advantages
     from pasodoble.roles.role import Role, RoleConfig, Sample
 
-    _one_thread()
+    device = spec.get("device", "cpu")
+    if device == "cpu":
+        _one_thread()
+    clock = _clock(device)
     steps, per_step, n = spec["warmup_steps"] + 1, spec["prompts"], spec["num_generations"]
     data = {
         "model": spec["model_dir"],
@@ -120,7 +189,8 @@ def run_project(spec: dict) -> dict:
         "loss_type": "dr_grpo",
         "micro_batch_size": spec["micro_batch"],
         "generation_batch_size": per_step * n,  # one generate() call per step, as TRL makes
-        "device": "cpu",
+        "device": device,
+        "dtype": spec.get("dtype", "float32"),
         # budgets from the model's shape (core/token_budget.py); --project-set replaces them
         "micro_batch_tokens": "auto",
         "logprob_chunk_tokens": "auto",
@@ -133,7 +203,7 @@ def run_project(spec: dict) -> dict:
     role = Role.from_pretrained("solver", cfg, spec["model_dir"], total_updates=steps)
     for step in range(steps):
         chats = spec["chats"][step * per_step : (step + 1) * per_step]
-        start = time.process_time()  # from the chats, as TRL's generation phase starts from them
+        start = clock()  # from the chats, as TRL's generation phase starts from them
         prompts = [role.prompt_ids(chat) for chat in chats]
         groups = role.generate(prompts, seed=spec["seed"] + step)
         samples, advantages = [], []
@@ -141,9 +211,9 @@ def run_project(spec: dict) -> dict:
             rewards = torch.tensor([reward(c.text) for c in group])
             advantages += group_advantages(rewards).tolist()
             samples += [Sample(prompt, c) for c in group]
-        generated = time.process_time()
+        generated = clock()
         role.update(samples, advantages)
-        done = time.process_time()
+        done = clock()
     return {
         "side": "project",
         "step_cpu_s": done - start,
@@ -165,8 +235,10 @@ def run_project(spec: dict) -> dict:
             "logprob_chunk_tokens": role.logprob_chunk_tokens,
             "generation_batch_size": cfg.generation_batch_size,
             "share_prompt_prefill": cfg.share_prompt_prefill,
+            "dtype": cfg.dtype,
         },
         "peak_rss_mb": _peak_rss_mb(),
+        **_device_figures(device),
         "versions": _versions(),
     }
 
@@ -192,8 +264,8 @@ def _trl_config(spec: dict, defaults: bool, output_dir: str):
         max_steps=spec["warmup_steps"] + 1,
         shuffle_dataset=False,
         seed=spec["seed"],
-        bf16=False,
-        use_cpu=True,
+        bf16=spec.get("dtype", "float32") == "bfloat16",  # autocast over float32 weights, as the project's
+        use_cpu=spec.get("device", "cpu") == "cpu",
         report_to="none",
         save_strategy="no",
         disable_tqdm=True,
@@ -213,7 +285,10 @@ def run_trl(spec: dict, defaults: bool) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    _one_thread()
+    device = spec.get("device", "cpu")
+    if device == "cpu":
+        _one_thread()
+    clock = _clock(device)
     torch.manual_seed(spec["seed"])
     steps = spec["warmup_steps"] + 1
     chats = spec["chats"][: steps * spec["prompts"]]
@@ -230,10 +305,10 @@ def run_trl(spec: dict, defaults: bool) -> dict:
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            marks["begin"].append(time.process_time())
+            marks["begin"].append(clock())
 
         def on_step_end(self, args, state, control, **kwargs):
-            marks["end"].append(time.process_time())
+            marks["end"].append(clock())
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = GRPOTrainer(
@@ -247,9 +322,9 @@ def run_trl(spec: dict, defaults: bool) -> dict:
         inner = trainer._generate_and_score_completions  # pinned TRL version: generation, rewards, advantages
 
         def timed(inputs):
-            start = time.process_time()
+            start = clock()
             batch = inner(inputs)
-            marks["generate"].append(time.process_time() - start)
+            marks["generate"].append(clock() - start)
             marks["batch"].append(batch)
             return batch
 
@@ -278,6 +353,7 @@ def run_trl(spec: dict, defaults: bool) -> dict:
             "bf16": trainer.args.bf16,
         },
         "peak_rss_mb": _peak_rss_mb(),
+        **_device_figures(device),
         "versions": _versions(),
     }
 
@@ -287,9 +363,10 @@ def main() -> int:
     ap.add_argument("--side", choices=SIDES, required=True)
     ap.add_argument("--spec", type=Path, help="the work, as bench/vs_trl.py writes it (not for --side peak)")
     ap.add_argument("--out", type=Path, required=True, help="JSON record to write")
+    ap.add_argument("--device", default="cpu", help="--side peak only: cpu (float32) or cuda (bfloat16)")
     args = ap.parse_args()
     if args.side == "peak":
-        record = run_peak()
+        record = run_peak() if args.device == "cpu" else run_peak_gpu()
     else:
         spec = json.loads(args.spec.read_text())
         record = run_project(spec) if args.side == "project" else run_trl(spec, args.side == "trl_defaults")

@@ -10,7 +10,8 @@ model's parameters with tied weights counted once. TRL runs every sample's own c
 project runs each distinct prompt of a generate() call or an update micro-batch once (`prefill_tokens`,
 `update_prompt_tokens` in its record), so its MFU counts the FLOPs it executes, not the ones it saved. Attention's
 own FLOPs are left out (small at these lengths). MFU is those FLOPs over CPU-seconds over the measured fp32 matmul
-peak of one core.
+peak of one core; for GPU runs (`clock: wall` in their records) over wall-clock seconds and the GPU's measured
+bfloat16 matmul peak, and the tables say "s" where CPU runs say "CPU-s" (the keys keep their `_cpu_s` names).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ ROWS = (
     ("completion_tokens", "completion tokens per step", 0),
     ("tokens_per_cpu_s", "completion tokens per CPU-s", 1),
     ("peak_rss_mb", "peak RSS (MB)", 0),
+    ("peak_gpu_mb", "peak GPU memory allocated (MB)", 0),  # GPU runs only
     ("mfu_generate", "generation MFU", 3),
     ("mfu_update", "update MFU", 3),
     ("mfu_step", "step MFU", 3),
@@ -61,6 +63,17 @@ def mfu(flops: float, cpu_s: float, peak_flops_per_s: float) -> float:
     return flops / cpu_s / peak_flops_per_s
 
 
+def unit(runs_or_summary) -> str:
+    """The clock's unit in titles: "CPU-s" for CPU runs, "s" (wall-clock) for GPU runs (`clock: wall`)."""
+    if isinstance(runs_or_summary, dict):
+        return runs_or_summary.get("unit", "CPU-s")
+    return "s" if any(r.get("clock") == "wall" for r in runs_or_summary) else "CPU-s"
+
+
+def _titled(title: str, clock_unit: str) -> str:
+    return title if clock_unit == "CPU-s" else title.replace("CPU-s", clock_unit)
+
+
 def derived(run: dict, peak_flops_per_s: float) -> dict:
     """A run's record plus tokens per CPU-second and the MFU of each phase and of the whole step."""
     n, p, c = run["params"], run["prompt_tokens"], run["completion_tokens"]
@@ -90,17 +103,18 @@ def paired_ratios(runs: Sequence[dict], key: str, side: str, base: str = "projec
 def summarise(runs: Sequence[dict]) -> dict:
     """Per side and figure: median and spread over rounds; per other side: the median paired ratio to the project."""
     sides = [s for s in SIDES if any(r["side"] == s for r in runs)]
-    out: dict = {"sides": {}, "ratios": {}}
+    rows = [key for key, _, _ in ROWS if all(key in r for r in runs)]  # GPU figures only in GPU runs
+    out: dict = {"sides": {}, "ratios": {}, "unit": unit(runs)}
     for side in sides:
         mine = [r for r in runs if r["side"] == side]
         out["sides"][side] = {
             key: {"median": median([r[key] for r in mine]), "spread": spread([r[key] for r in mine])}
-            for key, _, _ in ROWS
+            for key in rows
         }
         out["sides"][side]["rounds"] = len(mine)
         if side != "project" and "project" in sides:
             out["ratios"][side] = {}
-            for key, _, _ in ROWS:
+            for key in rows:
                 ratios = paired_ratios(runs, key, side)
                 if ratios:
                     out["ratios"][side][key] = {
@@ -126,7 +140,9 @@ def render_table(summary: dict) -> str:
             head.append(f"{SIDE_TITLES[side]} / project")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, title, digits in ROWS:
-        cells = [title]
+        if key not in summary["sides"][sides[0]]:
+            continue
+        cells = [_titled(title, unit(summary))]
         for side in sides:
             stat = summary["sides"][side][key]
             cells.append(f"{_figure(stat['median'], digits)} (±{stat['spread'] * 50:.0f}%)")
@@ -144,7 +160,8 @@ def speedup_line(summary: dict) -> str:
         ratio = ratios.get("tokens_per_cpu_s")
         if ratio and ratio["median"]:
             parts.append(f"{1 / ratio['median']:.2f}x {SIDE_TITLES[side]}")
-    return "project tokens per CPU-second: " + (", ".join(parts) if parts else "no TRL runs to compare")
+    per = "CPU-second" if unit(summary) == "CPU-s" else "second"
+    return f"project tokens per {per}: " + (", ".join(parts) if parts else "no TRL runs to compare")
 
 
 def target_line(summary: dict, factor: float = 2.0) -> str:
@@ -152,6 +169,7 @@ def target_line(summary: dict, factor: float = 2.0) -> str:
     for its median completion tokens, and the step MFU that implies at its own FLOPs (the MFU scales with the speed
     when the work is fixed). A step MFU above 1 cannot be reached at this work and peak."""
     mine = summary["sides"].get("project")
+    u = unit(summary)
     parts = []
     for side, ratios in summary["ratios"].items():
         ratio = ratios.get("tokens_per_cpu_s")
@@ -160,8 +178,9 @@ def target_line(summary: dict, factor: float = 2.0) -> str:
         speedup = 1 / ratio["median"]
         need_s = mine["step_cpu_s"]["median"] * speedup / factor
         need_mfu = mine["mfu_step"]["median"] * factor / speedup
-        parts.append(f"{SIDE_TITLES[side]}: step <= {need_s:.2f} CPU-s, step MFU {need_mfu:.3f}")
-    now = f" (now {mine['step_cpu_s']['median']:.2f} CPU-s, {mine['mfu_step']['median']:.3f})" if mine else ""
+        parts.append(f"{SIDE_TITLES[side]}: step <= {need_s:.2f} {u}, step MFU {need_mfu:.3f}")
+    now = f" (now {mine['step_cpu_s']['median']:.2f} {u}, {mine['mfu_step']['median']:.3f})" if mine else ""
     if not parts:
         return f"{factor:g}x TRL: no TRL runs to compare"
-    return f"{factor:g}x TRL's tokens per CPU-second needs{now}: " + "; ".join(parts)
+    per = "CPU-second" if u == "CPU-s" else "second"
+    return f"{factor:g}x TRL's tokens per {per} needs{now}: " + "; ".join(parts)

@@ -90,7 +90,7 @@ def test_table_shows_each_side_its_ratio_to_the_project_and_the_speedup():
     assert lines[0] == (
         "| figure | project | TRL (ckpt off) | TRL (ckpt off) / project | TRL defaults | TRL defaults / project |"
     )
-    assert len(lines) == 2 + len(stats.ROWS)
+    assert len(lines) == 2 + len(stats.ROWS) - 1  # CPU runs have no GPU-memory row
     step = next(line for line in lines if line.startswith("| step (CPU-s)"))
     assert step == "| step (CPU-s) | 2.00 (±0%) | 4.20 (±5%) | 2.10 | 5.00 (±0%) | 2.50 |"
     rss = next(line for line in lines if line.startswith("| peak RSS"))
@@ -101,6 +101,26 @@ def test_table_shows_each_side_its_ratio_to_the_project_and_the_speedup():
     alone = stats.summarise(runs[:2])
     assert stats.render_table(alone).splitlines()[0] == "| figure | project |"
     assert stats.speedup_line(alone).endswith("no TRL runs to compare")
+
+
+def test_gpu_runs_are_titled_in_wall_clock_seconds_and_show_their_gpu_memory():
+    runs = [
+        {**run(side, 0, step, 1.0), "clock": "wall", "peak_gpu_mb": mb}
+        for side, step, mb in (("project", 2.0, 3000.0), ("trl", 4.0, 6000.0))
+    ]
+    summary = stats.summarise(runs)
+    assert summary["unit"] == "s"
+    lines = stats.render_table(summary).splitlines()
+    assert len(lines) == 2 + len(stats.ROWS)
+    assert any(line.startswith("| step (s) | 2.00 (±0%) | 4.00 (±0%) | 2.00 |") for line in lines)
+    assert any(line.startswith("| completion tokens per s |") for line in lines)
+    gpu = next(line for line in lines if line.startswith("| peak GPU memory allocated (MB)"))
+    assert "| 3,000 (±0%) | 6,000 (±0%) | 2.00 |" in gpu
+    assert not any("CPU-s" in line for line in lines)
+    assert stats.speedup_line(summary) == "project tokens per second: 2.00x TRL (ckpt off)"
+    assert "step <= 2.00 s," in stats.target_line(summary) and "CPU" not in stats.target_line(summary)
+    # a mixed set (a CPU run among GPU ones) keeps only the figures every run has
+    assert "peak_gpu_mb" not in stats.summarise([*runs, run("trl_defaults", 0, 5.0, 2.0)])["sides"]["project"]
 
 
 def test_target_line_says_what_twice_trls_speed_asks_of_the_step():
@@ -229,6 +249,32 @@ def test_against_trl_end_to_end(tmp_path):
     assert results["versions"]["trl"]["torch"] == results["versions"]["project"]["torch"]
     assert results["versions"]["trl"]["transformers"] == results["versions"]["project"]["transformers"]
     assert set(results["shapes"]["tiny"]["summary"]["ratios"]) == {"trl", "trl_defaults"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HANG_S + 60)
+def test_the_gpu_shape_path_runs_on_a_cpu_with_a_model_built_from_a_config(tmp_path):
+    cpu = str(max(os.sched_getaffinity(0)))
+    cmd = [sys.executable, "bench/vs_trl.py", "--shapes", "qwen3-tiny", "--project-only", "--rounds", "1"]
+    cmd += ["--warmup-steps", "0", "--cpu", cpu, "--out", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (r,) = json.loads((tmp_path / "results.json").read_text())["shapes"]["qwen3-tiny"]["runs"]
+    assert r["clock"] == "cpu" and r["device"] == "cpu" and "peak_gpu_mb" not in r
+    assert r["completion_tokens"] <= 4 * 4 * 16 and r["params"] > 0
+    assert (tmp_path / "models" / "qwen3-tiny" / "model-0" / "config.json").is_file()
+    assert "| step (CPU-s) |" in done.stdout
+
+
+def test_a_side_reports_its_own_peak_memory_not_its_parents():
+    ballast = bytearray(400 << 20)  # the parent's resident size, which ru_maxrss would hand to the child
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    code = "import sys; sys.path.insert(0, 'bench'); import vs_trl_sides; print(vs_trl_sides._peak_rss_mb())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 0 < float(done.stdout) < 300  # a bare interpreter's own peak, well under the parent's 400 MB
+    del ballast
 
 
 def test_distinct_prompt_tokens_count_each_prompt_once_a_batch():
