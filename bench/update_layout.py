@@ -19,7 +19,15 @@ chose, and the peak RSS of the process (all arms share it).
 Why: the changes are measured apart from generation and from TRL, on the same samples in the same run, which
 the whole-step comparison's noise (±7-10% a phase) cannot resolve.
 
-Run: `python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 3 --cpu 1`.
+On a GPU (`--device cuda`, `--model qwen3-0.6b`: a random Qwen3-0.6B-size model from a config, as `bench/vs_trl.py
+--device cuda` builds it): the role trains in bfloat16 autocast over float32 master weights, the times are wall-clock
+seconds after a CUDA synchronise, and the record adds the peak GPU memory allocated. `--profile N` adds the N
+costliest operators of one more update in the default arm (`torch.profiler`; self CUDA time on a GPU, self CPU time
+on a CPU), the view that places an update's time. `--micro-batch-tokens` replaces the `auto` budget.
+
+Run: `python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 3 --cpu 1`;
+on a GPU: `python bench/update_layout.py --model qwen3-0.6b --device cuda --prompts 16 --samples 8 --new-tokens 256
+--rounds 2 --profile 15`.
 """
 
 from __future__ import annotations
@@ -68,6 +76,39 @@ def arm(role, name: str):
         )
 
 
+def token_budget(text: str) -> int | str | None:
+    """--micro-batch-tokens: "auto", "none" (no token budget) or a number of tokens."""
+    return {"auto": "auto", "none": None}.get(text.lower()) if not text.isdigit() else int(text)
+
+
+def clock(device: str):
+    """CPU-seconds on a CPU; wall-clock seconds after a synchronise on a GPU."""
+    import torch
+
+    if device == "cpu":
+        return time.process_time
+
+    def wall() -> float:
+        torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return wall
+
+
+def profile(role, samples, advantages, device: str, top: int) -> str:
+    """The `top` costliest operators of one default-arm update (self time on the device that runs them)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        role.update(samples, advantages)
+        if device != "cpu":
+            torch.cuda.synchronize()
+    key = "self_cpu_time_total" if device == "cpu" else "self_cuda_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=top)
+
+
 def measure(args) -> dict:
     import torch
     from vs_trl import model_dir, questions
@@ -76,12 +117,15 @@ def measure(args) -> dict:
     from pasodoble.roles.role import Role, RoleConfig, Sample
 
     torch.set_num_threads(1)
+    on_gpu = args.device != "cpu"
+    tick = clock(args.device)
     texts = questions(args.prompts, 0)
     folder = model_dir(args.model, Path(args.out), texts)
     cfg = RoleConfig(
         model=str(folder), num_generations=args.samples, temperature=1.0, max_prompt_length=4096,
-        max_completion_length=args.new_tokens, device="cpu", lr=1e-6, generation_batch_size=len(texts) * args.samples,
-        micro_batch_tokens="auto", logprob_chunk_tokens="auto",
+        max_completion_length=args.new_tokens, device=args.device, lr=1e-6,
+        dtype="bfloat16" if on_gpu else "float32", generation_batch_size=len(texts) * args.samples,
+        micro_batch_tokens=token_budget(args.micro_batch_tokens), logprob_chunk_tokens="auto",
     )  # fmt: skip
     role = Role.from_pretrained("solver", cfg, folder)
     prompts = [role.prompt_ids([{"role": "user", "content": t}]) for t in texts]
@@ -98,26 +142,35 @@ def measure(args) -> dict:
     for k in range(args.rounds):
         for name in ARMS[k % len(ARMS) :] + ARMS[: k % len(ARMS)]:
             with arm(role, name):
-                start = time.process_time()
+                start = tick()
                 role.update(samples, advantages)
-                seconds[name].append(time.process_time() - start)
+                seconds[name].append(tick() - start)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {
-        "model": args.model, "samples": len(samples), "new_tokens": args.new_tokens,
+    record = {
+        "model": args.model, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+        "samples": len(samples), "new_tokens": args.new_tokens,
         "completion_tokens": sum(len(s.completion.token_ids) for s in samples),
         "micro_batch_tokens": role.micro_batch_tokens, "micro_batches": len(plan), "packed": packed,
         "seconds": seconds, "peak_rss_mb": round(peak_mb),
     }  # fmt: skip
+    if on_gpu:
+        record["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20)
+    if args.profile:
+        record["profile"] = profile(role, samples, advantages, args.device, args.profile)
+    return record
 
 
 def report(record: dict) -> str:
     s = record["seconds"]
+    on_gpu = record.get("device", "cpu") != "cpu"
+    gpu = f", peak GPU memory {record['peak_gpu_mb']} MB on the {record['device']}" if on_gpu else ""
     lines = [
         f"update layouts: {record['model']}, {record['samples']} samples, {record['completion_tokens']} completion "
         f"tokens, micro_batch_tokens {record['micro_batch_tokens']}, {record['micro_batches']} micro-batches, the "
-        f"Role chose {'packed rows' if record['packed'] else 'the KV-cache layout'}; peak RSS {record['peak_rss_mb']} MB",
+        f"Role chose {'packed rows' if record['packed'] else 'the KV-cache layout'}; peak RSS {record['peak_rss_mb']} MB"
+        + gpu,
         "",
-        "| arm | CPU-s (median) | every round | arm / default (paired median) |",
+        f"| arm | {'s' if on_gpu else 'CPU-s'} (median) | every round | arm / default (paired median) |",
         "|---|---|---|---|",
     ]
     for name in ARMS:
@@ -125,12 +178,28 @@ def report(record: dict) -> str:
         lines.append(
             f"| {name} | {statistics.median(s[name]):.3f} | {[round(x, 3) for x in s[name]]} | {ratio:.3f} |"
         )
+    if record.get("profile"):
+        lines += ["", "one more update in the default arm, its costliest operators:", record["profile"]]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny", help="default: tiny")
+    ap.add_argument(
+        "--model",
+        choices=("tiny", "smollm2", "qwen3-0.6b", "qwen3-tiny"),
+        default="tiny",
+        help="default: tiny (qwen3-*: random models from a config, for --device cuda)",
+    )
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument(
+        "--micro-batch-tokens",
+        default="auto",
+        help="the role's micro_batch_tokens: auto (default), none, or tokens",
+    )
+    ap.add_argument(
+        "--profile", type=int, default=0, help="also list the N costliest operators of one update"
+    )
     ap.add_argument("--prompts", type=int, default=32, help="default: 32")
     ap.add_argument("--samples", type=int, default=8, help="completions per prompt (default: 8)")
     ap.add_argument("--new-tokens", type=int, default=48, help="completion budget (default: 48)")

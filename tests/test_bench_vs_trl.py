@@ -404,6 +404,20 @@ def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsy
     assert "cache_stock" in printed and "stock_head" in printed and "arm / default" in printed
 
 
+def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_path, capsys):
+    bench = _load("update_layout")
+    assert [bench.token_budget(x) for x in ("auto", "None", "128")] == ["auto", None, 128]
+    out = tmp_path / "ul"
+    argv = ["--child", "--model", "qwen3-tiny", "--new-tokens", "4", "--prompts", "2", "--samples", "2"]
+    argv += ["--rounds", "1", "--micro-batch-tokens", "64", "--profile", "5", "--out", str(out)]
+    assert bench.main(argv) == 0
+    record = json.loads((out / "result.json").read_text())
+    assert record["device"] == "cpu" and record["micro_batch_tokens"] == 64
+    assert "aten::" in record["profile"] and "Self CPU" in record["profile"]
+    printed = capsys.readouterr().out
+    assert "its costliest operators" in printed and "| arm | CPU-s (median) |" in printed
+
+
 def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 
