@@ -37,7 +37,6 @@ import contextlib
 import resource
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vs_trl import pinned_bench  # noqa: E402
+from vs_trl_sides import device_clock  # noqa: E402
 
 ARMS = ("default", "stock_head", "cache", "cache_stock")
 
@@ -81,20 +81,6 @@ def token_budget(text: str) -> int | str | None:
     return {"auto": "auto", "none": None}.get(text.lower()) if not text.isdigit() else int(text)
 
 
-def clock(device: str):
-    """CPU-seconds on a CPU; wall-clock seconds after a synchronise on a GPU."""
-    import torch
-
-    if device == "cpu":
-        return time.process_time
-
-    def wall() -> float:
-        torch.cuda.synchronize()
-        return time.perf_counter()
-
-    return wall
-
-
 def profile(role, samples, advantages, device: str, top: int) -> str:
     """The `top` costliest operators of one default-arm update (self time on the device that runs them)."""
     import torch
@@ -118,7 +104,7 @@ def measure(args) -> dict:
 
     torch.set_num_threads(1)
     on_gpu = args.device != "cpu"
-    tick = clock(args.device)
+    tick = device_clock(args.device)
     texts = questions(args.prompts, 0)
     folder = model_dir(args.model, Path(args.out), texts)
     cfg = RoleConfig(

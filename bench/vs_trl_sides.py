@@ -81,7 +81,7 @@ def _one_thread() -> None:
     torch.set_num_interop_threads(1)
 
 
-def _clock(device: str):
+def device_clock(device: str):
     """CPU-seconds on a CPU; on a GPU, wall-clock seconds read after the device finished its queued work."""
     if device == "cpu":
         return time.process_time
@@ -176,7 +176,7 @@ def run_project(spec: dict) -> dict:
     device = spec.get("device", "cpu")
     if device == "cpu":
         _one_thread()
-    clock = _clock(device)
+    clock = device_clock(device)
     steps, per_step, n = spec["warmup_steps"] + 1, spec["prompts"], spec["num_generations"]
     data = {
         "model": spec["model_dir"],
@@ -288,7 +288,7 @@ def run_trl(spec: dict, defaults: bool) -> dict:
     device = spec.get("device", "cpu")
     if device == "cpu":
         _one_thread()
-    clock = _clock(device)
+    clock = device_clock(device)
     torch.manual_seed(spec["seed"])
     steps = spec["warmup_steps"] + 1
     chats = spec["chats"][: steps * spec["prompts"]]
