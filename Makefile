@@ -176,6 +176,7 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/decode_loop.py --model smollm2 --new-tokens 128 --prompts 16 --samples 4 --rounds 3 --out bench-out/decode_loop
 	$(BIN)/python bench/grouped_attention.py --model tiny --out bench-out/grouped_attention
 	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --out bench-out/update_layout
+	$(BIN)/python bench/update_ops.py --out bench-out/update_ops.json
 	$(BIN)/python bench/grader.py
 
 # On a GPU machine, with a python that holds torch (CUDA), transformers, accelerate, peft, TRL and datasets (GPU_PY):

@@ -418,6 +418,33 @@ def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_pat
     assert "its costliest operators" in printed and "| arm | CPU-s (median) |" in printed
 
 
+def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_path, capsys):
+    bench = _load("update_ops")
+    out = tmp_path / "ops.json"
+    argv = [
+        "--prompts",
+        "2",
+        "--samples",
+        "4",
+        "--new-tokens",
+        "8",
+        "--budgets",
+        "64,4096",
+        "--micro-batch",
+        "4",
+    ]
+    assert bench.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    small, large, plain = record["rows"]
+    assert small["micro_batches"] > large["micro_batches"] == 1 and plain["micro_batches"] == 2
+    assert (
+        small["ops"] > large["ops"] > 0 and plain["ops"] > 0
+    )  # each micro-batch runs the model's operators again
+    printed = capsys.readouterr().out
+    assert "| arm | micro-batches | aten operator calls | / plain | CPU-s |" in printed
+    assert "plain, 4 padded sequences" in printed
+
+
 def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 

@@ -46,6 +46,30 @@ def test_the_activations_of_an_auto_budget_fit_the_target_and_one_more_step_woul
             assert budget * per_token <= target < (budget + 64) * per_token
 
 
+def test_on_an_accelerator_a_small_model_gets_a_tenth_of_the_device_and_a_large_one_its_state_share():
+    qwen3_06b = dict(hidden=1024, intermediate=3072, layers=28)
+    h200 = 143_771 * 2**20  # bytes
+    cpu = auto_micro_batch_tokens(**qwen3_06b, state_bytes=16 * 596e6, value_bytes=2)
+    gpu = auto_micro_batch_tokens(**qwen3_06b, state_bytes=16 * 596e6, value_bytes=2, device_bytes=h200)
+    assert cpu == 3008  # the GPU bench's run: 12 micro-batches of its 128 samples
+    per_token = token_activation_bytes(**qwen3_06b, value_bytes=2)
+    assert gpu * per_token <= 0.1 * h200 < (gpu + 64) * per_token and gpu > 3 * cpu
+    # a model whose state share is already above a tenth of the device keeps it
+    big = dict(hidden=4096, intermediate=12288, layers=36)
+    assert auto_micro_batch_tokens(**big, state_bytes=16 * 8e9, device_bytes=80e9) == auto_micro_batch_tokens(
+        **big, state_bytes=16 * 8e9
+    )
+
+
+def test_a_role_on_a_cpu_reads_no_device_memory():
+    import torch
+
+    from pasodoble.roles.role import device_memory
+
+    assert device_memory(torch.nn.Linear(4, 4)) is None
+    assert device_memory(torch.nn.Module()) is None  # no parameters
+
+
 def test_checkpointing_and_half_precision_buy_a_larger_budget_and_a_larger_model_state_too():
     plain = auto_micro_batch_tokens(**SMOLLM2, state_bytes=16 * SMOLLM2_PARAMS)
     assert auto_micro_batch_tokens(**SMOLLM2, state_bytes=16 * SMOLLM2_PARAMS, checkpointing=True) > 4 * plain
@@ -129,4 +153,12 @@ def test_the_layout_estimate_resolves_auto_as_the_role_does():
     dist = DistributedConfig()
     assert role_memory_gb(arch, auto, dist, 1)["activations"] == pytest.approx(
         role_memory_gb(arch, fixed, dist, 1)["activations"]
+    )
+    # on an 80 GB GPU the estimate takes the larger budget the Role would take there
+    on_gpu = auto_micro_batch_tokens(
+        hidden=576, intermediate=1536, layers=30, state_bytes=16 * SMOLLM2_PARAMS, device_bytes=80e9
+    )
+    larger = RoleConfig(model="m", max_prompt_length=64, max_completion_length=64, micro_batch_tokens=on_gpu)
+    assert role_memory_gb(arch, auto, dist, 1, gpu_gb=80)["activations"] == pytest.approx(
+        role_memory_gb(arch, larger, dist, 1)["activations"]
     )

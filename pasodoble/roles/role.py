@@ -245,6 +245,7 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
                 state_bytes=state,
                 value_bytes=DTYPES[cfg.dtype].itemsize,
                 checkpointing=cfg.gradient_checkpointing,
+                device_bytes=device_memory(model),
             )
             if known
             else None
@@ -252,6 +253,14 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
     if chunk == "auto":
         chunk = auto_logprob_chunk_tokens(vocab=vocab, state_bytes=state) if isinstance(vocab, int) else 2048
     return tokens, chunk
+
+
+def device_memory(model: torch.nn.Module) -> int | None:
+    """Total memory of the accelerator holding the model's first parameter; None on a CPU (or without one)."""
+    param = next(model.parameters(), None)
+    if param is None or param.device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(param.device).total_memory
 
 
 def entry_weight(model: torch.nn.Module) -> float | None:

@@ -128,8 +128,10 @@ def parameter_count(arch: dict) -> int:
     return embed + layers * per_layer + h
 
 
-def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -> dict[str, float]:
-    """Per-GPU memory estimate of one role (see the module docstring for the terms)."""
+def role_memory_gb(
+    arch: dict, role, dist: DistributedConfig, world_size: int, gpu_gb: float | None = None
+) -> dict[str, float]:
+    """Per-GPU memory estimate of one role (see the module docstring for the terms) on GPUs of `gpu_gb`."""
     n = parameter_count(arch)
     b = DTYPE_BYTES[role.dtype]
     if world_size <= 1:  # one rank trains with plain PyTorch: nothing sharded, nothing offloaded
@@ -159,6 +161,7 @@ def role_memory_gb(arch: dict, role, dist: DistributedConfig, world_size: int) -
             state_bytes=n * 16 if role.trainable else n * b,
             value_bytes=b,
             checkpointing=role.gradient_checkpointing,
+            device_bytes=gpu_gb * 1e9 if gpu_gb else None,
         )
     tokens = (  # a micro-batch: its sequences at full length, or the token budget (one whole sequence at least)
         role.micro_batch_size * role.max_sequence_length
@@ -288,16 +291,16 @@ def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[li
     cols = ("weights", "grads", "optimizer", "activations", "reference")
     lines = [f"{'GB per GPU':<12}" + "".join(f"{c:>12}" for c in cols) + f"{'total':>10}"]
     total, parts = 0.0, []
+    gpu_gb = d.gpu_memory_gb or launch.gpu_memory_gb
     for name, arch in archs.items():
         if arch is None:
             lines.append(f"{name:<12}  (no local config.json: not estimated)")
             continue
-        mem = role_memory_gb(arch, getattr(cfg, name), d, launch.world_size)
+        mem = role_memory_gb(arch, getattr(cfg, name), d, launch.world_size, gpu_gb)
         role_total = sum(mem.values())
         total += role_total
         parts.append(f"{name} {role_total:.1f}")
         lines.append(f"{name:<12}" + "".join(f"{mem[c]:>12.2f}" for c in cols) + f"{role_total:>10.2f}")
-    gpu_gb = d.gpu_memory_gb or launch.gpu_memory_gb
     vllm = d.vllm_memory_fraction * gpu_gb if gpu_gb else 0.0
     total += vllm
     lines.append(f"{'vllm':<12}{'':>60}{vllm:>10.2f}")
