@@ -17,10 +17,10 @@ batch enough tokens to be fast.
 On an accelerator a small model's update is bound by the operators it launches, not by its FLOPs: every
 micro-batch runs the model's whole operator list once more. Measured by counting them (the profiler's aten calls, on
 a CPU, of a 28-layer Qwen3 of narrow width at the GPU bench's shape, 16 prompts x 8, 256 new tokens): the update at
-the state-derived budget (3,008 tokens: 12 micro-batches) called 499,850 operators against 174,287 for TRL's
-8 padded micro-batches, a ratio of 2.9 where the H200's update times were 3.90 s against 1.20 s (3.3); 3 micro-batches
-(12,032 tokens) called 138,886. A tenth of an H200 (14.4 GB) gives about 11,000 tokens there. On a CPU nothing
-changes: its budget is the state's share.
+the state-derived budget (3,008 tokens: 12 micro-batches) called 499,850 operators against 174,303 for a plain loop of
+8 padded micro-batches (TRL's, written out; `bench/update_ops.py`), a ratio of 2.9 where the H200's update times were
+3.90 s in the project against 1.20 s in TRL (3.3); 3 micro-batches (12,032 tokens) called 138,886. A tenth of an
+H200 (15.1 GB) gives 11,904 tokens there. On a CPU nothing changes: its budget is the state's share.
 
 Run: `auto_micro_batch_tokens(hidden=576, intermediate=1536, layers=30, state_bytes=134_515_008 * 16)` -> 576
 (SmolLM2-135M, float32 AdamW); the tiny anchor (hidden 96, intermediate 256, 4 layers) gets 2112.
