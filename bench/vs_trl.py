@@ -331,6 +331,13 @@ def parse_args(argv: list[str] | None = None):
                 f"--micro-batch {args.micro_batch} must divide the {sequences} sequences of a {name} step "
                 "(TRL accumulates whole micro-batches)"
             )
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error(
+                "--device cuda: no CUDA device is visible here; run it on a GPU machine, or use --device cpu"
+            )
     if args.rounds < 1 or args.warmup_steps < 0:
         ap.error("--rounds must be >= 1 and --warmup-steps >= 0")
     if not args.project_only and not args.trl_python.is_file():

@@ -193,6 +193,15 @@ def test_flags_quick_shapes_and_a_missing_trl_venv(tmp_path, capsys):
     with pytest.raises(SystemExit):
         vs_trl.parse_args(["--out", str(tmp_path), "--trl-python", str(tmp_path / "none" / "python")])
     assert "run `make bench-env`, or pass --project-only" in capsys.readouterr().err
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            vs_trl.parse_args(["--out", str(tmp_path), "--device", "cuda", "--project-only"])
+        assert "--device cuda: no CUDA device is visible here" in capsys.readouterr().err
+    else:
+        args = vs_trl.parse_args(["--out", str(tmp_path), "--device", "cuda", "--project-only"])
+        assert args.shapes == ["qwen3-0.6b"]
     args = vs_trl.parse_args(["--out", str(tmp_path), "--quick", "--project-only", "--micro-batch", "64"])
     assert args.micro_batch == 64  # divides the anchor's 32 x 8 sequences
     for bad in ("48", "0"):
