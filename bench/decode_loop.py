@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import resource
 import statistics
 import sys
 import time
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vs_trl import pinned_bench  # noqa: E402
+from vs_trl_sides import peak_rss_mb  # noqa: E402
 
 ARMS = ("own", "shared", "generate")
 
@@ -117,7 +117,7 @@ def measure(args) -> dict:
                     cpu_s = time.process_time() - start
                 rows[name].append({"cpu_s": cpu_s, "tokens": sum(out[2]), "row_steps": sum(steps)})
         results[str(new)] = rows
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()  # this process's own (VmHWM; see vs_trl_sides)
     return {
         "model": args.model,
         "rows": len(flat),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import resource
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vs_trl import pinned_bench  # noqa: E402
+from vs_trl_sides import peak_rss_mb  # noqa: E402
 
 
 def measure(args) -> dict:
@@ -64,7 +64,7 @@ def measure(args) -> dict:
             start = time.process_time()
             roles[name].update(samples, advantages)
             seconds[name].append(time.process_time() - start)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()  # this process's own (VmHWM; see vs_trl_sides)
     return {
         "model": args.model, "samples": len(samples), "new_tokens": args.new_tokens,
         "micro_batch_tokens": args.micro_batch_tokens, "seconds": seconds, "peak_rss_mb": round(peak_mb),

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import resource
 import statistics
 import sys
 from pathlib import Path
@@ -44,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vs_trl import pinned_bench  # noqa: E402
-from vs_trl_sides import device_clock  # noqa: E402
+from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
 ARMS = ("default", "stock_head", "cache", "cache_stock")
 
@@ -77,8 +76,12 @@ def arm(role, name: str):
 
 
 def token_budget(text: str) -> int | str | None:
-    """--micro-batch-tokens: "auto", "none" (no token budget) or a number of tokens."""
-    return {"auto": "auto", "none": None}.get(text.lower()) if not text.isdigit() else int(text)
+    """--micro-batch-tokens: "auto", "none" (no token budget) or a positive number of tokens."""
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if text.lower() in ("auto", "none"):
+        return "auto" if text.lower() == "auto" else None
+    raise argparse.ArgumentTypeError(f"{text!r}: use auto, none or a positive number of tokens")
 
 
 def profile(role, samples, advantages, device: str, top: int) -> str:
@@ -111,7 +114,7 @@ def measure(args) -> dict:
         model=str(folder), num_generations=args.samples, temperature=1.0, max_prompt_length=4096,
         max_completion_length=args.new_tokens, device=args.device, lr=1e-6,
         dtype="bfloat16" if on_gpu else "float32", generation_batch_size=len(texts) * args.samples,
-        micro_batch_tokens=token_budget(args.micro_batch_tokens), logprob_chunk_tokens="auto",
+        micro_batch_tokens=args.micro_batch_tokens, logprob_chunk_tokens="auto",
     )  # fmt: skip
     role = Role.from_pretrained("solver", cfg, folder)
     prompts = [role.prompt_ids([{"role": "user", "content": t}]) for t in texts]
@@ -131,7 +134,7 @@ def measure(args) -> dict:
                 start = tick()
                 role.update(samples, advantages)
                 seconds[name].append(tick() - start)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()  # this process's own (VmHWM; see vs_trl_sides)
     record = {
         "model": args.model, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
         "samples": len(samples), "new_tokens": args.new_tokens,
@@ -180,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument(
         "--micro-batch-tokens",
+        type=token_budget,
         default="auto",
         help="the role's micro_batch_tokens: auto (default), none, or tokens",
     )

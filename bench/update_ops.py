@@ -2,7 +2,7 @@
 
 What: builds a Qwen3 of the Qwen3-0.6B depth and layout (28 layers, grouped-query attention) but narrow width and a
 small vocabulary (hidden 64, so that a CPU runs it in seconds), samples one GRPO step with it as a Role (`--prompts`
-x `--samples`, up to `--new-tokens`, seed 0), and counts the aten operator calls (`torch.profiler`) of one
+x `--samples`, up to `--new-tokens`, `--seed`), and counts the aten operator calls (`torch.profiler`) of one
 `Role.update` on those samples per `--budgets` entry (`micro_batch_tokens`; `logprob_chunk_tokens` fixed by
 `--chunk`), and of a plain update on the same samples: micro-batches of `--micro-batch` padded sequences, one forward
 each, log-softmax, gather, backward, then gradient clipping and one AdamW step (the loop TRL's `GRPOTrainer` runs,
@@ -11,7 +11,7 @@ written out here, not TRL itself). Prints a table of micro-batches, operator cal
 Why: on a GPU a small model's update is bound by the operators it launches (each costs microseconds of dispatch
 whatever its size), so the count is the figure that carries over from this CPU, where the times do not. On one
 H200 the update took 3.90 s in the project against 1.20 s in TRL (docs/PERFORMANCE.md); this bench counts 499,850
-operators against 174,287 at that run's budget (3,008 tokens).
+operators against 174,303 at that run's budget (3,008 tokens), seed 0.
 
     python bench/update_ops.py                                  # 16 x 8, 256 new tokens, budgets 3008,6016,12032
     python bench/update_ops.py --prompts 4 --new-tokens 16 --budgets 256,1024 --micro-batch 8   # seconds
@@ -85,23 +85,22 @@ def measure(args) -> dict:
         0,
         torch.float32,
     )
-    texts = questions(args.prompts, 0)
-    rows, samples, advantages = [], [], []
+    texts = questions(args.prompts, args.seed)
+    cfg = RoleConfig(
+        model=str(folder), num_generations=args.samples, temperature=1.0, max_prompt_length=4096,
+        max_completion_length=args.new_tokens, device="cpu", lr=1e-6, micro_batch_size=args.micro_batch,
+        generation_batch_size=len(texts) * args.samples, micro_batch_tokens=args.budgets[0],
+        logprob_chunk_tokens=args.chunk,
+    )  # fmt: skip
+    role = Role.from_pretrained("solver", cfg, folder)
+    prompts = [role.prompt_ids([{"role": "user", "content": t}]) for t in texts]
+    samples, advantages = [], []  # one step's samples, shared by every arm
+    for prompt, group in zip(prompts, role.generate(prompts, seed=args.seed), strict=True):
+        advantages += group_advantages(torch.tensor([float(len(c.token_ids) % 3) for c in group])).tolist()
+        samples += [Sample(prompt, c) for c in group]
+    rows = []
     for budget in args.budgets:
-        cfg = RoleConfig(
-            model=str(folder), num_generations=args.samples, temperature=1.0, max_prompt_length=4096,
-            max_completion_length=args.new_tokens, device="cpu", lr=1e-6, micro_batch_size=args.micro_batch,
-            generation_batch_size=len(texts) * args.samples, micro_batch_tokens=budget,
-            logprob_chunk_tokens=args.chunk,
-        )  # fmt: skip
-        role = Role.from_pretrained("solver", cfg, folder)
-        if not samples:  # one step's samples, shared by every arm
-            prompts = [role.prompt_ids([{"role": "user", "content": t}]) for t in texts]
-            for prompt, group in zip(prompts, role.generate(prompts, seed=0), strict=True):
-                advantages += group_advantages(
-                    torch.tensor([float(len(c.token_ids) % 3) for c in group])
-                ).tolist()
-                samples += [Sample(prompt, c) for c in group]
+        role.micro_batch_tokens = budget  # what `micro_batch_tokens: budget` resolves to
         plan, packed = role.micro_batch_layout(samples)
         role.update(samples, advantages)  # warm-up
         ops, seconds = count_ops(functools.partial(role.update, samples, advantages))
@@ -114,9 +113,7 @@ def measure(args) -> dict:
                 "cpu_s": seconds,
             }
         )
-        pad = role.tokenizer.pad_token_id
-    model = Role.from_pretrained("solver", cfg, folder).model
-    run = plain_update(model, samples, pad, args.micro_batch)
+    run = plain_update(role.model, samples, role.tokenizer.pad_token_id, args.micro_batch)
     run()  # warm-up
     ops, seconds = count_ops(run)
     micro_batches = -(-len(samples) // args.micro_batch)
@@ -130,7 +127,7 @@ def measure(args) -> dict:
     )
     return {
         "params": params, "samples": len(samples), "new_tokens": args.new_tokens,
-        "completion_tokens": sum(len(s.completion.token_ids) for s in samples), "rows": rows,
+        "completion_tokens": sum(len(s.completion.token_ids) for s in samples), "seed": args.seed, "rows": rows,
     }  # fmt: skip
 
 
@@ -138,7 +135,7 @@ def report(record: dict) -> str:
     base = record["rows"][-1]["ops"]
     lines = [
         f"update operators: a 28-layer narrow Qwen3 ({record['params'] / 1e6:.1f}M parameters), {record['samples']} "
-        f"samples, {record['completion_tokens']} completion tokens",
+        f"samples, {record['completion_tokens']} completion tokens, seed {record.get('seed', 0)}",
         "",
         "| arm | micro-batches | aten operator calls | / plain | CPU-s |",
         "|---|---|---|---|---|",
@@ -162,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--budgets", default="3008,6016,12032", help="the Role's micro_batch_tokens, comma-separated"
     )
+    ap.add_argument("--seed", type=int, default=0, help="questions and sampling seed (default: 0)")
     ap.add_argument("--out", type=Path, default=None, help="also write the record here (JSON)")
     args = ap.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",") if b.strip()]

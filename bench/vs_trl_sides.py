@@ -43,7 +43,7 @@ def _text(completion) -> str:
     return completion[-1]["content"] if isinstance(completion, list) else completion  # TRL's chat form
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     """This process's own peak resident memory: VmHWM, which starts afresh at exec. `ru_maxrss` keeps the parent's
     resident size at the fork through the exec, so a bench whose parent built a 2.4 GB model read that as every
     side's peak (seen on the GPU run); it is the fallback where /proc is missing."""
@@ -237,7 +237,7 @@ def run_project(spec: dict) -> dict:
             "share_prompt_prefill": cfg.share_prompt_prefill,
             "dtype": cfg.dtype,
         },
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         **_device_figures(device),
         "versions": _versions(),
     }
@@ -352,7 +352,7 @@ def run_trl(spec: dict, defaults: bool) -> dict:
             "optim": getattr(trainer.args.optim, "value", str(trainer.args.optim)),
             "bf16": trainer.args.bf16,
         },
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         **_device_figures(device),
         "versions": _versions(),
     }

@@ -4,6 +4,7 @@ speed, only on their consistency."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -279,7 +280,7 @@ def test_a_side_reports_its_own_peak_memory_not_its_parents():
     ballast = bytearray(400 << 20)  # the parent's resident size, which ru_maxrss would hand to the child
     for i in range(0, len(ballast), 4096):
         ballast[i] = 1
-    code = "import sys; sys.path.insert(0, 'bench'); import vs_trl_sides; print(vs_trl_sides._peak_rss_mb())"
+    code = "import sys; sys.path.insert(0, 'bench'); import vs_trl_sides; print(vs_trl_sides.peak_rss_mb())"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert 0 < float(done.stdout) < 300  # a bare interpreter's own peak, well under the parent's 400 MB
@@ -416,6 +417,9 @@ def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsy
 def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_path, capsys):
     bench = _load("update_layout")
     assert [bench.token_budget(x) for x in ("auto", "None", "128")] == ["auto", None, 128]
+    for bad in ("lots", "0"):
+        with pytest.raises(argparse.ArgumentTypeError, match="use auto, none or a positive number"):
+            bench.token_budget(bad)
     out = tmp_path / "ul"
     argv = ["--child", "--model", "qwen3-tiny", "--new-tokens", "4", "--prompts", "2", "--samples", "2"]
     argv += ["--rounds", "1", "--micro-batch-tokens", "64", "--profile", "5", "--out", str(out)]
