@@ -113,7 +113,7 @@ def measure(args) -> dict:
     cfg = RoleConfig(
         model=str(folder), num_generations=args.samples, temperature=1.0, max_prompt_length=4096,
         max_completion_length=args.new_tokens, device=args.device, lr=1e-6,
-        dtype="bfloat16" if on_gpu else "float32", generation_batch_size=len(texts) * args.samples,
+        dtype=args.dtype or ("bfloat16" if on_gpu else "float32"), generation_batch_size=len(texts) * args.samples,
         micro_batch_tokens=args.micro_batch_tokens, logprob_chunk_tokens="auto",
     )  # fmt: skip
     role = Role.from_pretrained("solver", cfg, folder)
@@ -139,7 +139,8 @@ def measure(args) -> dict:
         "model": args.model, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
         "samples": len(samples), "new_tokens": args.new_tokens,
         "completion_tokens": sum(len(s.completion.token_ids) for s in samples),
-        "micro_batch_tokens": role.micro_batch_tokens, "micro_batches": len(plan), "packed": packed,
+        "dtype": cfg.dtype, "micro_batch_tokens": role.micro_batch_tokens, "micro_batches": len(plan),
+        "packed": packed,
         "seconds": seconds, "peak_rss_mb": round(peak_mb),
     }  # fmt: skip
     if on_gpu:
@@ -154,7 +155,7 @@ def report(record: dict) -> str:
     on_gpu = record.get("device", "cpu") != "cpu"
     gpu = f", peak GPU memory {record['peak_gpu_mb']} MB on the {record['device']}" if on_gpu else ""
     lines = [
-        f"update layouts: {record['model']}, {record['samples']} samples, {record['completion_tokens']} completion "
+        f"update layouts: {record['model']} ({record.get('dtype', 'float32')}), {record['samples']} samples, {record['completion_tokens']} completion "
         f"tokens, micro_batch_tokens {record['micro_batch_tokens']}, {record['micro_batches']} micro-batches, the "
         f"Role chose {'packed rows' if record['packed'] else 'the KV-cache layout'}; peak RSS {record['peak_rss_mb']} MB"
         + gpu,
@@ -181,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         help="default: tiny (qwen3-*: random models from a config, for --device cuda)",
     )
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        help="the role's compute dtype (default: float32 on a CPU, bfloat16 on a GPU)",
+    )
     ap.add_argument(
         "--micro-batch-tokens",
         type=token_budget,

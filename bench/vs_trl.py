@@ -24,7 +24,9 @@ prompts x 8 samples, 256 new tokens, micro-batches of 16; both sides train in bf
 weights; processes are not pinned; times are wall-clock seconds after a CUDA synchronise, peak memory is what torch
 allocated on the GPU, and the MFU is against a bfloat16 matmul peak measured in the same run. `qwen3-tiny` is the
 same path with a tiny config (a CPU smoke test of it). `--trl-python` may name the python that runs the project too
-(one environment holding both, with the same torch and transformers).
+(one environment holding both, with the same torch and transformers). `--dtype bfloat16` on a CPU runs both sides
+in bfloat16 autocast there too, against a bfloat16 matmul peak of the core: worth it on cores with native bfloat16
+products (AVX512_BF16, AMX), where they run several times the float32 rate.
 
     make bench                                               # every shape, 3 rounds
     python bench/vs_trl.py --quick --trl-python PY --out bench-out      # the anchor, 2 rounds: minutes
@@ -77,6 +79,7 @@ SHAPES = {
 }
 CPU_SHAPES = "tiny,tiny200,smollm2"
 GPU_SHAPES = "qwen3-0.6b"
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
 
 
 def default_trl_python() -> Path:
@@ -129,9 +132,20 @@ def model_dir(shape: str, out: Path, texts: list[str]) -> Path:
     return Path(resolve_pkg("pkg:smollm2-135m-instruct", progress=False))
 
 
-def run_child(python: str, side: str, spec: Path | None, out: Path, cpu: int, device: str = "cpu") -> dict:
-    """One side in a fresh process, on a CPU pinned to core `cpu` with one thread; its JSON record."""
+def run_child(
+    python: str,
+    side: str,
+    spec: Path | None,
+    out: Path,
+    cpu: int,
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> dict:
+    """One side in a fresh process, on a CPU pinned to core `cpu` with one thread; its JSON record. `dtype`: the
+    matmul peak's dtype (`--side peak` only)."""
     cmd = [python, str(SIDE_SCRIPT), "--side", side, "--out", str(out), "--device", device]
+    if dtype is not None:
+        cmd += ["--dtype", dtype]
     if spec is not None:
         cmd += ["--spec", str(spec)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -191,7 +205,7 @@ def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float) -> d
         "seed": args.seed,
         "project_overrides": args.project_set,
         "device": args.device,
-        "dtype": "bfloat16" if args.device == "cuda" else "float32",
+        "dtype": args.dtype,
     }
     spec_path = args.out / f"spec-{name}.json"
     write_json_atomic(spec_path, spec)
@@ -235,12 +249,15 @@ def peak_note(results: dict) -> str:
 def report(results: dict) -> str:
     """The Markdown report: conditions, then per shape its table and the project's speed-up line."""
     m = results["machine"]
+    dtype = results.get("dtype", "bfloat16" if m.get("gpu") else "float32")
+    short = DTYPE_SHORT[dtype]
     if m.get("gpu"):
-        where = f"{m['gpu']} (host {m['cpu']}), wall-clock seconds, bfloat16 autocast"
-        peak = f"bf16 matmul peak {results['peak_flops_per_s'] / 1e12:.0f} TFLOP/s"
+        where = f"{m['gpu']} (host {m['cpu']}), wall-clock seconds, {dtype} autocast"
+        peak = f"{short} matmul peak {results['peak_flops_per_s'] / 1e12:.0f} TFLOP/s"
     else:
-        where = f"{m['cpu']}, core {m['core']}, 1 thread"
-        peak = f"fp32 matmul peak {results['peak_flops_per_s'] / 1e9:.1f} GFLOP/s{peak_note(results)}"
+        precision = ", bfloat16 autocast" if dtype == "bfloat16" else ""
+        where = f"{m['cpu']}, core {m['core']}, 1 thread{precision}"
+        peak = f"{short} matmul peak {results['peak_flops_per_s'] / 1e9:.1f} GFLOP/s{peak_note(results)}"
     lines = [
         "# GRPO step: project vs TRL GRPOTrainer",
         "",
@@ -285,6 +302,13 @@ def parse_args(argv: list[str] | None = None):
         choices=["cpu", "cuda"],
         help="cpu: one pinned core, float32, CPU-seconds; cuda: one GPU, bfloat16 autocast, wall-clock seconds",
     )
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        help="compute dtype of both sides (default: float32 on a CPU, bfloat16 on a GPU); bfloat16 is autocast over "
+        "float32 master weights on both (the project's `dtype: bfloat16`, TRL's `bf16=True`), and the MFU divides "
+        "by a matmul peak of the same dtype",
+    )
     ap.add_argument("--rounds", type=int, help="paired rounds per shape (default 3; --quick: 2)")
     ap.add_argument(
         "--quick", action="store_true", help="the anchor only, 2 rounds unless --rounds (minutes)"
@@ -320,6 +344,8 @@ def parse_args(argv: list[str] | None = None):
         args.shapes = GPU_SHAPES if args.device == "cuda" else CPU_SHAPES
     if args.rounds is None:
         args.rounds = 2 if args.quick else 3
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     unknown = [s for s in args.shapes if s not in SHAPES]
     if unknown or not args.shapes:
@@ -349,7 +375,9 @@ def parse_args(argv: list[str] | None = None):
 
 def measure_peak(args, name: str) -> tuple[float, str | None]:
     """The matmul peak (FLOPs per second) of the pinned core, or of the GPU with --device cuda, and the GPU's name."""
-    record = run_child(sys.executable, "peak", None, args.out / "runs" / name, args.cpu, args.device)
+    record = run_child(
+        sys.executable, "peak", None, args.out / "runs" / name, args.cpu, args.device, dtype=args.dtype
+    )
     return record["peak_flops_per_s"], record.get("device") if args.device == "cuda" else None
 
 
@@ -367,7 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     if gpu:
         print(f"bf16 matmul peak of the {gpu}: {peak_before / 1e12:.0f} TFLOP/s", flush=True)
     else:
-        print(f"fp32 matmul peak of core {args.cpu}: {peak_before / 1e9:.1f} GFLOP/s", flush=True)
+        print(
+            f"{DTYPE_SHORT[args.dtype]} matmul peak of core {args.cpu}: {peak_before / 1e9:.1f} GFLOP/s",
+            flush=True,
+        )
     shapes = {}
     for name in args.shapes:
         shape = SHAPES[name]
@@ -397,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_after": load_average(),
         },
         "versions": versions,
+        "dtype": args.dtype,
         "peak_flops_per_s": peak,
         "peak_flops_per_s_before_after": [peak_before, peak_after],
         "shapes": shapes,

@@ -2,12 +2,14 @@
 
 What: `--side project` runs `warmup_steps` + 1 single-policy steps of the project (`Role.generate`, the reward,
 the project's group advantages, `Role.update`); `--side trl` / `--side trl_defaults` run the same work through
-TRL's `GRPOTrainer` (one optimizer step per generation batch); `--side peak` times a float32 matmul loop. Each
+TRL's `GRPOTrainer` (one optimizer step per generation batch); `--side peak` times a matmul loop (float32, or
+`--dtype bfloat16`). Each
 writes one JSON record: CPU-seconds (`time.process_time`) of the last step and of its phases, its prompt and
 completion tokens, the parameters, the process's peak RSS and the library versions. With `device: cuda` in the spec
 (`bench/vs_trl.py --device cuda`) the clocks are wall-clock seconds after a CUDA synchronise, both sides train in
 bfloat16 autocast over float32 master weights (the project's `dtype: bfloat16`, TRL's `bf16=True`), the record adds
-the peak GPU memory allocated, and `--side peak --device cuda` times a bfloat16 matmul instead.
+the peak GPU memory allocated, and `--side peak --device cuda` times a bfloat16 matmul instead. `dtype: bfloat16` on a
+CPU (`bench/vs_trl.py --dtype bfloat16`) is the same autocast on one pinned core.
 
 Why a file of its own: the TRL sides run in TRL's venv, which has torch, transformers and TRL but not the project,
 so this module imports nothing beyond the standard library at the top; each side imports what it needs.
@@ -135,12 +137,13 @@ def run_peak_gpu(size: int = 8192, reps: int = 10, trials: int = 3) -> dict:
     }
 
 
-def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
-    """Best of `trials` float32 matmul rates of one thread (FLOPs per CPU-second): the MFU's denominator."""
+def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3, dtype: str = "float32") -> dict:
+    """Best of `trials` matmul rates of one thread in `dtype` (FLOPs per CPU-second): the MFU's denominator."""
     import torch
 
     _one_thread()
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a = torch.randn(size, size, dtype=getattr(torch, dtype))
+    b = torch.randn(size, size, dtype=getattr(torch, dtype))
     for _ in range(3):
         torch.mm(a, b)
     best = 0.0
@@ -150,7 +153,13 @@ def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
             torch.mm(a, b)
             reps += 1
         best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
-    return {"side": "peak", "matmul_size": size, "peak_flops_per_s": best, "versions": _versions()}
+    return {
+        "side": "peak",
+        "matmul_size": size,
+        "dtype": dtype,
+        "peak_flops_per_s": best,
+        "versions": _versions(),
+    }
 
 
 def distinct_prompt_tokens(prompts: list[list[int]], n: int, batch: int, shared: bool) -> int:
@@ -363,10 +372,15 @@ def main() -> int:
     ap.add_argument("--side", choices=SIDES, required=True)
     ap.add_argument("--spec", type=Path, help="the work, as bench/vs_trl.py writes it (not for --side peak)")
     ap.add_argument("--out", type=Path, required=True, help="JSON record to write")
-    ap.add_argument("--device", default="cpu", help="--side peak only: cpu (float32) or cuda (bfloat16)")
+    ap.add_argument("--device", default="cpu", help="cpu (one pinned thread) or cuda")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        help="--side peak only: the matmul's dtype (default: float32 on a CPU, bfloat16 on a GPU)",
+    )
     args = ap.parse_args()
     if args.side == "peak":
-        record = run_peak() if args.device == "cpu" else run_peak_gpu()
+        record = run_peak(dtype=args.dtype or "float32") if args.device == "cpu" else run_peak_gpu()
     else:
         spec = json.loads(args.spec.read_text())
         record = run_project(spec) if args.side == "project" else run_trl(spec, args.side == "trl_defaults")

@@ -247,6 +247,17 @@ def test_project_only_end_to_end(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_S + 60)
+def test_bfloat16_on_a_cpu_trains_in_autocast_against_a_bfloat16_peak(tmp_path):
+    results = _bench(tmp_path, "--project-only", "--dtype", "bfloat16")
+    (r,) = results["shapes"]["tiny"]["runs"]
+    assert results["dtype"] == r["settings"]["dtype"] == "bfloat16"
+    assert json.loads((tmp_path / "runs" / "peak.json").read_text())["dtype"] == "bfloat16"
+    text = (tmp_path / "report.md").read_text()
+    assert "1 thread, bfloat16 autocast" in text and "bf16 matmul peak" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HANG_S + 60)
 def test_against_trl_end_to_end(tmp_path):
     trl_python = vs_trl.default_trl_python()
     if not trl_python.is_file():

@@ -106,7 +106,40 @@ def test_applies_only_where_exact():
 
     assert not can_fuse(Scaled(4, 7, bias=False), states)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not can_fuse(torch.nn.Linear(4, 7, bias=False), states)
+        assert can_fuse(torch.nn.Linear(4, 7, bias=False), states)  # the products in bfloat16, as autocast's
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_under_bfloat16_autocast_it_keeps_the_stock_numerics(temperature):
+    """A role with `dtype: bfloat16`: the stock expression under autocast multiplies in bfloat16 and takes the
+    softmax of the rounded logits in float32; the fused node does the same, so both agree far more closely than
+    either agrees with float32."""
+    torch.manual_seed(3)
+    head = torch.nn.Linear(32, 500, bias=False)
+    states = torch.randn(13, 32) * 2
+    targets = torch.randint(0, 500, (13,))
+    weights = torch.randn(13)
+
+    def under_autocast(fn):
+        def run(s, t):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return fn(s, t)
+
+        return run
+
+    want = grads(under_autocast(lambda s, t: stock(head, temperature, s, t)), head, states, targets, weights)
+    got = grads(
+        under_autocast(lambda s, t: head_logprobs(s, head.weight, t, temperature)),
+        head,
+        states,
+        targets,
+        weights,
+    )
+    full = grads(lambda s, t: stock(head, temperature, s, t), head, states, targets, weights)
+    for w, g, f in zip(want, got, full):
+        assert g.dtype == f.dtype == torch.float32
+        torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-3)
+        assert (g - w).abs().max() < 0.5 * (f - w).abs().max()  # bfloat16's numerics, not float32's
 
 
 def test_gradient_is_taken_once():
@@ -115,3 +148,19 @@ def test_gradient_is_taken_once():
     out.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError):
         out.sum().backward()  # the saved softmax became the gradient in place: a second pass must not reuse it
+
+
+def test_the_head_is_cast_once_per_weight_version():
+    from pasodoble.core.fused_head import low_precision_copy
+
+    head = torch.nn.Linear(8, 20, bias=False)
+    first = low_precision_copy(head.weight, torch.bfloat16)
+    assert low_precision_copy(head.weight, torch.bfloat16) is first  # the same weight: no new cast
+    assert low_precision_copy(head.weight.detach(), torch.bfloat16) is first  # another object, the same memory
+    with torch.no_grad():
+        head.weight.add_(1.0)  # an optimizer step
+    second = low_precision_copy(head.weight, torch.bfloat16)
+    assert second is not first
+    torch.testing.assert_close(second, head.weight.detach().to(torch.bfloat16))
+    other = torch.nn.Linear(8, 20, bias=False)
+    torch.testing.assert_close(low_precision_copy(other.weight, torch.bfloat16), other.weight.detach().bfloat16())

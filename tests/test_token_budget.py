@@ -46,14 +46,16 @@ def test_the_activations_of_an_auto_budget_fit_the_target_and_one_more_step_woul
             assert budget * per_token <= target < (budget + 64) * per_token
 
 
-def test_on_an_accelerator_a_small_model_gets_a_tenth_of_the_device_and_a_large_one_its_state_share():
+def test_on_an_accelerator_a_small_model_gets_a_fifth_of_the_device_and_a_large_one_its_state_share():
     qwen3_06b = dict(hidden=1024, intermediate=3072, layers=28)
     h200 = 143_771 * 2**20  # bytes
-    cpu = auto_micro_batch_tokens(**qwen3_06b, state_bytes=16 * 596e6, value_bytes=2)
-    gpu = auto_micro_batch_tokens(**qwen3_06b, state_bytes=16 * 596e6, value_bytes=2, device_bytes=h200)
-    assert cpu == 3008  # the GPU bench's run: 12 micro-batches of its 128 samples
-    per_token = token_activation_bytes(**qwen3_06b, value_bytes=2)
-    assert gpu * per_token <= 0.1 * h200 < (gpu + 64) * per_token and gpu > 3 * cpu
+    # a trained role counts float32 activations whatever its dtype (autocast over float32 master weights)
+    cpu = auto_micro_batch_tokens(**qwen3_06b, state_bytes=16 * 596e6, value_bytes=4)
+    gpu = auto_micro_batch_tokens(**qwen3_06b, state_bytes=16 * 596e6, value_bytes=4, device_bytes=h200)
+    assert cpu == 1472
+    assert gpu == 11904  # 3 micro-batches of the GPU bench's 128 samples (its first run took 12, at 3,008)
+    per_token = token_activation_bytes(**qwen3_06b, value_bytes=4)
+    assert gpu * per_token <= 0.2 * h200 < (gpu + 64) * per_token and gpu > 3 * cpu
     # a model whose state share is already above a tenth of the device keeps it
     big = dict(hidden=4096, intermediate=12288, layers=36)
     assert auto_micro_batch_tokens(**big, state_bytes=16 * 8e9, device_bytes=80e9) == auto_micro_batch_tokens(
@@ -162,3 +164,19 @@ def test_the_layout_estimate_resolves_auto_as_the_role_does():
     assert role_memory_gb(arch, auto, dist, 1, gpu_gb=80)["activations"] == pytest.approx(
         role_memory_gb(arch, larger, dist, 1)["activations"]
     )
+
+
+def test_a_trained_role_in_bfloat16_counts_float32_activations():
+    """Autocast over float32 master weights keeps float32 activations beside the bfloat16 copies: the budget of
+    `dtype: bfloat16` is float32's. Weights stored in bfloat16 (nothing to autocast) count 2 bytes."""
+    import copy
+
+    import torch
+
+    role = make_role()
+    fp32 = RoleConfig(model="m", dtype="float32", micro_batch_tokens="auto", logprob_chunk_tokens="auto")
+    bf16 = RoleConfig(model="m", dtype="bfloat16", micro_batch_tokens="auto", logprob_chunk_tokens="auto")
+    tokens, _ = token_budgets(fp32, role.model)
+    assert token_budgets(bf16, role.model)[0] == tokens
+    stored = copy.deepcopy(role.model).to(torch.bfloat16).requires_grad_(False)
+    assert token_budgets(bf16, stored)[0] > tokens

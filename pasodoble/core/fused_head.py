@@ -5,7 +5,10 @@ logits `states @ weight.T / temperature`, the values and gradients of `chunked_l
 tolerance). Its forward turns the (N, V) logits into the softmax in place and keeps that one buffer for the
 backward, which turns it in place into the logits' gradient, `g / T * (onehot(target) - softmax)`, before the two
 matrix products. `can_fuse(head, states)` says when it applies: a bias-free `nn.Linear` head with a plain float32
-weight, float32 states, no module hooks (a sharded or offloaded head keeps the stock path), autocast off.
+weight, float32 states, no module hooks (a sharded or offloaded head keeps the stock path). Under autocast to
+bfloat16 or float16 (a role's `dtype`) the three products take that dtype's inputs, as autocast's would, and the
+softmax stays float32: the stock expression's numerics, without its bfloat16 logits, their float32 copy and the
+buffers of their backward.
 
 Why: the stock expression (`head(h).float() / T`, `gather`, `logsumexp`) keeps the logits for its backward and
 builds several more (N, V) tensors there (the exp of logsumexp's backward, the zero tensor that gather's backward
@@ -24,33 +27,79 @@ import torch
 
 class _HeadLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, states, weight, targets, temperature):
-        logits = torch.mm(states, weight.t())  # (N, V): the one vocabulary-sized buffer
-        if temperature != 1.0:
-            logits.div_(temperature)
-        logits.sub_(logits.amax(-1, keepdim=True))
-        picked = logits.gather(-1, targets[:, None]).squeeze(-1)
-        logits.exp_()
-        total = logits.sum(-1)
-        logits.div_(total[:, None])  # the softmax, in place
+    def forward(ctx, states, weight, targets, temperature, compute_dtype):
+        with torch.autocast(states.device.type, enabled=False):
+            if compute_dtype is None:
+                logits = torch.mm(states, weight.t())  # (N, V): the one vocabulary-sized buffer
+            else:  # autocast's product: low-precision inputs, the softmax in float32
+                logits = torch.mm(
+                    states.to(compute_dtype), low_precision_copy(weight, compute_dtype).t()
+                ).float()
+            if temperature != 1.0:
+                logits.div_(temperature)
+            logits.sub_(logits.amax(-1, keepdim=True))
+            picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+            logits.exp_()
+            total = logits.sum(-1)
+            logits.div_(total[:, None])  # the softmax, in place
         ctx.save_for_backward(states, weight, logits, targets)
         ctx.temperature = temperature
+        ctx.compute_dtype = compute_dtype
         return picked - total.log()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         states, weight, probs, targets = ctx.saved_tensors
-        scale = grad / ctx.temperature  # (N,)
+        scale = grad.float() / ctx.temperature  # (N,)
         grad_logits = probs.mul_(-scale[:, None])  # the saved softmax becomes the gradient: it is read once
         grad_logits.scatter_add_(1, targets[:, None], scale[:, None])
-        grad_states = torch.mm(grad_logits, weight) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.mm(grad_logits.t(), states) if ctx.needs_input_grad[1] else None
-        return grad_states, grad_weight, None, None
+        low = ctx.compute_dtype
+        with torch.autocast(states.device.type, enabled=False):
+            if low is not None:  # as autocast's backward of the product: low-precision inputs
+                grad_logits = grad_logits.to(low)
+            mm_weight = weight if low is None else low_precision_copy(weight, low)
+            mm_states = states if low is None else states.to(low)
+            grad_states = (
+                torch.mm(grad_logits, mm_weight).to(states.dtype) if ctx.needs_input_grad[0] else None
+            )
+            grad_weight = (
+                torch.mm(grad_logits.t(), mm_states).to(weight.dtype) if ctx.needs_input_grad[1] else None
+            )
+        return grad_states, grad_weight, None, None, None
+
+
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+_copy: dict = {}  # the last head weight cast: {"source": the weight (an alias), "key": ..., "value": the copy}
+
+
+def low_precision_copy(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`weight` cast to `dtype`, reused while the same memory holds the same version: an update's forward, recomputes
+    and backward cast the head once, not once per chunk and pass (at 49,152 x 576 a cast into a fresh buffer cost
+    more than a chunk's product). The key is the memory, not the Python object: the backward's saved weight is
+    another object over the same storage. The cache holds an alias of the weight, so that memory cannot be freed
+    and reused by another tensor while the key names it; the optimizer's in-place step bumps the version, so a
+    stale copy is never read. One copy is kept (the last weight's)."""
+    key = (weight.data_ptr(), tuple(weight.shape), weight.stride(), weight.device, weight._version, dtype)
+    if _copy.get("key") == key:
+        return _copy["value"]
+    _copy.clear()  # release the old copy before making the new one
+    value = weight.detach().to(dtype)
+    _copy.update(source=weight.detach(), key=key, value=value)
+    return value
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast runs products in on `device_type`, or None when autocast is off there."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
 
 
 def can_fuse(head: torch.nn.Module, states: torch.Tensor) -> bool:
-    """True when `head(states)` is exactly `states @ head.weight.T` in float32 with nothing around the call."""
+    """True when `head(states)` is exactly `states @ head.weight.T` with nothing around the call: float32 weights and
+    states, in float32 or under autocast to bfloat16 / float16 (then the product runs in that dtype, as autocast's)."""
     if type(head) is not torch.nn.Linear or head.bias is not None:
         return False
     weight = head.weight
@@ -61,12 +110,16 @@ def can_fuse(head: torch.nn.Module, states: torch.Tensor) -> bool:
         and not hooked
         and weight.dtype == torch.float32
         and states.dtype == torch.float32
-        and not torch.is_autocast_enabled(states.device.type)
+        and _autocast_dtype(states.device.type) in (None, *LOW_PRECISION)
     )
 
 
 def head_logprobs(
     states: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float
 ) -> torch.Tensor:
-    """(N,) float32 log p(targets[i] | states[i]) under logits `states @ weight.T / temperature`."""
-    return _HeadLogprobs.apply(states, weight, targets, float(temperature))
+    """(N,) float32 log p(targets[i] | states[i]) under logits `states @ weight.T / temperature`; under autocast the
+    product runs in autocast's dtype (the softmax and the result stay float32)."""
+    low = _autocast_dtype(states.device.type)
+    return _HeadLogprobs.apply(
+        states, weight, targets, float(temperature), low if low in LOW_PRECISION else None
+    )

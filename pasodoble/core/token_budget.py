@@ -2,7 +2,7 @@
 
 What: `activation_target(state_bytes, device_bytes)` is the memory one micro-batch's activations may take: the
 larger of 64 MiB and 40% of the role's weights, gradients and optimizer states, and on an accelerator (`device_bytes`,
-its total memory) at least a tenth of the device. `auto_micro_batch_tokens(...)` divides it by what one
+its total memory) at least a fifth of the device. `auto_micro_batch_tokens(...)` divides it by what one
 token position keeps for the backward (every layer's working set, or with gradient checkpointing one hidden state
 per layer plus one layer's working set; the same terms as the layout's memory estimate, `scale/layout.py`) and
 rounds down to a multiple of 64. `auto_logprob_chunk_tokens(...)` gives the loss's LM-head chunks a quarter of the
@@ -19,8 +19,15 @@ micro-batch runs the model's whole operator list once more. Measured by counting
 a CPU, of a 28-layer Qwen3 of narrow width at the GPU bench's shape, 16 prompts x 8, 256 new tokens): the update at
 the state-derived budget (3,008 tokens: 12 micro-batches) called 499,850 operators against 174,303 for a plain loop of
 8 padded micro-batches (TRL's, written out; `bench/update_ops.py`), a ratio of 2.9 where the H200's update times were
-3.90 s in the project against 1.20 s in TRL (3.3); 3 micro-batches (12,032 tokens) called 138,886. A tenth of an
-H200 (15.1 GB) gives 11,904 tokens there. On a CPU nothing changes: its budget is the state's share.
+3.90 s in the project against 1.20 s in TRL (3.3); 3 micro-batches (12,032 tokens) called 138,886. A fifth of an
+H200 (30.1 GB) gives 11,904 tokens there. On a CPU nothing changes: its budget is the state's share.
+
+`value_bytes` is the size of the values the backward keeps. A trainable role autocasts over float32 master weights,
+and autocast keeps the residual stream, the norms and the softmax in float32 beside the half-precision copies of
+each product's inputs, so the Role passes the larger of its compute dtype's size and its weights' (4 for a trained
+role in any `dtype`). Counting 2 bytes for `dtype: bfloat16` doubled the budget and measured both slower and larger on
+a CPU (SmolLM2-135M, bfloat16 autocast, one core: 1,152 tokens gave a 36.5 CPU-s update at a 4,087 MB step peak,
+576 tokens 32.8 CPU-s at 3,799 MB; docs/PERFORMANCE.md).
 
 Run: `auto_micro_batch_tokens(hidden=576, intermediate=1536, layers=30, state_bytes=134_515_008 * 16)` -> 576
 (SmolLM2-135M, float32 AdamW); the tiny anchor (hidden 96, intermediate 256, 4 layers) gets 2112.
@@ -30,7 +37,7 @@ from __future__ import annotations
 
 ACTIVATION_FLOOR_BYTES = 64 << 20  # the least a micro-batch's activations may take (tiny models)
 STATE_SHARE = 0.4  # a micro-batch's activations as a share of weights + gradients + optimizer states
-DEVICE_SHARE = 0.1  # on an accelerator, the least share of its memory a micro-batch's activations may take
+DEVICE_SHARE = 0.2  # on an accelerator, the least share of its memory a micro-batch's activations may take
 LOGITS_SHARE = 0.25  # the loss's LM-head chunk as a share of that activation target
 BUDGET_STEP = 64  # budgets are multiples of this many tokens
 MAX_AUTO_CHUNK = 2048  # the fixed default chunk: auto never goes above it

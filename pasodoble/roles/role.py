@@ -243,7 +243,8 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
                 intermediate=sizes["intermediate_size"],
                 layers=sizes["num_hidden_layers"],
                 state_bytes=state,
-                value_bytes=DTYPES[cfg.dtype].itemsize,
+                # autocast over float32 weights keeps float32 activations too (core/token_budget.py)
+                value_bytes=max(DTYPES[cfg.dtype].itemsize, next(model.parameters()).element_size()),
                 checkpointing=cfg.gradient_checkpointing,
                 device_bytes=device_memory(model),
             )

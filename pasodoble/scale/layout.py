@@ -151,6 +151,9 @@ def role_memory_gb(
             0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
         )
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
+    a = (
+        4 if role.trainable else b
+    )  # activation bytes: autocast over float32 masters keeps float32 activations too
     budget = role.micro_batch_tokens
     if budget == "auto":
         # as the Role resolves it: from the unsharded float32 master weights, gradients and AdamW moments
@@ -159,7 +162,7 @@ def role_memory_gb(
             intermediate=arch["intermediate_size"],
             layers=layers,
             state_bytes=n * 16 if role.trainable else n * b,
-            value_bytes=b,
+            value_bytes=a,
             checkpointing=role.gradient_checkpointing,
             device_bytes=gpu_gb * 1e9 if gpu_gb else None,
         )
@@ -168,8 +171,8 @@ def role_memory_gb(
         if budget is None
         else max(budget, role.max_sequence_length)
     )
-    layer_working = tokens * b * (10 * h + 4 * arch["intermediate_size"])
-    kept = layers * tokens * b * h + layer_working if role.gradient_checkpointing else layers * layer_working
+    layer_working = tokens * a * (10 * h + 4 * arch["intermediate_size"])
+    kept = layers * tokens * a * h + layer_working if role.gradient_checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
     # the reference: sharded under FSDP2, a full copy under every other backend (DeepSpeed does not wrap it)
     reference = n * b / (ws if fsdp2 else 1) if role.trainable and role.beta > 0 else 0.0
