@@ -156,11 +156,15 @@ def test_the_head_is_cast_once_per_weight_version():
     head = torch.nn.Linear(8, 20, bias=False)
     first = low_precision_copy(head.weight, torch.bfloat16)
     assert low_precision_copy(head.weight, torch.bfloat16) is first  # the same weight: no new cast
-    assert low_precision_copy(head.weight.detach(), torch.bfloat16) is first  # another object, the same memory
+    assert (
+        low_precision_copy(head.weight.detach(), torch.bfloat16) is first
+    )  # another object, the same memory
     with torch.no_grad():
         head.weight.add_(1.0)  # an optimizer step
     second = low_precision_copy(head.weight, torch.bfloat16)
     assert second is not first
     torch.testing.assert_close(second, head.weight.detach().to(torch.bfloat16))
     other = torch.nn.Linear(8, 20, bias=False)
-    torch.testing.assert_close(low_precision_copy(other.weight, torch.bfloat16), other.weight.detach().bfloat16())
+    torch.testing.assert_close(
+        low_precision_copy(other.weight, torch.bfloat16), other.weight.detach().bfloat16()
+    )
