@@ -22,6 +22,8 @@ Run: `can_fuse(head, states)` then `head_logprobs(states, head.weight, targets, 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 
@@ -71,23 +73,35 @@ class _HeadLogprobs(torch.autograd.Function):
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
-_copy: dict = {}  # the last head weight cast: {"source": the weight (an alias), "key": ..., "value": the copy}
+_casts: dict | None = None  # inside `reuse_head_casts()`: {key of a weight: (an alias of it, its cast)}
+
+
+@contextlib.contextmanager
+def reuse_head_casts():
+    """Inside, `low_precision_copy` casts a head weight once and reuses the cast: for one pass of an update (its
+    micro-batches' forwards, recomputes and backwards, before the optimizer steps), when the weights cannot change.
+    Outside, every call casts afresh: nothing stale can be read after a step or a load, whatever bumps or skips the
+    tensor's version counter (fused AdamW and writes through `.data` skip it). Nested scopes share the outer one."""
+    global _casts
+    outer = _casts
+    _casts = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _casts = outer
 
 
 def low_precision_copy(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`weight` cast to `dtype`, reused while the same memory holds the same version: an update's forward, recomputes
-    and backward cast the head once, not once per chunk and pass (at 49,152 x 576 a cast into a fresh buffer cost
-    more than a chunk's product). The key is the memory, not the Python object: the backward's saved weight is
-    another object over the same storage. The cache holds an alias of the weight, so that memory cannot be freed
-    and reused by another tensor while the key names it; the optimizer's in-place step bumps the version, so a
-    stale copy is never read. One copy is kept (the last weight's)."""
+    """`weight` cast to `dtype`; inside `reuse_head_casts()` once per weight (at 49,152 x 576 a cast into a fresh
+    buffer cost more than a chunk's product, and an update made one per chunk and pass). The key is the memory, not
+    the Python object (the backward's saved weight is another object over the same storage); the scope holds an
+    alias, so that memory cannot be freed and reused by another tensor while it is a key."""
+    if _casts is None:
+        return weight.detach().to(dtype)
     key = (weight.data_ptr(), tuple(weight.shape), weight.stride(), weight.device, weight._version, dtype)
-    if _copy.get("key") == key:
-        return _copy["value"]
-    _copy.clear()  # release the old copy before making the new one
-    value = weight.detach().to(dtype)
-    _copy.update(source=weight.detach(), key=key, value=value)
-    return value
+    if key not in _casts:
+        _casts[key] = (weight.detach(), weight.detach().to(dtype))
+    return _casts[key][1]
 
 
 def _autocast_dtype(device_type: str) -> torch.dtype | None:

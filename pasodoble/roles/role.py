@@ -43,6 +43,7 @@ from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
+from pasodoble.core.fused_head import reuse_head_casts
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
 from pasodoble.core.packed import can_pack, packed_logprobs
 from pasodoble.core.precision import DTYPES
@@ -456,21 +457,24 @@ class Role:
         first_pass: list[torch.Tensor] = []  # trainer log-probs of the generating weights, per micro-batch
         gap_max = 0.0
         for it in range(passes):  # GRPO's mu inner iterations; old_logps stay the generating policy's
-            for ci, (chunk, adv, weight) in enumerate(chunks):
-                with self.sharding.accumulate(self.train_model, last=ci == len(chunks) - 1):
-                    with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
-                        loss, stats, logps = self._micro_batch_loss(
-                            chunk, adv, first_pass[ci] if it else None, packed=packed
-                        )
-                    if it == 0:
-                        first_pass.append(logps)
-                        chunk_gap = stats.pop("logprob_diff_max")
-                        if weight > 0:  # a zero-weight filler sample has no engine log-probs to compare
-                            gap_max = max(gap_max, chunk_gap)
-                    self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
-                for key, value in {"loss": loss.item(), **stats}.items():
-                    per_pass = 1.0 if key == "logprob_diff_mean" else 1.0 / passes  # the gap: first pass only
-                    sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
+            with reuse_head_casts():  # the weights are fixed until the step: the head is cast once a pass
+                for ci, (chunk, adv, weight) in enumerate(chunks):
+                    with self.sharding.accumulate(self.train_model, last=ci == len(chunks) - 1):
+                        with precision.autocast(next(self.model.parameters()).device, self.compute_dtype):
+                            loss, stats, logps = self._micro_batch_loss(
+                                chunk, adv, first_pass[ci] if it else None, packed=packed
+                            )
+                        if it == 0:
+                            first_pass.append(logps)
+                            chunk_gap = stats.pop("logprob_diff_max")
+                            if weight > 0:  # a zero-weight filler sample has no engine log-probs to compare
+                                gap_max = max(gap_max, chunk_gap)
+                        self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
+                    for key, value in {"loss": loss.item(), **stats}.items():
+                        per_pass = (
+                            1.0 if key == "logprob_diff_mean" else 1.0 / passes
+                        )  # the gap: first pass only
+                        sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
             grad_norm += self._clip_and_step() / passes
             self.updates += 1
             if it + 1 < passes:
