@@ -177,3 +177,32 @@ def test_the_head_is_cast_once_inside_a_pass_and_afresh_outside():
         torch.testing.assert_close(
             low_precision_copy(head.weight, torch.bfloat16), head.weight.detach().to(torch.bfloat16)
         )
+
+
+def test_each_thread_has_its_own_scope_and_none_outlives_it():
+    """Ranks run as threads (tests, gloo): one thread's pass must neither reuse another's casts nor, ending first,
+    leave its scope behind for the other to restore."""
+    import threading
+
+    from pasodoble.core import fused_head
+
+    head = torch.nn.Linear(8, 20, bias=False)
+    inside, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def rank():
+        with fused_head.reuse_head_casts():
+            seen["rank"] = fused_head.low_precision_copy(head.weight, torch.bfloat16)
+            inside.set()
+            release.wait(timeout=60)
+
+    worker = threading.Thread(target=rank)
+    worker.start()
+    assert inside.wait(timeout=60)
+    with fused_head.reuse_head_casts():
+        mine = fused_head.low_precision_copy(head.weight, torch.bfloat16)
+        assert mine is not seen["rank"]  # the other thread's cast is not this one's
+    release.set()
+    worker.join(timeout=60)
+    a = fused_head.low_precision_copy(head.weight, torch.bfloat16)
+    assert a is not fused_head.low_precision_copy(head.weight, torch.bfloat16)  # no scope left behind

@@ -23,6 +23,7 @@ Run: `can_fuse(head, states)` then `head_logprobs(states, head.weight, targets, 
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 
@@ -73,7 +74,9 @@ class _HeadLogprobs(torch.autograd.Function):
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
-_casts: dict | None = None  # inside `reuse_head_casts()`: {key of a weight: (an alias of it, its cast)}
+_scope = (
+    threading.local()
+)  # `casts`: inside `reuse_head_casts()`, {key of a weight: (an alias of it, its cast)}
 
 
 @contextlib.contextmanager
@@ -81,14 +84,14 @@ def reuse_head_casts():
     """Inside, `low_precision_copy` casts a head weight once and reuses the cast: for one pass of an update (its
     micro-batches' forwards, recomputes and backwards, before the optimizer steps), when the weights cannot change.
     Outside, every call casts afresh: nothing stale can be read after a step or a load, whatever bumps or skips the
-    tensor's version counter (fused AdamW and writes through `.data` skip it). Nested scopes share the outer one."""
-    global _casts
-    outer = _casts
-    _casts = {} if outer is None else outer
+    tensor's version counter (fused AdamW and writes through `.data` skip it). Nested scopes share the outer one. The
+    scope is the calling thread's (ranks run as threads in one process must not share or end each other's)."""
+    outer = getattr(_scope, "casts", None)
+    _scope.casts = {} if outer is None else outer
     try:
         yield
     finally:
-        _casts = outer
+        _scope.casts = outer
 
 
 def low_precision_copy(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -96,12 +99,13 @@ def low_precision_copy(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     buffer cost more than a chunk's product, and an update made one per chunk and pass). The key is the memory, not
     the Python object (the backward's saved weight is another object over the same storage); the scope holds an
     alias, so that memory cannot be freed and reused by another tensor while it is a key."""
-    if _casts is None:
+    casts = getattr(_scope, "casts", None)
+    if casts is None:
         return weight.detach().to(dtype)
     key = (weight.data_ptr(), tuple(weight.shape), weight.stride(), weight.device, weight._version, dtype)
-    if key not in _casts:
-        _casts[key] = (weight.detach(), weight.detach().to(dtype))
-    return _casts[key][1]
+    if key not in casts:
+        casts[key] = (weight.detach(), weight.detach().to(dtype))
+    return casts[key][1]
 
 
 def _autocast_dtype(device_type: str) -> torch.dtype | None:
