@@ -74,9 +74,8 @@ class _HeadLogprobs(torch.autograd.Function):
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
-_scope = (
-    threading.local()
-)  # `casts`: inside `reuse_head_casts()`, {key of a weight: (an alias of it, its cast)}
+# per thread, `casts`: inside `reuse_head_casts()`, {key of a weight: (an alias of it, its cast)}
+_scope = threading.local()
 
 
 @contextlib.contextmanager

@@ -151,9 +151,8 @@ def role_memory_gb(
             0.0 if dist.offload_optimizer else n * (8 + (4 if b < 4 else 0)) / (ws if shard_states else 1)
         )
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
-    a = (
-        4 if role.trainable else b
-    )  # activation bytes: autocast over float32 masters keeps float32 activations too
+    # activation bytes, as the Role counts them: autocast over float32 masters keeps float32 activations too
+    a = 4 if role.trainable else b
     budget = role.micro_batch_tokens
     if budget == "auto":
         # as the Role resolves it: from the unsharded float32 master weights, gradients and AdamW moments
