@@ -132,6 +132,11 @@ def test_packed_rows_and_the_attention_pairs_each_layout_computes():
     # the KV-cache path: two prompts of width 3, then 3 rows of 7 over 3 + 7 columns
     assert attention_entries(prompts, lengths, [0, 1, 2], share=True) == 2 * 9 + 3 * 7 * 10
     assert attention_entries(prompts, lengths, [0, 1, 2], share=False) == 3 * 10 * 10
+    # packed rows attended per sample: the prompts causally at width 3, then the 2 fed samples (1 and 6 tokens)
+    # at the longest (6) over 3 + 6 keys
+    assert attention_entries(prompts, lengths, [0, 1, 2], share=True, packed=True, segments=True) == (
+        2 * 9 + 2 * 6 * 9
+    )
     plan = [[0, 1], [2]]
     assert layout_cost(prompts, lengths, plan, share=True, packed=True, entry_weight=0.5) == (
         10 + 0.5 * 100 + 2 + 0.5 * 4

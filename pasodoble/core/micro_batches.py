@@ -58,10 +58,18 @@ def attention_entries(
     *,
     share: bool,
     packed: bool = False,
+    segments: bool = False,
 ) -> int:
     """(query, key) pairs the update's attention computes for the micro-batch `rows`: a masked call computes every
     pair of its rows (CPU attention does not skip the blocks a mask hides), so a packed row of L positions costs L
-    squared, as does a padded row."""
+    squared, as does a padded row. `segments`: packed rows attended per sample (`core.segment_attention`), the
+    prompts causally at the longest prompt's width and each sample's fed tokens over that width and its own at the
+    longest's."""
+    if packed and segments:
+        wide = max(len(prompts[r]) for r in rows)
+        distinct = len({tuple(prompts[r]) for r in rows})
+        fed = [completion_lengths[r] - 1 for r in rows if completion_lengths[r] > 1]
+        return distinct * wide * wide + len(fed) * max(fed, default=0) * (wide + max(fed, default=0))
     if packed:  # R rows of width L
         positions = executed_tokens(prompts, completion_lengths, rows, share=True, packed=True)
         return positions * (positions // len({tuple(prompts[r]) for r in rows}))
@@ -82,12 +90,14 @@ def layout_cost(
     share: bool,
     packed: bool,
     entry_weight: float,
+    segments: bool = False,
 ) -> float:
     """A plan's forward-and-backward work in units of one token position's matrix products: executed positions plus
-    `entry_weight` (`attention_entry_weight`) per attention pair."""
+    `entry_weight` (`attention_entry_weight`) per attention pair (`segments`: see `attention_entries`)."""
     return sum(
         executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed)
-        + entry_weight * attention_entries(prompts, completion_lengths, mb, share=share, packed=packed)
+        + entry_weight
+        * attention_entries(prompts, completion_lengths, mb, share=share, packed=packed, segments=segments)
         for mb in plan
     )
 

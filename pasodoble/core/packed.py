@@ -18,7 +18,9 @@ micro-batch (the prompts' matrix products have a few dozen rows, far from the CP
 two gradients that autograd adds out of place) and padded every completion to the longest of its micro-batch.
 Packed rows pad only whole groups to the longest group, run one forward and full-height matrix products
 (docs/PERFORMANCE.md). One row per prompt rather than one row for the whole micro-batch keeps the attention, which
-a mask does not let skip the blocks it hides, at each group's length squared.
+a mask does not let skip the blocks it hides, at each group's length squared; models on an implementation in
+`core.segment_attention.SEGMENT_AWARE` (the project's grouped SDPA on a CPU) get the layout instead of the mask
+and attend at each sample's own length.
 
 Run: `packed_logprobs(model, [[1, 2, 3]] * 4, completions, width=9, pad_id=0, temperature=0.6)`; tests in
 `tests/test_packed.py`. Models on another attention implementation (FlashAttention takes no 4D mask; eager adds
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from pasodoble.core.chunked_logprobs import CHUNK_TOKENS, head_skipped, score_states
+from pasodoble.core.segment_attention import SEGMENT_AWARE, SegmentLayout
 from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts
 
 # Attention implementations that apply a boolean 4D mask as "True: attend" (the project's grouped SDPA included).
@@ -125,13 +128,24 @@ def packed_logprobs(
         return torch.tensor([r + [fill] * (length - len(r)) for r in rows], dtype=torch.long, device=device)
 
     segment = padded(packed.segment, -1)
+    if getattr(model.config, "_attn_implementation", None) in SEGMENT_AWARE:
+        # each sample attends to its prompt and itself at its own length; the mask only stands in for the layout,
+        # so that transformers builds none (a view of one element)
+        attention = {
+            "attention_mask": torch.ones((), dtype=torch.bool, device=device).expand(
+                len(segment), 1, length, length
+            ),
+            "packed_segments": SegmentLayout.of(segment),
+        }
+    else:
+        attention = {"attention_mask": segment_mask(segment)}
     head = model.get_output_embeddings()
     with head_skipped(head):
         hidden = model(
             input_ids=padded(packed.input_ids, pad_id),
-            attention_mask=segment_mask(segment),
             position_ids=padded(packed.position_ids, 0),
             use_cache=False,
+            **attention,
         ).logits  # (R, L, H): the head is skipped
     where = torch.tensor([r * length + c for r, c in packed.source], dtype=torch.long, device=device)
     targets = torch.tensor(packed.target, dtype=torch.long, device=device)

@@ -28,6 +28,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from pasodoble.core.prefix_attention import PREFIX_AWARE, prefix_decode_attention
+from pasodoble.core.segment_attention import SEGMENT_AWARE, segment_attention
 
 GROUPED_SDPA = "pasodoble_grouped_sdpa"
 
@@ -46,6 +47,10 @@ def grouped_sdpa_forward(
     """transformers' attention-function contract; returns the (B, Q, H, D) output."""
     q_length, kv_length = query.shape[2], key.shape[2]
     prefix = kwargs.pop("shared_prefix", None)  # the decode loop's prompts, read once per group
+    segments = kwargs.pop("packed_segments", None)  # the update's packed rows, attended per sample
+    if segments is not None:
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        return segment_attention(query, key, value, segments, scale), None
     if prefix is not None:
         if q_length != 1:
             raise ValueError(f"shared_prefix= is for decode steps of one query column, got {q_length}")
@@ -95,6 +100,7 @@ def grouped_sdpa_forward(
 AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_forward)
 ALL_MASK_ATTENTION_FUNCTIONS.register(GROUPED_SDPA, sdpa_mask)
 PREFIX_AWARE.add(GROUPED_SDPA)
+SEGMENT_AWARE.add(GROUPED_SDPA)
 
 
 # Architectures whose modeling code builds its mask and calls attention the same way for every implementation name.

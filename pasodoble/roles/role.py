@@ -47,6 +47,7 @@ from pasodoble.core.fused_head import reuse_head_casts
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
 from pasodoble.core.packed import can_pack, packed_logprobs
 from pasodoble.core.precision import DTYPES
+from pasodoble.core.segment_attention import SEGMENT_AWARE
 from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
 from pasodoble.core.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
 from pasodoble.errors import ConfigError, UserError
@@ -492,8 +493,9 @@ class Role:
 
     def micro_batch_layout(self, samples: Sequence[Sample]) -> tuple[list[list[int]], bool]:
         """The micro-batches of `micro_batch_plan`, and whether they run packed (`core.packed`, a row per prompt):
-        when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other, whose
-        masked attention grows with the square of a group's length (long completions, small models)."""
+        when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
+        row's masked attention grows with the square of its group's length (long completions, small models),
+        unless the model attends per sample (`core.segment_attention`, the project's grouped SDPA on a CPU)."""
         prompts = [s.prompt_ids for s in samples]
         lengths = [len(s.completion.token_ids) for s in samples]
         share = self._shares_cache(self.train_model)
@@ -510,8 +512,11 @@ class Role:
             packed=True,
             max_tokens=self.micro_batch_tokens,
         )
+        segments = getattr(self.train_model.config, "_attn_implementation", None) in SEGMENT_AWARE
         costs = [
-            layout_cost(prompts, lengths, p, share=share, packed=k, entry_weight=self.entry_weight)
+            layout_cost(
+                prompts, lengths, p, share=share, packed=k, entry_weight=self.entry_weight, segments=segments
+            )
             for p, k in ((packed, True), (plan, False))
         ]
         return (packed, True) if costs[0] < costs[1] else (plan, False)

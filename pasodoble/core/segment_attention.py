@@ -1,0 +1,149 @@
+"""Attention over packed update rows at the cost of each sample's own length, not the row's.
+
+What: a packed row (`core.packed`) holds a prompt and then several of its samples' completions, and each position
+may see its prompt and its own completion only. `SegmentLayout.of(segments, length)` reads that layout once per
+micro-batch; `segment_attention(query, key, value, layout, scaling)` is the attention of every layer over it, in
+two SDPA calls: the prompts as one causal call over the rows' first P columns (P: the longest prompt), and the
+completions as one call of N samples x F queries (F: the longest completion of the micro-batch) over P + F keys
+each, the row's prompt columns and the sample's own ones, masked to the prompt's length and to the causal part of
+its own. Inputs and outputs are those of transformers' attention functions ((R, H, L, D) in, (R, L, H, D) out);
+queries, keys and values are gathered per sample with `index_select` and the outputs gathered back into the rows,
+so autograd adds the prompt keys' gradients over their samples. Positions past a row's end (padding) get some
+finite output that nothing reads.
+
+Why: SDPA with the row's (R, 1, L, L) mask cannot skip the blocks the mask hides, so its work grows with the square
+of the row: a row of 8 samples of 145 tokens after a 30-token prompt costs 1,190^2 per head against 8 x 145 x 175
+here, 7x fewer. The CPU flash attention's forward and backward were 27% of the tiny bench model's update at 200 new
+tokens (docs/PERFORMANCE.md).
+
+Run: `layout = SegmentLayout.of(segment, length)` with `segment` the (R, L) tensor of `core.packed.segment_mask`,
+then `segment_attention(q, k, v, layout, scaling)` inside a layer; the project's grouped SDPA does it when a forward
+gets `packed_segments=layout` (tests in tests/test_segment_attention.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# attention implementation names (registered with transformers) that read `packed_segments=` as described above
+SEGMENT_AWARE: set[str] = set()
+
+
+@dataclass(frozen=True)
+class SegmentLayout:
+    """Where each sample's queries and keys lie in the flattened (R * L) positions of a micro-batch's rows."""
+
+    rows: int  # R
+    length: int  # L, the rows' padded length
+    prompt: int  # P, the longest prompt: prompt queries are columns [0, P) of each row
+    samples: int  # N, the completions with at least one position in a row
+    width: int  # F, the longest of them
+    query: (
+        torch.Tensor
+    )  # (N * F,) the flat position of each completion query (a real one past a sample's end)
+    key: torch.Tensor  # (N * (P + F),) the flat position of each sample's prompt keys, then of its own
+    mask: torch.Tensor  # (N, 1, F, P + F) bool, True: attend
+    inverse: (
+        torch.Tensor
+    )  # (R * L,) each position's output in cat(prompt outputs (R * P), completion ones (N * F))
+
+    @classmethod
+    def of(cls, segment: torch.Tensor, length: int | None = None) -> SegmentLayout:
+        """From (R, L) segments: 0 on the prompt (a row's first columns), 1 + a sample's index on its completion
+        (one run of columns each), -1 on padding at the row's end."""
+        rows, length = segment.shape[0], segment.shape[1] if length is None else length
+        device = segment.device
+        cells = segment.tolist()
+        prompt_of = [row.count(0) for row in cells]
+        if min(prompt_of, default=1) < 1:
+            raise ValueError("segment_attention needs a non-empty prompt at the start of every row")
+        prompt = max(prompt_of, default=1)
+        starts, sizes, owners = [], [], []  # each sample's first flat position, length and row
+        for r, row in enumerate(cells):
+            c = prompt_of[r]
+            while c < length and row[c] > 0:
+                end = c
+                while end < length and row[end] == row[c]:
+                    end += 1
+                starts.append(r * length + c)
+                sizes.append(end - c)
+                owners.append(r)
+                c = end
+        samples, width = len(sizes), max(sizes, default=0)
+        start = torch.tensor(starts, dtype=torch.long, device=device)  # (N,)
+        size = torch.tensor(sizes, dtype=torch.long, device=device)  # (N,)
+        owner = torch.tensor(owners, dtype=torch.long, device=device)  # (N,)
+        prompt_size = torch.tensor(prompt_of, dtype=torch.long, device=device)[owner]  # (N,)
+        j = torch.arange(width, device=device)  # (F,)
+        # past a sample's end a query repeats its last one (finite, unread)
+        query = start[:, None] + torch.minimum(j[None, :], size[:, None] - 1)  # (N, F)
+        c = torch.arange(prompt, device=device)  # (P,)
+        prompt_keys = owner[:, None] * length + torch.minimum(c[None, :], prompt_size[:, None] - 1)  # (N, P)
+        key = torch.cat([prompt_keys, query], dim=1)  # (N, P + F)
+        sees_prompt = (c[None, :] < prompt_size[:, None])[:, None, :].expand(samples, width, prompt)
+        sees_own = (j[None, :] <= j[:, None])[None].expand(
+            samples, width, width
+        )  # causal over its own columns
+        mask = torch.cat([sees_prompt, sees_own], dim=2)[:, None]  # (N, 1, F, P + F)
+        inverse = torch.zeros(rows * length, dtype=torch.long, device=device)
+        for r, p in enumerate(prompt_of):
+            inverse[r * length : r * length + p] = torch.arange(r * prompt, r * prompt + p, device=device)
+        if samples:
+            first = rows * prompt + torch.arange(samples, device=device) * width  # (N,)
+            offset = torch.repeat_interleave(first - start, size)  # (sum of sizes,)
+            inverse[torch.repeat_interleave(start, size) + _ramps(size)] = (
+                torch.repeat_interleave(start, size) + _ramps(size) + offset
+            )
+        return cls(rows, length, prompt, samples, width, query.flatten(), key.flatten(), mask, inverse)
+
+
+def _ramps(size: torch.Tensor) -> torch.Tensor:
+    """0, 1, ..., size[0] - 1, 0, 1, ..., size[1] - 1, ... as one tensor."""
+    ends = torch.cumsum(size, 0)
+    return torch.arange(int(ends[-1]), device=size.device) - torch.repeat_interleave(ends - size, size)
+
+
+def segment_attention(
+    query: torch.Tensor,  # (R, H, L, D)
+    key: torch.Tensor,  # (R, KV, L, D)
+    value: torch.Tensor,  # (R, KV, L, D)
+    layout: SegmentLayout,
+    scaling: float,
+) -> torch.Tensor:
+    """Each position's attention over its prompt and its own completion (see module); returns (R, L, H, D)."""
+    rows, heads, length, dim = query.shape
+    kv, prompt = key.shape[1], layout.prompt
+    if (rows, length) != (layout.rows, layout.length):
+        raise ValueError(
+            f"packed_segments is for rows {layout.rows} x {layout.length}, got {rows} x {length}"
+        )
+    gqa = heads != kv
+    prompt_out = torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, :prompt],
+        key[:, :, :prompt],
+        value[:, :, :prompt],
+        is_causal=True,
+        scale=scaling,
+        enable_gqa=gqa,
+    )  # (R, H, P, D)
+    parts = [prompt_out.transpose(1, 2).reshape(rows * prompt, heads, dim)]
+    if layout.samples:
+        n, f = layout.samples, layout.width
+
+        def per_sample(x: torch.Tensor, index: torch.Tensor, columns: int) -> torch.Tensor:
+            flat = x.transpose(1, 2).reshape(rows * length, x.shape[1], dim)  # (R * L, heads, D)
+            return flat.index_select(0, index).view(n, columns, x.shape[1], dim).transpose(1, 2)
+
+        own_out = torch.nn.functional.scaled_dot_product_attention(
+            per_sample(query, layout.query, f),
+            per_sample(key, layout.key, prompt + f),
+            per_sample(value, layout.key, prompt + f),
+            attn_mask=layout.mask,
+            scale=scaling,
+            enable_gqa=gqa,
+        )  # (N, H, F, D)
+        parts.append(own_out.transpose(1, 2).reshape(n * f, heads, dim))
+    out = torch.cat(parts).index_select(0, layout.inverse)  # (R * L, H, D)
+    return out.view(rows, length, heads, dim)

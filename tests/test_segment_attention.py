@@ -1,0 +1,88 @@
+"""Attention over packed rows per sample: the layout it reads, the same values and gradients as SDPA under the rows'
+segment mask, and the packed update runs through it on the project's grouped SDPA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import pasodoble.core.segment_attention as seg
+from pasodoble.core.packed import packed_logprobs, segment_mask
+from pasodoble.core.segment_attention import SegmentLayout, segment_attention
+from pasodoble.roles.grouped_attention import use_grouped_attention
+from tests.test_shared_prefix import assert_same_as_plain
+
+
+def test_the_layout_of_two_rows():
+    # row 0: p p a a b; row 1: p c and three padding positions
+    layout = SegmentLayout.of(torch.tensor([[0, 0, 1, 1, 2], [0, 3, -1, -1, -1]]))
+    assert (layout.rows, layout.length, layout.prompt, layout.samples, layout.width) == (2, 5, 2, 3, 2)
+    # each sample's queries, repeating its last past its end
+    assert layout.query.view(3, 2).tolist() == [[2, 3], [4, 4], [6, 6]]
+    # its row's prompt keys (row 1 has one: its second slot repeats it), then its own
+    assert layout.key.view(3, 4).tolist() == [[0, 1, 2, 3], [0, 1, 4, 4], [5, 5, 6, 6]]
+    assert layout.mask[:, 0].int().tolist() == [
+        [[1, 1, 1, 0], [1, 1, 1, 1]],
+        [[1, 1, 1, 0], [1, 1, 1, 1]],
+        [[1, 0, 1, 0], [1, 0, 1, 1]],  # row 1's prompt is one column long
+    ]
+    # outputs: the prompts' (2 rows x 2), then the samples' (3 x 2); padding reads slot 0
+    assert layout.inverse.tolist() == [0, 1, 4, 5, 6, 2, 8, 0, 0, 0]
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        SegmentLayout.of(torch.tensor([[1, 1, -1]]))
+
+
+def _segments() -> torch.Tensor:
+    """Three rows: prompts of 3, 1 and 4 columns, samples of 4, 1, 2 / 5 / none, padding after."""
+    rows = [[0] * 3 + [1] * 4 + [2] + [3] * 2, [0] + [4] * 5, [0] * 4]
+    length = max(map(len, rows))
+    return torch.tensor([r + [-1] * (length - len(r)) for r in rows])
+
+
+@pytest.mark.parametrize("heads,kv", [(4, 2), (2, 2)])
+def test_values_and_gradients_equal_sdpa_under_the_segment_mask(heads, kv):
+    segment = _segments()
+    rows, length = segment.shape
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(rows, h, length, 8, generator=gen, requires_grad=True) for h in (heads, kv, kv))
+    weights = torch.randn(rows, length, heads, 8, generator=gen)
+    real = (segment >= 0)[:, :, None, None]  # padding's output is unread
+    out = {}
+    for name in ("mask", "segments"):
+        if name == "mask":
+            got = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=segment_mask(segment), scale=0.3, enable_gqa=heads != kv
+            ).transpose(1, 2)
+        else:
+            got = segment_attention(q, k, v, SegmentLayout.of(segment), 0.3)
+        assert got.shape == (rows, length, heads, 8) and torch.isfinite(got).all()
+        grads = torch.autograd.grad((got * weights * real).sum(), (q, k, v))
+        out[name] = (got * real, grads)
+    torch.testing.assert_close(out["segments"][0], out["mask"][0], atol=1e-6, rtol=1e-5)
+    for a, b in zip(out["segments"][1], out["mask"][1]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_a_layout_of_other_rows_is_refused():
+    layout = SegmentLayout.of(_segments())
+    q = torch.zeros(2, 2, 3, 4)
+    with pytest.raises(ValueError, match="rows 3 x 10, got 2 x 3"):
+        segment_attention(q, q, q, layout, 1.0)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 2048])
+def test_the_packed_update_attends_per_sample_on_grouped_sdpa(tiny_lm, chunk_tokens, monkeypatch):
+    _, tokenizer, path = tiny_lm
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert use_grouped_attention(model)
+    calls = []
+    real = seg.segment_attention
+
+    def counted(*args, **kwargs):
+        calls.append(args[3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("pasodoble.roles.grouped_attention.segment_attention", counted)
+    assert_same_as_plain(model, tokenizer, packed_logprobs, chunk_tokens)
+    assert len(calls) == model.config.num_hidden_layers and calls[0].samples > 1  # every layer, one forward
