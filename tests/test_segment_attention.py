@@ -40,13 +40,20 @@ def _segments() -> torch.Tensor:
     return torch.tensor([r + [-1] * (length - len(r)) for r in rows])
 
 
-@pytest.mark.parametrize("heads,kv", [(4, 2), (2, 2)])
-def test_values_and_gradients_equal_sdpa_under_the_segment_mask(heads, kv):
-    segment = _segments()
+@pytest.mark.parametrize(
+    "heads,kv,dtype,tolerance",
+    [(4, 2, torch.float32, 1e-6), (2, 2, torch.float32, 1e-6), (4, 2, torch.bfloat16, 2e-2)],
+)
+@pytest.mark.parametrize(
+    "segment", [_segments(), torch.tensor([[0, 0, -1], [0, 0, 0]])], ids=["samples", "none"]
+)
+def test_values_and_gradients_equal_sdpa_under_the_segment_mask(heads, kv, dtype, tolerance, segment):
     rows, length = segment.shape
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(rows, h, length, 8, generator=gen, requires_grad=True) for h in (heads, kv, kv))
-    weights = torch.randn(rows, length, heads, 8, generator=gen)
+    q, k, v = (
+        torch.randn(rows, h, length, 8, generator=gen).to(dtype).requires_grad_() for h in (heads, kv, kv)
+    )
+    weights = torch.randn(rows, length, heads, 8, generator=gen).to(dtype)
     real = (segment >= 0)[:, :, None, None]  # padding's output is unread
     out = {}
     for name in ("mask", "segments"):
@@ -59,9 +66,9 @@ def test_values_and_gradients_equal_sdpa_under_the_segment_mask(heads, kv):
         assert got.shape == (rows, length, heads, 8) and torch.isfinite(got).all()
         grads = torch.autograd.grad((got * weights * real).sum(), (q, k, v))
         out[name] = (got * real, grads)
-    torch.testing.assert_close(out["segments"][0], out["mask"][0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out["segments"][0], out["mask"][0], atol=tolerance, rtol=tolerance * 10)
     for a, b in zip(out["segments"][1], out["mask"][1]):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance * 10)
 
 
 def test_a_layout_of_other_rows_is_refused():
@@ -86,3 +93,13 @@ def test_the_packed_update_attends_per_sample_on_grouped_sdpa(tiny_lm, chunk_tok
     monkeypatch.setattr("pasodoble.roles.grouped_attention.segment_attention", counted)
     assert_same_as_plain(model, tokenizer, packed_logprobs, chunk_tokens)
     assert len(calls) == model.config.num_hidden_layers and calls[0].samples > 1  # every layer, one forward
+
+
+def test_a_model_that_drops_the_layout_is_refused(tiny_lm, monkeypatch):
+    """The mask is only a stand-in beside the layout: attention that never read the layout must not pass."""
+    model, tokenizer, _ = tiny_lm
+    monkeypatch.setattr(
+        "pasodoble.core.packed.SEGMENT_AWARE", {"sdpa"}
+    )  # stock SDPA ignores packed_segments=
+    with pytest.raises(RuntimeError, match="did not pass packed_segments="):
+        packed_logprobs(model, [[5, 6, 7]] * 2, [[8, 9, 10], [11, 12]], 6, pad_id=tokenizer.pad_token_id)

@@ -147,6 +147,13 @@ def packed_logprobs(
             use_cache=False,
             **attention,
         ).logits  # (R, L, H): the head is skipped
+    if "packed_segments" in attention and not attention["packed_segments"].reads:
+        # the mask was a stand-in: attention that never read the layout saw every position of the row
+        raise RuntimeError(
+            f"{type(model).__name__} did not pass packed_segments= to its attention, so its packed rows were "
+            "attended unmasked; use an architecture of roles.grouped_attention.ARCHITECTURES or set "
+            "share_prompt_prefill: false"
+        )
     where = torch.tensor([r * length + c for r, c in packed.source], dtype=torch.long, device=device)
     targets = torch.tensor(packed.target, dtype=torch.long, device=device)
     flat = score_states(

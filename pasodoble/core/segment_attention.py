@@ -23,7 +23,7 @@ gets `packed_segments=layout` (tests in tests/test_segment_attention.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -40,14 +40,14 @@ class SegmentLayout:
     prompt: int  # P, the longest prompt: prompt queries are columns [0, P) of each row
     samples: int  # N, the completions with at least one position in a row
     width: int  # F, the longest of them
-    query: (
-        torch.Tensor
-    )  # (N * F,) the flat position of each completion query (a real one past a sample's end)
+    # (N * F,) the flat position of each completion query (a real one past a sample's end)
+    query: torch.Tensor
     key: torch.Tensor  # (N * (P + F),) the flat position of each sample's prompt keys, then of its own
     mask: torch.Tensor  # (N, 1, F, P + F) bool, True: attend
-    inverse: (
-        torch.Tensor
-    )  # (R * L,) each position's output in cat(prompt outputs (R * P), completion ones (N * F))
+    # (R * L,) each position's output in cat(prompt outputs (R * P), completion outputs (N * F))
+    inverse: torch.Tensor
+    # one entry per attention call that read the layout (`core.packed` checks that some did)
+    reads: list[int] = field(default_factory=list, compare=False)
 
     @classmethod
     def of(cls, segment: torch.Tensor, length: int | None = None) -> SegmentLayout:
@@ -119,6 +119,7 @@ def segment_attention(
         raise ValueError(
             f"packed_segments is for rows {layout.rows} x {layout.length}, got {rows} x {length}"
         )
+    layout.reads.append(rows)
     gqa = heads != kv
     prompt_out = torch.nn.functional.scaled_dot_product_attention(
         query[:, :, :prompt],
