@@ -13,8 +13,8 @@ finite output that nothing reads.
 
 Why: SDPA with the row's (R, 1, L, L) mask cannot skip the blocks the mask hides, so its work grows with the square
 of the row: a row of 8 samples of 145 tokens after a 30-token prompt costs 1,190^2 per head against 8 x 145 x 175
-here, 7x fewer. The CPU flash attention's forward and backward were 27% of the tiny bench model's update at 200 new
-tokens (docs/PERFORMANCE.md).
+here, 7x fewer. In a paired A/B of SmolLM2-135M's update this made it 1.05x faster in float32 and 1.19x in bfloat16,
+where the products are faster and attention a larger share (docs/PERFORMANCE.md).
 
 Run: `layout = SegmentLayout.of(segment, length)` with `segment` the (R, L) tensor of `core.packed.segment_mask`,
 then `segment_attention(q, k, v, layout, scaling)` inside a layer; the project's grouped SDPA does it when a forward
