@@ -69,7 +69,8 @@ def attention_entries(
         wide = max(len(prompts[r]) for r in rows)
         distinct = len({tuple(prompts[r]) for r in rows})
         fed = [completion_lengths[r] - 1 for r in rows if completion_lengths[r] > 1]
-        return distinct * wide * wide + len(fed) * max(fed, default=0) * (wide + max(fed, default=0))
+        longest = max(fed, default=0)
+        return distinct * wide * wide + len(fed) * longest * (wide + longest)
     if packed:  # R rows of width L
         positions = executed_tokens(prompts, completion_lengths, rows, share=True, packed=True)
         return positions * (positions // len({tuple(prompts[r]) for r in rows}))

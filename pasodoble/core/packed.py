@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from pasodoble.core.chunked_logprobs import CHUNK_TOKENS, head_skipped, score_states
-from pasodoble.core.segment_attention import SEGMENT_AWARE, SegmentLayout
+from pasodoble.core.segment_attention import SegmentLayout, attends_per_sample
 from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts
 
 # Attention implementations that apply a boolean 4D mask as "True: attend" (the project's grouped SDPA included).
@@ -128,7 +128,7 @@ def packed_logprobs(
         return torch.tensor([r + [fill] * (length - len(r)) for r in rows], dtype=torch.long, device=device)
 
     segment = padded(packed.segment, -1)
-    if getattr(model.config, "_attn_implementation", None) in SEGMENT_AWARE:
+    if attends_per_sample(model):
         # each sample attends to its prompt and itself at its own length; the mask only stands in for the layout,
         # so that transformers builds none (a view of one element)
         attention = {

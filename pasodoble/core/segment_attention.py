@@ -1,7 +1,7 @@
 """Attention over packed update rows at the cost of each sample's own length, not the row's.
 
 What: a packed row (`core.packed`) holds a prompt and then several of its samples' completions, and each position
-may see its prompt and its own completion only. `SegmentLayout.of(segments, length)` reads that layout once per
+may see its prompt and its own completion only. `SegmentLayout.of(segment)` reads that layout once per
 micro-batch; `segment_attention(query, key, value, layout, scaling)` is the attention of every layer over it, in
 two SDPA calls: the prompts as one causal call over the rows' first P columns (P: the longest prompt), and the
 completions as one call of N samples x F queries (F: the longest completion of the micro-batch) over P + F keys
@@ -16,7 +16,7 @@ of the row: a row of 8 samples of 145 tokens after a 30-token prompt costs 1,190
 here, 7x fewer. In a paired A/B of SmolLM2-135M's update this made it 1.05x faster in float32 and 1.19x in bfloat16,
 where the products are faster and attention a larger share (docs/PERFORMANCE.md).
 
-Run: `layout = SegmentLayout.of(segment, length)` with `segment` the (R, L) tensor of `core.packed.segment_mask`,
+Run: `layout = SegmentLayout.of(segment)` with `segment` the (R, L) tensor of `core.packed.segment_mask`,
 then `segment_attention(q, k, v, layout, scaling)` inside a layer; the project's grouped SDPA does it when a forward
 gets `packed_segments=layout` (tests in tests/test_segment_attention.py).
 """
@@ -29,6 +29,11 @@ import torch
 
 # attention implementation names (registered with transformers) that read `packed_segments=` as described above
 SEGMENT_AWARE: set[str] = set()
+
+
+def attends_per_sample(model: torch.nn.Module) -> bool:
+    """True when `model`'s attention implementation reads `packed_segments=` (see module)."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) in SEGMENT_AWARE
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,10 @@ class SegmentLayout:
     reads: list[int] = field(default_factory=list, compare=False)
 
     @classmethod
-    def of(cls, segment: torch.Tensor, length: int | None = None) -> SegmentLayout:
+    def of(cls, segment: torch.Tensor) -> SegmentLayout:
         """From (R, L) segments: 0 on the prompt (a row's first columns), 1 + a sample's index on its completion
         (one run of columns each), -1 on padding at the row's end."""
-        rows, length = segment.shape[0], segment.shape[1] if length is None else length
+        rows, length = segment.shape
         device = segment.device
         cells = segment.tolist()
         prompt_of = [row.count(0) for row in cells]
@@ -83,19 +88,18 @@ class SegmentLayout:
         prompt_keys = owner[:, None] * length + torch.minimum(c[None, :], prompt_size[:, None] - 1)  # (N, P)
         key = torch.cat([prompt_keys, query], dim=1)  # (N, P + F)
         sees_prompt = (c[None, :] < prompt_size[:, None])[:, None, :].expand(samples, width, prompt)
-        sees_own = (j[None, :] <= j[:, None])[None].expand(
-            samples, width, width
-        )  # causal over its own columns
+        # causal over its own columns
+        sees_own = (j[None, :] <= j[:, None])[None].expand(samples, width, width)
         mask = torch.cat([sees_prompt, sees_own], dim=2)[:, None]  # (N, 1, F, P + F)
         inverse = torch.zeros(rows * length, dtype=torch.long, device=device)
         for r, p in enumerate(prompt_of):
             inverse[r * length : r * length + p] = torch.arange(r * prompt, r * prompt + p, device=device)
         if samples:
-            first = rows * prompt + torch.arange(samples, device=device) * width  # (N,)
-            offset = torch.repeat_interleave(first - start, size)  # (sum of sizes,)
-            inverse[torch.repeat_interleave(start, size) + _ramps(size)] = (
-                torch.repeat_interleave(start, size) + _ramps(size) + offset
-            )
+            first = (
+                rows * prompt + torch.arange(samples, device=device) * width
+            )  # (N,) each sample's first slot
+            fed = torch.repeat_interleave(start, size) + _ramps(size)  # (sum of sizes,) every fed position
+            inverse[fed] = fed + torch.repeat_interleave(first - start, size)
         return cls(rows, length, prompt, samples, width, query.flatten(), key.flatten(), mask, inverse)
 
 

@@ -48,13 +48,12 @@ def grouped_sdpa_forward(
     q_length, kv_length = query.shape[2], key.shape[2]
     prefix = kwargs.pop("shared_prefix", None)  # the decode loop's prompts, read once per group
     segments = kwargs.pop("packed_segments", None)  # the update's packed rows, attended per sample
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     if segments is not None:
-        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
         return segment_attention(query, key, value, segments, scale), None
     if prefix is not None:
         if q_length != 1:
             raise ValueError(f"shared_prefix= is for decode steps of one query column, got {q_length}")
-        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
         return prefix_decode_attention(
             query, key, value, attention_mask, scale, prefix, module.layer_idx
         ), None

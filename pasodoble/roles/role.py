@@ -47,7 +47,7 @@ from pasodoble.core.fused_head import reuse_head_casts
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
 from pasodoble.core.packed import can_pack, packed_logprobs
 from pasodoble.core.precision import DTYPES
-from pasodoble.core.segment_attention import SEGMENT_AWARE
+from pasodoble.core.segment_attention import attends_per_sample
 from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
 from pasodoble.core.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
 from pasodoble.errors import ConfigError, UserError
@@ -472,9 +472,8 @@ class Role:
                                 gap_max = max(gap_max, chunk_gap)
                         self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
                     for key, value in {"loss": loss.item(), **stats}.items():
-                        per_pass = (
-                            1.0 if key == "logprob_diff_mean" else 1.0 / passes
-                        )  # the gap: first pass only
+                        # the gap: first pass only
+                        per_pass = 1.0 if key == "logprob_diff_mean" else 1.0 / passes
                         sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
             grad_norm += self._clip_and_step() / passes
             self.updates += 1
@@ -512,7 +511,7 @@ class Role:
             packed=True,
             max_tokens=self.micro_batch_tokens,
         )
-        segments = getattr(self.train_model.config, "_attn_implementation", None) in SEGMENT_AWARE
+        segments = attends_per_sample(self.train_model)
         costs = [
             layout_cost(
                 prompts, lengths, p, share=share, packed=k, entry_weight=self.entry_weight, segments=segments
