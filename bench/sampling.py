@@ -92,12 +92,15 @@ def run_side(side: str, spec: dict) -> dict:
     if side == "hf":
         from transformers import AutoModelForCausalLM
 
+        from pasodoble.core.cpu_matmul import use_cpu_matmul
         from pasodoble.roles.grouped_attention import use_grouped_attention
         from pasodoble.rollout import HFEngine
 
         model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
-        # as a Role loads it: grouped-query attention, and so the decode that reads each prompt's columns once
+        # as a Role loads it: grouped-query attention, and so the decode that reads each prompt's columns once;
+        # linear layers on the kernel `cpu_matmul: auto` picks
         use_grouped_attention(model)
+        use_cpu_matmul(model, "auto")
         engine = HFEngine(model, tokenizer, batch_size=batch)
         params = sum(p.numel() for p in model.parameters())
         prefill = sum(len(p) for p in prompts)  # one prefill per distinct prompt
@@ -181,18 +184,23 @@ def profile_table(rows: list[dict]) -> str:
 
 
 def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
-    """Best of 3 float32 matmul rates of one thread, FLOPs per CPU-second."""
+    """Best of 3 float32 matmul rates of one thread, FLOPs per CPU-second, over torch's BLAS and oneDNN (where
+    this build has it): the core's limit is the faster kernel's."""
     import torch
+
+    from pasodoble.core import cpu_matmul
 
     torch.set_num_threads(1)
     a, b = torch.randn(size, size), torch.randn(size, size)
+    kernels = [torch.mm] + ([cpu_matmul.mm] if cpu_matmul.available() else [])
     best = 0.0
-    for _ in range(3):
-        reps, start = 0, time.process_time()
-        while time.process_time() - start < seconds:
-            torch.mm(a, b)
-            reps += 1
-        best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
+    for product in kernels:
+        for _ in range(3):
+            reps, start = 0, time.process_time()
+            while time.process_time() - start < seconds:
+                product(a, b)
+                reps += 1
+            best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
     return best
 
 

@@ -243,7 +243,14 @@ def peak_note(results: dict) -> str:
     both = results.get("peak_flops_per_s_before_after")
     if not both:
         return ""
-    return f" (the higher of {both[0] / 1e9:.1f} before and {both[1] / 1e9:.1f} after the timed work)"
+    kernels = results.get("peak_flops_per_s_by_kernel_before_after") or [{}, {}]
+    each = "; ".join(
+        f"{when}: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in rates.items())
+        for when, rates in zip(("before", "after"), kernels, strict=True)
+        if rates
+    )
+    kernel_note = f"; per kernel, {each}" if each else ""
+    return f" (the higher of {both[0] / 1e9:.1f} before and {both[1] / 1e9:.1f} after the timed work{kernel_note})"
 
 
 def report(results: dict) -> str:
@@ -373,12 +380,14 @@ def parse_args(argv: list[str] | None = None):
     return args
 
 
-def measure_peak(args, name: str) -> tuple[float, str | None]:
-    """The matmul peak (FLOPs per second) of the pinned core, or of the GPU with --device cuda, and the GPU's name."""
+def measure_peak(args, name: str) -> tuple[float, str | None, dict]:
+    """The matmul peak (FLOPs per second) of the pinned core, or of the GPU with --device cuda, the GPU's name and
+    the rate of each kernel measured ({"blas": ..., "onednn": ...} on a CPU)."""
     record = run_child(
         sys.executable, "peak", None, args.out / "runs" / name, args.cpu, args.device, dtype=args.dtype
     )
-    return record["peak_flops_per_s"], record.get("device") if args.device == "cuda" else None
+    gpu = record.get("device") if args.device == "cuda" else None
+    return record["peak_flops_per_s"], gpu, record.get("peak_flops_per_s_by_kernel", {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,12 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         else ["project", "trl"] + ([] if args.no_trl_defaults else ["trl_defaults"])
     )
     load_before = load_average()
-    peak_before, gpu = measure_peak(args, "peak.json")
+    peak_before, gpu, kernels_before = measure_peak(args, "peak.json")
     if gpu:
         print(f"bf16 matmul peak of the {gpu}: {peak_before / 1e12:.0f} TFLOP/s", flush=True)
     else:
+        each = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in kernels_before.items())
         print(
-            f"{DTYPE_SHORT[args.dtype]} matmul peak of core {args.cpu}: {peak_before / 1e9:.1f} GFLOP/s",
+            f"{DTYPE_SHORT[args.dtype]} matmul peak of core {args.cpu}: {peak_before / 1e9:.1f} GFLOP/s ({each})",
             flush=True,
         )
     shapes = {}
@@ -411,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes[name] = run_shape(name, shape, args, sides, peak_before)
     # The core's rate drifts over a long run (it moved by 30% within 40 minutes on one machine): measure it again
     # and divide every MFU by the higher of the two, so that no MFU rests on a slow moment of the core.
-    peak_after, _ = measure_peak(args, "peak-after.json")
+    peak_after, _, kernels_after = measure_peak(args, "peak-after.json")
     peak = max(peak_before, peak_after)
     for shape in shapes.values():
         shape["runs"] = [stats.derived(run, peak) for run in shape["runs"]]
@@ -431,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype,
         "peak_flops_per_s": peak,
         "peak_flops_per_s_before_after": [peak_before, peak_after],
+        "peak_flops_per_s_by_kernel_before_after": [kernels_before, kernels_after],
         "shapes": shapes,
     }
     write_json_atomic(args.out / "results.json", results)

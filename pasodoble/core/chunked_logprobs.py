@@ -23,6 +23,7 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from pasodoble.core.cpu_matmul import OneDnnLinear
 from pasodoble.core.fused_head import can_fuse, head_logprobs
 from pasodoble.core.grpo import entropy_from_logits
 
@@ -55,7 +56,8 @@ def head_skipped(head: torch.nn.Module):
 
 def _chunk_logps(head: torch.nn.Module, temperature: float, hidden: torch.Tensor, targets: torch.Tensor):
     if can_fuse(head, hidden):
-        return head_logprobs(hidden, head.weight, targets, temperature)  # one (N, V) buffer, not six
+        # one (N, V) buffer, not six
+        return head_logprobs(hidden, head.weight, targets, temperature, isinstance(head, OneDnnLinear))
     logits = (
         head(hidden).float() / temperature
     )  # (N, V): the only vocabulary-sized tensor, one chunk at a time

@@ -27,13 +27,16 @@ import threading
 
 import torch
 
+from pasodoble.core.cpu_matmul import OneDnnLinear, mm
+
 
 class _HeadLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, states, weight, targets, temperature, compute_dtype):
+    def forward(ctx, states, weight, targets, temperature, compute_dtype, onednn):
+        product = mm if onednn and compute_dtype is None else torch.mm
         with torch.autocast(states.device.type, enabled=False):
             if compute_dtype is None:
-                logits = torch.mm(states, weight.t())  # (N, V): the one vocabulary-sized buffer
+                logits = product(states, weight.t())  # (N, V): the one vocabulary-sized buffer
             else:  # autocast's product: low-precision inputs, the softmax in float32
                 logits = torch.mm(
                     states.to(compute_dtype), low_precision_copy(weight, compute_dtype).t()
@@ -48,6 +51,7 @@ class _HeadLogprobs(torch.autograd.Function):
         ctx.save_for_backward(states, weight, logits, targets)
         ctx.temperature = temperature
         ctx.compute_dtype = compute_dtype
+        ctx.product = product
         return picked - total.log()
 
     @staticmethod
@@ -64,12 +68,12 @@ class _HeadLogprobs(torch.autograd.Function):
             mm_weight = weight if low is None else low_precision_copy(weight, low)
             mm_states = states if low is None else states.to(low)
             grad_states = (
-                torch.mm(grad_logits, mm_weight).to(states.dtype) if ctx.needs_input_grad[0] else None
+                ctx.product(grad_logits, mm_weight).to(states.dtype) if ctx.needs_input_grad[0] else None
             )
             grad_weight = (
-                torch.mm(grad_logits.t(), mm_states).to(weight.dtype) if ctx.needs_input_grad[1] else None
+                ctx.product(grad_logits.t(), mm_states).to(weight.dtype) if ctx.needs_input_grad[1] else None
             )
-        return grad_states, grad_weight, None, None, None
+        return grad_states, grad_weight, None, None, None, None
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -117,7 +121,7 @@ def _autocast_dtype(device_type: str) -> torch.dtype | None:
 def can_fuse(head: torch.nn.Module, states: torch.Tensor) -> bool:
     """True when `head(states)` is exactly `states @ head.weight.T` with nothing around the call: float32 weights and
     states, in float32 or under autocast to bfloat16 / float16 (then the product runs in that dtype, as autocast's)."""
-    if type(head) is not torch.nn.Linear or head.bias is not None:
+    if type(head) not in (torch.nn.Linear, OneDnnLinear) or head.bias is not None:
         return False
     weight = head.weight
     plain = type(weight) is torch.nn.Parameter and type(weight.data) is torch.Tensor  # not a DTensor shard
@@ -132,11 +136,16 @@ def can_fuse(head: torch.nn.Module, states: torch.Tensor) -> bool:
 
 
 def head_logprobs(
-    states: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float
+    states: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    onednn: bool = False,
 ) -> torch.Tensor:
     """(N,) float32 log p(targets[i] | states[i]) under logits `states @ weight.T / temperature`; under autocast the
-    product runs in autocast's dtype (the softmax and the result stay float32)."""
+    product runs in autocast's dtype (the softmax and the result stay float32). `onednn`: float32 products through
+    `core.cpu_matmul.mm`, as the head module's own (an `OneDnnLinear`) would run them."""
     low = _autocast_dtype(states.device.type)
     return _HeadLogprobs.apply(
-        states, weight, targets, float(temperature), low if low in LOW_PRECISION else None
+        states, weight, targets, float(temperature), low if low in LOW_PRECISION else None, onednn
     )

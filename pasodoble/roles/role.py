@@ -40,7 +40,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from pasodoble.checkpoint import load_torch_state
-from pasodoble.core import grpo, precision
+from pasodoble.core import cpu_matmul, grpo, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_head import reuse_head_casts
@@ -111,6 +111,9 @@ class RoleConfig:
     # LM-head tokens per chunk of the loss (None: whole logits; "auto": from the vocabulary and the model's size)
     logprob_chunk_tokens: int | Literal["auto"] | None = 2048
     share_prompt_prefill: bool = True  # each distinct prompt of a generate() call / micro-batch runs once
+    cpu_matmul: str = (
+        "auto"  # float32 linear layers on a CPU: "auto" (oneDNN on AMD AVX-512 cores) | "onednn" | "blas"
+    )
 
     def validate(self) -> None:
         if self.num_generations < 1:
@@ -161,6 +164,10 @@ class RoleConfig:
                 "logprob_chunk_tokens",
                 "must be an integer >= 1 (e.g. 2048), auto (from the vocabulary and the model's size) or null for "
                 f"off, got {self.logprob_chunk_tokens!r}",
+            )
+        if self.cpu_matmul not in cpu_matmul.CHOICES:
+            raise ConfigError(
+                "cpu_matmul", f"unknown {self.cpu_matmul!r}; use one of {', '.join(cpu_matmul.CHOICES)}"
             )
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ConfigError("tis_cap", f"must be > 0 (e.g. 2.0) or null for off, got {self.tis_cap}")
@@ -353,6 +360,7 @@ class Role:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         model = model.to(resolve_device(cfg.device))
         use_grouped_attention(model)
+        cpu_matmul.use_cpu_matmul(model, cfg.cpu_matmul)
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pasodoble.core.cpu_matmul import use_cpu_matmul
 from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
 from pasodoble.roles.adapters import add_adapter, wrap_lora
@@ -43,7 +44,7 @@ def build_shared_roles(
     On several ranks `sharding` wraps each adapter view (DDP reduces only that adapter's gradients) and
     `placement` places the shared vLLM server."""
     check_shared_base(proposer_cfg, solver_cfg)
-    for name in ("engine", "dtype", "device"):
+    for name in ("engine", "dtype", "device", "cpu_matmul"):
         if getattr(proposer_cfg, name) != getattr(solver_cfg, name):
             raise ConfigError(f"solver.{name}", f"roles.shared_base needs the same {name} for both roles")
     tokenizer = AutoTokenizer.from_pretrained(base_path)
@@ -52,6 +53,7 @@ def build_shared_roles(
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[proposer_cfg.dtype])
     base = base.to(resolve_device(proposer_cfg.device))
     use_grouped_attention(base)
+    use_cpu_matmul(base, proposer_cfg.cpu_matmul)
     proposer_view = wrap_lora(base, "proposer", proposer_cfg.lora)
     solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
     models = {"proposer": proposer_view, "solver": solver_view}
