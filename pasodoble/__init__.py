@@ -7,11 +7,14 @@ PasoDoble paper's ("Better LLM Reasoning via Dual-Play"); see the README for the
 
 import os
 
-# oneDNN (torch's bfloat16 matrix products on a CPU) keeps up to 1,024 compiled kernels, one per operand shape, each
-# with its scratch memory. A decode loop whose batch shrinks as rows end, and packed update rows of many lengths,
-# reach hundreds of shapes, most used once: on SmolLM2-135M in bfloat16 the cache added about 200 MB to a GRPO
-# step's peak at no gain in speed (docs/PERFORMANCE.md). oneDNN reads the capacity when it first builds a kernel, so
-# it is set here, before torch runs one; a value set by the user wins.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+# oneDNN runs torch's bfloat16 matrix products on a CPU, and the float32 linear layers of `core.cpu_matmul`. It keeps
+# up to 1,024 compiled kernels, one per operand shape, each with its scratch memory, and torch's oneDNN bridge
+# (ideep, which `cpu_matmul` goes through) keeps its own cache of 1,024 more. A decode loop whose batch shrinks as rows
+# end, and packed update rows of many lengths, reach hundreds of shapes, most used once: on SmolLM2-135M in bfloat16
+# the kernel cache added about 200 MB to a GRPO step's peak at no gain in speed, and in float32 through `cpu_matmul`
+# the bridge's cache grew by about 1 MB a shape (docs/PERFORMANCE.md). Both read their capacity when they first build
+# a kernel, so it is set here, before torch runs one; a value set by the user wins.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "32")
+os.environ.setdefault("LRU_CACHE_CAPACITY", "16")
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Importing pasodoble bounds oneDNN's kernel cache (bfloat16 products on a CPU), unless the user set it."""
+"""Importing pasodoble bounds oneDNN's kernel cache and torch's oneDNN bridge cache on a CPU, unless the user set them."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _capacity_after_import(env_value: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+def _capacity_after_import(env_value: str | None, name: str = "ONEDNN_PRIMITIVE_CACHE_CAPACITY") -> str:
+    env = {k: v for k, v in os.environ.items() if k != name}
     if env_value is not None:
-        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = env_value
-    code = "import os, pasodoble; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+        env[name] = env_value
+    code = f"import os, pasodoble; print(os.environ['{name}'])"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -28,5 +28,7 @@ def _capacity_after_import(env_value: str | None) -> str:
 
 
 def test_import_sets_a_small_kernel_cache_and_a_users_value_wins():
-    assert _capacity_after_import(None) == "64"
+    assert _capacity_after_import(None) == "32"
     assert _capacity_after_import("1024") == "1024"
+    assert _capacity_after_import(None, "LRU_CACHE_CAPACITY") == "16"  # torch's oneDNN bridge
+    assert _capacity_after_import("1024", "LRU_CACHE_CAPACITY") == "1024"

@@ -1,0 +1,160 @@
+"""oneDNN linear layers: the stock layer's values and gradients, the stock path wherever they do not apply, and the
+choice of kernel by name and by CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from pasodoble.core import cpu_matmul
+from pasodoble.core.cpu_matmul import OneDnnLinear, resolve, use_cpu_matmul
+from pasodoble.core.fused_head import head_logprobs
+from pasodoble.errors import ConfigError
+from pasodoble.roles.role import Role, RoleConfig, Sample
+from tests.loop_helpers import save_tiny
+
+needs_onednn = pytest.mark.skipif(not cpu_matmul.available(), reason="this torch build has no oneDNN linear")
+
+
+def twins(bias: bool, out_features: int = 33) -> tuple[torch.nn.Linear, torch.nn.Linear]:
+    torch.manual_seed(0)
+    stock = torch.nn.Linear(96, out_features, bias=bias)
+    turned = torch.nn.Linear(96, out_features, bias=bias)
+    turned.load_state_dict(stock.state_dict())
+    assert use_cpu_matmul(turned, "onednn") == 1
+    return stock, turned
+
+
+def run(layer: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor):
+    layer.zero_grad()
+    x = x.detach().clone().requires_grad_(True)
+    out = layer(x)
+    out.backward(grad)
+    grads = [p.grad.clone() for p in layer.parameters()]
+    return out.detach(), x.grad, grads
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(300, 96), (5, 7, 96), "transposed"])
+def test_values_and_gradients_equal_the_stock_layer(bias, shape):
+    stock, turned = twins(bias)
+    assert type(turned) is OneDnnLinear and isinstance(turned, torch.nn.Linear)
+    x = torch.randn(96, 40).t() if shape == "transposed" else torch.randn(*shape)  # a non-contiguous input
+    grad = torch.randn(*x.shape[:-1], 33)
+    want, got = run(stock, x, grad), run(turned, x, grad)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+    for g, w in zip(got[2], want[2], strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-4)
+
+
+@needs_onednn
+def test_the_layer_differs_from_stock_only_in_summation_order_and_runs_oneDNN():
+    stock, turned = twins(bias=True, out_features=512)
+    x = torch.randn(64, 96)
+    with torch.profiler.profile() as prof:
+        out = turned(x)
+    names = {e.name for e in prof.events()}
+    assert "mkldnn::_linear_pointwise" in names and "aten::addmm" not in names
+    torch.testing.assert_close(out, stock(x), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_other_dtypes_autocast_empty_inputs_and_no_grad_keep_or_match_the_stock_path():
+    stock, turned = twins(bias=True)
+    x = torch.randn(6, 96)
+    with torch.no_grad():
+        torch.testing.assert_close(turned(x), stock(x), rtol=1e-5, atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low, want = turned(x), stock(x)
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low, want, rtol=0, atol=0)  # the stock path: autocast's own product
+    assert turned(torch.randn(0, 96)).shape == (0, 33)
+    stock.to(torch.bfloat16), turned.to(torch.bfloat16)
+    xb = x.to(torch.bfloat16)
+    torch.testing.assert_close(turned(xb), stock(xb), rtol=0, atol=0)
+
+
+def test_choices_by_name_and_by_cpu():
+    amd512 = ("AuthenticAMD", {"avx2", "avx512f"})
+    assert not resolve("blas", amd512)
+    assert resolve("onednn", amd512) == cpu_matmul.available()
+    assert resolve("auto", amd512) == cpu_matmul.available()
+    assert not resolve("auto", ("GenuineIntel", {"avx2", "avx512f"}))  # MKL takes its AVX-512 path there
+    assert not resolve("auto", ("AuthenticAMD", {"avx2"}))  # no wider path for oneDNN to take
+    assert not resolve("auto", ("", set()))  # an unreadable /proc/cpuinfo
+    with pytest.raises(ValueError, match="auto, onednn, blas"):
+        resolve("mkl")
+
+
+def test_cpu_flags_read_the_first_core_and_survive_a_missing_file(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f\n\n"
+        "processor\t: 1\nvendor_id\t: Other\nflags\t\t: fpu\n"
+    )
+    assert cpu_matmul._cpu_flags(info) == ("AuthenticAMD", {"fpu", "avx2", "avx512f"})
+    assert cpu_matmul._cpu_flags(tmp_path / "missing") == ("", set())
+
+
+@needs_onednn
+def test_fused_head_products_through_onednn_match_torch_mm():
+    torch.manual_seed(1)
+    weight = torch.randn(300, 16, requires_grad=True)
+    states = torch.randn(11, 16) * 3
+    targets = torch.randint(0, 300, (11,))
+    results = []
+    for onednn in (False, True):
+        weight.grad = None
+        s = states.clone().requires_grad_(True)
+        out = head_logprobs(s, weight, targets, 0.7, onednn)
+        (out * torch.arange(11.0)).sum().backward()
+        results.append((out.detach(), s.grad, weight.grad.clone()))
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_a_model_keeps_its_state_dict_and_logits(tmp_path):
+    folder = save_tiny(tmp_path / "m", seed=0)
+    stock = AutoModelForCausalLM.from_pretrained(folder).eval()
+    turned = AutoModelForCausalLM.from_pretrained(folder).eval()
+    linears = sum(type(m) is torch.nn.Linear for m in turned.modules())
+    assert use_cpu_matmul(turned, "blas") == 0
+    assert use_cpu_matmul(turned, "onednn") == linears > 0
+    assert use_cpu_matmul(turned, "onednn") == 0  # nothing left to turn
+    assert list(turned.state_dict()) == list(stock.state_dict())
+    ids = torch.randint(0, 40, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            turned(input_ids=ids).logits, stock(input_ids=ids).logits, rtol=1e-4, atol=1e-5
+        )
+
+
+@needs_onednn
+def test_roles_on_either_kernel_take_the_same_update(tmp_path):
+    folder = save_tiny(tmp_path / "m", seed=0)
+    base = dict(model=str(folder), num_generations=3, temperature=1.0, max_completion_length=8, lr=1e-2)
+    roles = {
+        c: Role.from_pretrained("solver", RoleConfig(**base, cpu_matmul=c), folder)
+        for c in ("blas", "onednn")
+    }
+    assert not any(isinstance(m, OneDnnLinear) for m in roles["blas"].model.modules())
+    assert any(isinstance(m, OneDnnLinear) for m in roles["onednn"].model.modules())
+    ids = [roles["blas"].prompt_ids([{"role": "user", "content": p}]) for p in ("1+1", "2+3")]
+    samples = [Sample(ids[i], c) for i, g in enumerate(roles["blas"].generate(ids, 0)) for c in g]
+    advantages = [(-1.0) ** k * (1 + k % 3) / 2 for k in range(len(samples))]
+    before = [p.detach().clone() for p in roles["blas"].model.parameters()]
+    stats = {c: role.update(samples, advantages) for c, role in roles.items()}
+    for key in ("loss", "grad_norm"):
+        assert stats["onednn"][key] == pytest.approx(stats["blas"][key], rel=1e-4, abs=1e-6)
+    assert stats["blas"]["grad_norm"] > 0
+    for role in roles.values():  # both took a step
+        assert any(not torch.equal(a, b) for a, b in zip(before, role.model.parameters(), strict=True))
+
+
+def test_config_names_the_choices():
+    with pytest.raises(ConfigError, match="cpu_matmul"):
+        RoleConfig(model="test", cpu_matmul="mkl").validate()
