@@ -171,9 +171,11 @@ def load_model(path: str, dtype: str, device: str, adapter: Path | None):
             f"--model: cannot load {path!r} ({err}); give a local model directory or a Hub id"
         ) from err
     if device == "cpu":
+        from pasodoble.core.cpu_matmul import use_cpu_matmul
         from pasodoble.roles.grouped_attention import use_grouped_attention
 
         use_grouped_attention(model)  # prefills without copies of the key/value heads
+        use_cpu_matmul(model, "auto")  # float32 linear layers on the kernel a Role's default picks
     if adapter is not None:
         from peft import PeftModel
 
