@@ -9,8 +9,8 @@ way; anything else (another dtype, autocast, a sharded or offloaded weight, anot
 `resolve`: "blas" keeps torch's default; "onednn" asks for oneDNN; "auto" picks it on AMD cores with AVX-512,
 where MKL (torch's BLAS on x86) takes its AVX2 path and oneDNN uses the whole vector width.
 
-Why: on a Zen 5 core MKL's float32 GEMM ran at 107-110 GFLOP/s at every shape of the bench models and oneDNN's at
-210-247, and a linear layer's forward and backward ran 1.65-2.13x faster (docs/PERFORMANCE.md). The products are
+Why: on a Zen 5 core MKL's float32 products ran at 88-112 GFLOP/s at the bench models' shapes and oneDNN's at
+198-256, a linear layer's forward and backward 1.65-2.13x faster, SmolLM2-135M's GRPO step 1.66x (docs/PERFORMANCE.md). The products are
 float32 in both; they differ only in summation order (relative differences around 1e-6, tested).
 
 Run: `use_cpu_matmul(model, "auto")` once after loading; the Role does it for every model it loads
