@@ -98,8 +98,7 @@ def test_the_packed_update_attends_per_sample_on_grouped_sdpa(tiny_lm, chunk_tok
 def test_a_model_that_drops_the_layout_is_refused(tiny_lm, monkeypatch):
     """The mask is only a stand-in beside the layout: attention that never read the layout must not pass."""
     model, tokenizer, _ = tiny_lm
-    monkeypatch.setattr(
-        "pasodoble.core.segment_attention.SEGMENT_AWARE", {"sdpa"}
-    )  # stock SDPA ignores packed_segments=
+    # stock SDPA ignores packed_segments=
+    monkeypatch.setattr("pasodoble.core.segment_attention.SEGMENT_AWARE", {"sdpa"})
     with pytest.raises(RuntimeError, match="did not pass packed_segments="):
         packed_logprobs(model, [[5, 6, 7]] * 2, [[8, 9, 10], [11, 12]], 6, pad_id=tokenizer.pad_token_id)

@@ -95,9 +95,8 @@ class SegmentLayout:
         for r, p in enumerate(prompt_of):
             inverse[r * length : r * length + p] = torch.arange(r * prompt, r * prompt + p, device=device)
         if samples:
-            first = (
-                rows * prompt + torch.arange(samples, device=device) * width
-            )  # (N,) each sample's first slot
+            # (N,) each sample's first slot
+            first = rows * prompt + torch.arange(samples, device=device) * width
             fed = torch.repeat_interleave(start, size) + _ramps(size)  # (sum of sizes,) every fed position
             inverse[fed] = fed + torch.repeat_interleave(first - start, size)
         return cls(rows, length, prompt, samples, width, query.flatten(), key.flatten(), mask, inverse)
