@@ -167,7 +167,8 @@ bench-env: $(TRL_VENV)/.stamp-trl
 # to one core; BENCH_ARGS adds flags, e.g. --rounds 5 --cpu 0), the same on SmolLM2 in bfloat16 autocast on both
 # sides where the CPU multiplies bfloat16 natively, the rollout engines' sampling throughput and MFU on
 # SmolLM2 at batch 64 (vLLM beside HF when its venv is built) and at 512 (HF), the dual-play step's phases and cost model on the tiny world, the
-# decode loop, the grouped-query attention and the update's layouts against the paths they replaced, and the grader against plain
+# decode loop, the grouped-query attention and the update's layouts against the paths they replaced (with where the update's time
+# goes: its operators, and its matrix products' share and rate against the matmul peak), and the grader against plain
 # math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
 bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
@@ -179,7 +180,8 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/dualplay_cost.py --out bench-out/dualplay
 	$(BIN)/python bench/decode_loop.py --model smollm2 --new-tokens 128 --prompts 16 --samples 4 --rounds 3 --out bench-out/decode_loop
 	$(BIN)/python bench/grouped_attention.py --model tiny --out bench-out/grouped_attention
-	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --out bench-out/update_layout
+	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --profile 15 --out bench-out/update_layout
+	$(BIN)/python bench/update_layout.py --model tiny --new-tokens 200 --rounds 3 --profile 15 --out bench-out/update_layout-tiny200
 	$(BIN)/python bench/update_ops.py --out bench-out/update_ops.json
 	$(BIN)/python bench/grader.py
 

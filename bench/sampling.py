@@ -14,8 +14,9 @@ when `--vllm-python` names a venv with vLLM (`make vllm-env`).
 Why: the issue asks how close sampling gets to the matmul limit at batch 64 or more, and whether the vLLM CPU build
 is worth its install for a real model; the answer is measured here, not assumed.
 
-`--profile N` adds one more HF call under torch.profiler and its N costliest operators (share of the time, FLOP rate
-of the matrix products): where a decode step's time goes.
+`--profile N` adds two more HF calls under torch.profiler (`bench/op_profile.py`: one timed, one that records the
+operand shapes) and the N costliest operators (share of the time, FLOP rate of the matrix products), with the
+products' share of the time and rate against the peak: where a decode step's time goes.
 
 Run: `python bench/sampling.py --out bench-out/sampling [--vllm-python ~/.cache/pasodoble/venv-vllm/bin/python]`;
 one side by hand: `python bench/sampling.py --side hf --spec SPEC --result OUT.json`.
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
+
+from op_profile import matmul_peak, op_profile, profile_table, summary_line  # noqa: E402
 
 
 def tree_cpu_s() -> float:
@@ -125,7 +128,9 @@ def run_side(side: str, spec: dict) -> dict:
         times.append((tree_cpu_s() - cpu0, time.perf_counter() - wall0))
     tokens = sum(len(c.token_ids) for g in groups for c in g)
     peak_rss_mb = tree_peak_rss_mb()  # before the profiler, which holds every operator event
-    profile = op_profile(engine, prompts, sampling, spec["profile"]) if spec.get("profile") else None
+    profile = products = None
+    if spec.get("profile"):
+        profile, products = op_profile(lambda: engine.generate(prompts, sampling), spec["profile"])
     engine.close()
     cpu_s = statistics.median(t[0] for t in times)
     wall_s = statistics.median(t[1] for t in times)
@@ -140,68 +145,8 @@ def run_side(side: str, spec: dict) -> dict:
         "runs": times,
         "peak_rss_mb": peak_rss_mb,
         "profile": profile,
+        "profile_products": products,
     }
-
-
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")  # the operators whose FLOP rate the profile reports
-
-
-def op_profile(engine, prompts, sampling, top: int) -> list[dict]:
-    """One more `generate` call under torch.profiler: the `top` operators by self CPU time, each with its share of
-    the call's operator time and, for matrix products, the FLOP rate they ran at."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
-        engine.generate(prompts, sampling)
-    events = list(prof.key_averages())
-    total = sum(e.self_cpu_time_total for e in events) or 1
-    rows = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
-    return [
-        {
-            "op": e.key,
-            "calls": e.count,
-            "self_cpu_s": e.self_cpu_time_total / 1e6,
-            "share": e.self_cpu_time_total / total,
-            "gflop_per_s": (
-                e.flops / e.self_cpu_time_total / 1e3
-                if e.key in MATMUL_OPS and e.flops and e.self_cpu_time_total
-                else None
-            ),
-        }
-        for e in rows
-    ]
-
-
-def profile_table(rows: list[dict]) -> str:
-    lines = [
-        "| operator | calls | self CPU-s | share of operator time | GFLOP/s |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        rate = f"{r['gflop_per_s']:.1f}" if r["gflop_per_s"] else ""
-        lines.append(f"| `{r['op']}` | {r['calls']:,} | {r['self_cpu_s']:.2f} | {r['share']:.1%} | {rate} |")
-    return "\n".join(lines)
-
-
-def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
-    """Best of 3 float32 matmul rates of one thread, FLOPs per CPU-second, over torch's BLAS and oneDNN (where
-    this build has it): the core's limit is the faster kernel's."""
-    import torch
-
-    from pasodoble.core import cpu_matmul
-
-    torch.set_num_threads(1)
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    kernels = [torch.mm] + ([cpu_matmul.mm] if cpu_matmul.available() else [])
-    best = 0.0
-    for product in kernels:
-        for _ in range(3):
-            reps, start = 0, time.process_time()
-            while time.process_time() - start < seconds:
-                product(a, b)
-                reps += 1
-            best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
-    return best
 
 
 def table(results: list[dict], peak: float) -> str:
@@ -235,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="after the timed calls, one more hf call under torch.profiler: its N costliest operators (default 0: "
+        help="after the timed calls, two more hf calls under torch.profiler: the N costliest operators (default 0: "
         "off; the profiler holds every operator event: 8.5 GB at batch 64 x 128 new tokens)",
     )
     ap.add_argument("--side", choices=("hf", "vllm"), help=argparse.SUPPRESS)
@@ -304,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             text += f"\n\nOperators of one more {r['side']} call under torch.profiler:\n\n" + profile_table(
                 r["profile"]
             )
+            text += "\n\n" + summary_line(r["profile_products"], peak)
     print(text)
     write_json_atomic(
         args.out / "sampling.json",

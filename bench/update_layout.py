@@ -22,8 +22,9 @@ the whole-step comparison's noise (±7-10% a phase) cannot resolve.
 On a GPU (`--device cuda`, `--model qwen3-0.6b`: a random Qwen3-0.6B-size model from a config, as `bench/vs_trl.py
 --device cuda` builds it): the role trains in bfloat16 autocast over float32 master weights, the times are wall-clock
 seconds after a CUDA synchronise, and the record adds the peak GPU memory allocated. `--profile N` adds the N
-costliest operators of one more update in the default arm (`torch.profiler`; self CUDA time on a GPU, self CPU time
-on a CPU), the view that places an update's time. `--micro-batch-tokens` replaces the `auto` budget.
+costliest operators of one more update in the default arm (`torch.profiler`; self CUDA time on a GPU; on a CPU self
+CPU time with the matrix products' FLOP rate, and their share of the time and rate against the matmul peak measured
+after it, `bench/op_profile.py`), the view that places an update's time. `--micro-batch-tokens` replaces the `auto` budget.
 
 Run: `python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 3 --cpu 1`;
 on a GPU: `python bench/update_layout.py --model qwen3-0.6b --device cuda --prompts 16 --samples 8 --new-tokens 256
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from op_profile import matmul_peak, op_profile, profile_table, summary_line  # noqa: E402
 from vs_trl import pinned_bench  # noqa: E402
 from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
@@ -84,18 +86,15 @@ def token_budget(text: str) -> int | str | None:
     raise argparse.ArgumentTypeError(f"{text!r}: use auto, none or a positive number of tokens")
 
 
-def profile(role, samples, advantages, device: str, top: int) -> str:
-    """The `top` costliest operators of one default-arm update (self time on the device that runs them)."""
+def gpu_profile(role, samples, advantages, top: int) -> str:
+    """On a GPU: the `top` costliest operators of one default-arm update by self CUDA time, as torch prints them."""
     import torch
     from torch.profiler import ProfilerActivity
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         role.update(samples, advantages)
-        if device != "cpu":
-            torch.cuda.synchronize()
-    key = "self_cpu_time_total" if device == "cpu" else "self_cuda_time_total"
-    return prof.key_averages().table(sort_by=key, row_limit=top)
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=top)
 
 
 def measure(args) -> dict:
@@ -145,8 +144,11 @@ def measure(args) -> dict:
     }  # fmt: skip
     if on_gpu:
         record["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20)
-    if args.profile:
-        record["profile"] = profile(role, samples, advantages, args.device, args.profile)
+    if args.profile and on_gpu:
+        record["profile"] = gpu_profile(role, samples, advantages, args.profile)
+    elif args.profile:
+        rows, products = op_profile(lambda: role.update(samples, advantages), args.profile)
+        record.update(profile=rows, profile_products=products, matmul_peak_flops_per_s=matmul_peak())
     return record
 
 
@@ -168,8 +170,12 @@ def report(record: dict) -> str:
         lines.append(
             f"| {name} | {statistics.median(s[name]):.3f} | {[round(x, 3) for x in s[name]]} | {ratio:.3f} |"
         )
-    if record.get("profile"):
+    if isinstance(record.get("profile"), str):
         lines += ["", "one more update in the default arm, its costliest operators:", record["profile"]]
+    elif record.get("profile"):
+        lines += ["", "the default arm's update under torch.profiler, its costliest operators:", ""]
+        lines += [profile_table(record["profile"]), ""]
+        lines.append(summary_line(record["profile_products"], record["matmul_peak_flops_per_s"]))
     return "\n".join(lines)
 
 

@@ -387,17 +387,32 @@ def test_sampling_bench_profiles_the_operators_of_one_call():
     from pasodoble.rollout import HFEngine, SamplingParams
     from tests.loop_helpers import make_model, make_tokenizer
 
-    bench = _load("sampling")
+    bench = _load("op_profile")
     tokenizer = make_tokenizer()
     engine = HFEngine(make_model(tokenizer), tokenizer, batch_size=4)
     prompts = [tokenizer("1+1=")["input_ids"], tokenizer("2+2=")["input_ids"]]
-    rows = bench.op_profile(engine, prompts, SamplingParams(n=2, max_new_tokens=4, seed=0), top=5)
+    sampling = SamplingParams(n=2, max_new_tokens=4, seed=0)
+    rows, products = bench.op_profile(lambda: engine.generate(prompts, sampling), top=5)
     assert len(rows) == 5 and rows == sorted(rows, key=lambda r: -r["self_cpu_s"])
     assert 0 < sum(r["share"] for r in rows) <= 1 + 1e-9
     matmuls = [r for r in rows if r["gflop_per_s"]]
     assert matmuls and all(r["op"] in bench.MATMUL_OPS for r in matmuls)
+    assert products["product_flops"] > 0 and 0 < products["product_share"] < 1
     table = bench.profile_table(rows).splitlines()
     assert table[0].startswith("| operator |") and len(table) == 2 + 5
+    line = bench.summary_line(products, peak=1e11)
+    assert "matrix products:" in line and "of the matmul peak (100.0 GFLOP/s)" in line
+
+
+def test_profile_counts_the_flops_of_every_product_kernel():
+    bench = _load("op_profile")
+    assert bench.product_flops("aten::mm", [[8, 4], [4, 3]]) == 2 * 8 * 4 * 3
+    assert bench.product_flops("aten::addmm", [[3], [8, 4], [4, 3]]) == 2 * 8 * 4 * 3
+    assert bench.product_flops("aten::bmm", [[5, 8, 4], [5, 4, 3]]) == 2 * 5 * 8 * 4 * 3
+    # oneDNN's linear: input (..., K), weight (N, K); the backward's products pass transposed operands the same way
+    assert bench.product_flops("mkldnn::_linear_pointwise", [[2, 8, 4], [3, 4], [3]]) == 2 * 16 * 4 * 3
+    assert bench.product_flops("aten::add", [[8, 4], [8, 4]]) == 0
+    assert bench.product_flops("aten::mm", [[8, 4]]) == 0  # a shape the profiler left out
 
 
 def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsys):
@@ -437,9 +452,11 @@ def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_pat
     assert bench.main(argv) == 0
     record = json.loads((out / "result.json").read_text())
     assert record["device"] == "cpu" and record["micro_batch_tokens"] == 64
-    assert "aten::" in record["profile"] and "Self CPU" in record["profile"]
+    assert len(record["profile"]) == 5 and record["matmul_peak_flops_per_s"] > 0
+    assert record["profile_products"]["product_flops"] > 0
     printed = capsys.readouterr().out
     assert "its costliest operators" in printed and "| arm | CPU-s (median) |" in printed
+    assert "| operator | calls |" in printed and "of the matmul peak" in printed
 
 
 def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_path, capsys):
