@@ -246,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in results:
         if r.get("profile"):
-            text += f"\n\nOperators of one more {r['side']} call under torch.profiler (a second recorded the shapes):\n\n" + profile_table(
-                r["profile"]
+            text += (
+                f"\n\nOperators of one more {r['side']} call under torch.profiler (a second recorded the shapes):\n\n"
+                + profile_table(r["profile"])
             )
             text += "\n\n" + summary_line(r["profile_products"], peak)
     print(text)
