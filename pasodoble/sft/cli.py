@@ -209,6 +209,9 @@ def run_sft(args: argparse.Namespace) -> int:
         )
     if accelerator is not None:
         accelerator.wait_for_everyone()
+        # the process group is torn down here, not by the interpreter's exit: left to exit, a rank of a gloo group
+        # was once aborted there ("terminate called without an active exception") after the model was written
+        accelerator.end_training()
     return 0
 
 
