@@ -6,7 +6,8 @@ time, each with its calls, self CPU-seconds, share of all operator time and, for
 `core.cpu_matmul` runs), the FLOP rate they ran at, counted from their operand shapes (`product_flops`) in a second
 call that records them; with it, `product_summary` of the call: the products' FLOPs, CPU-seconds and share of the
 operator time. `profile_table(rows)` and `summary_line(summary, peak)` print them; `matmul_peak()` measures the
-peak they are read against.
+peak they are read against, from `kernel_rates` (each kernel's rate; `bench/vs_trl_sides.py --side peak` records
+them).
 
 Why: the MFU of a phase divides the model's FLOPs by the whole phase's time; this view splits that time into the
 products (and the rate they reach against the core's peak) and everything else (attention, normalisations,
@@ -116,22 +117,37 @@ def summary_line(summary: dict, peak: float | None = None) -> str:
     )
 
 
-def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
-    """Best of 3 float32 matmul rates of one thread, FLOPs per CPU-second, over torch's BLAS and oneDNN (where
-    this build has it): the core's limit is the faster kernel's."""
+def kernel_rates(dtype: str = "float32", seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
+    """Best of `trials` rates (FLOPs per CPU-second) of a `size` x `size` product in `dtype`, per kernel: torch's
+    BLAS (`torch.mm`) and, in float32 where this build has it, oneDNN (`core.cpu_matmul.mm`). The caller sets the
+    thread count."""
     import torch
 
     from pasodoble.core import cpu_matmul
 
-    torch.set_num_threads(1)
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    kernels = [torch.mm] + ([cpu_matmul.mm] if cpu_matmul.available() else [])
-    best = 0.0
-    for product in kernels:
+    a = torch.randn(size, size, dtype=getattr(torch, dtype))
+    b = torch.randn(size, size, dtype=getattr(torch, dtype))
+    kernels = {"blas": torch.mm}
+    if dtype == "float32" and cpu_matmul.available():
+        kernels["onednn"] = cpu_matmul.mm
+    rates = {}
+    for name, product in kernels.items():
         for _ in range(3):
+            product(a, b)
+        best = 0.0
+        for _ in range(trials):
             reps, start = 0, time.process_time()
             while time.process_time() - start < seconds:
                 product(a, b)
                 reps += 1
             best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
-    return best
+        rates[name] = best
+    return rates
+
+
+def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
+    """The float32 matmul peak of one thread, FLOPs per CPU-second: the faster kernel's rate (`kernel_rates`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return max(kernel_rates("float32", seconds, size).values())

@@ -141,29 +141,12 @@ def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3, dtype: str
     """Best of `trials` matmul rates of one thread in `dtype` (FLOPs per CPU-second): the MFU's denominator. In
     float32 both torch's BLAS (`torch.mm`) and oneDNN (the kernel `cpu_matmul: auto` may pick) run, where the build
     has oneDNN: the core's limit is the faster one's, and each kernel's rate is recorded."""
-    import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pasodoble.core import cpu_matmul
+    here = Path(__file__).resolve()
+    sys.path[:0] = [str(here.parents[1]), str(here.parent)]
+    from op_profile import kernel_rates
 
     _one_thread()
-    a = torch.randn(size, size, dtype=getattr(torch, dtype))
-    b = torch.randn(size, size, dtype=getattr(torch, dtype))
-    kernels = {"blas": torch.mm}
-    if dtype == "float32" and cpu_matmul.available():
-        kernels["onednn"] = cpu_matmul.mm
-    rates = {}
-    for name, product in kernels.items():
-        for _ in range(3):
-            product(a, b)
-        best = 0.0
-        for _ in range(trials):
-            reps, start = 0, time.process_time()
-            while time.process_time() - start < seconds:
-                product(a, b)
-                reps += 1
-            best = max(best, 2.0 * size**3 * reps / (time.process_time() - start))
-        rates[name] = best
+    rates = kernel_rates(dtype, seconds, size, trials)
     return {
         "side": "peak",
         "matmul_size": size,
