@@ -164,14 +164,16 @@ bench-env: $(TRL_VENV)/.stamp-trl
 
 # The benchmark suite (docs/PERFORMANCE.md), each part a table with its ratio or fit, JSON under bench-out/: the GRPO
 # step against TRL's GRPOTrainer on the same weights and work (paired, interleaved runs in separate processes pinned
-# to one core; BENCH_ARGS adds flags, e.g. --rounds 5 --cpu 0), the same on SmolLM2 in bfloat16 autocast on both
+# to one core, on the questions of seeds 0-2: the tiny shapes 3 rounds a seed, SmolLM2 one; each report ends with the
+# range over seeds; BENCH_ARGS adds flags, e.g. --rounds 5 --cpu 0), the same on SmolLM2 in bfloat16 autocast on both
 # sides where the CPU multiplies bfloat16 natively, the rollout engines' sampling throughput and MFU on
 # SmolLM2 at batch 64 (vLLM beside HF when its venv is built) and at 512 (HF), the dual-play step's phases and cost model on the tiny world, the
 # decode loop, the grouped-query attention and the update's layouts against the paths they replaced (with where the update's time
 # goes: its operators, and its matrix products' share and rate against the matmul peak), and the grader against plain
 # math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
 bench: fetch-real bench-env
-	$(BIN)/python bench/vs_trl.py --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
+	$(BIN)/python bench/vs_trl.py --shapes tiny,tiny200 --seeds 0,1,2 --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
+	$(BIN)/python bench/vs_trl.py --shapes smollm2 --seeds 0,1,2 --rounds 1 --trl-python $(TRL_PY) --out bench-out/smollm2 $(BENCH_ARGS)
 	if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then \
 	  $(BIN)/python bench/vs_trl.py --shapes smollm2 --dtype bfloat16 --trl-python $(TRL_PY) --out bench-out/bf16 $(BENCH_ARGS); \
 	else echo "bench: this CPU has no native bfloat16 products (avx512_bf16, amx_bf16): the bfloat16 comparison is skipped"; fi

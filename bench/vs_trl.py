@@ -10,7 +10,9 @@ Reported per side: medians over rounds of CPU-seconds (step, generation with rew
 per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 matmul peak of the same core
 measured in the same run (the higher of a measurement before and one after the timed work); then the paired
 ratios TRL / project, and what twice each TRL side's tokens per CPU-second would ask of the project's step (its
-CPU-seconds and step MFU at the same work). Writes `results.json` and `report.md` under --out.
+CPU-seconds and step MFU at the same work). With `--seeds 0,1,2` every shape runs its rounds on each seed's
+questions (the tiny anchor's tokenizer is learnt from them, so each seed has its own anchor folder) and the report
+ends with each shape's figures over the seeds and their range. Writes `results.json` and `report.md` under --out.
 
 Shapes: `tiny`, the anchor (a random tiny Qwen3 from the tiny world's config, byte-level BPE of 320 tokens, 32
 prompts x 8 samples, 48 new tokens), `tiny200` (the same at 200 new tokens) and `smollm2`
@@ -30,6 +32,7 @@ products (AVX512_BF16, AMX), where they run several times the float32 rate.
 
     make bench                                               # every shape, 3 rounds
     python bench/vs_trl.py --quick --trl-python PY --out bench-out      # the anchor, 2 rounds: minutes
+    python bench/vs_trl.py --shapes tiny,tiny200 --seeds 0,1,2 --trl-python PY --out bench-out  # spread over seeds
     nice -n 19 python bench/vs_trl.py --shapes smollm2 --rounds 2 --cpu 1 --trl-python PY --out bench-out
     python bench/vs_trl.py --quick --project-only --out bench-out       # no TRL: the project's figures alone
     python bench/vs_trl.py --device cuda --rounds 2 --trl-python python3 --out bench-gpu  # one GPU, Qwen3-0.6B size
@@ -121,9 +124,11 @@ def build_from_config(folder: Path, arch: str) -> Path:
     return folder / "model-0"
 
 
-def model_dir(shape: str, out: Path, texts: list[str]) -> Path:
+def model_dir(shape: str, out: Path, texts: list[str], seed: int = 0) -> Path:
+    """The shape's model folder; the tiny anchor's tokenizer is learnt from `texts` (the questions of `seed`), so
+    each seed has its own folder."""
     if shape.startswith("tiny"):
-        return build_tiny_anchor(out / "models" / "tiny-anchor", texts)
+        return build_tiny_anchor(out / "models" / f"tiny-anchor-seed{seed}", texts)
     if shape.startswith("qwen3-"):
         arch = "TINY" if shape == "qwen3-tiny" else "QWEN3_0_6B"
         return build_from_config(out / "models" / shape, arch)
@@ -192,33 +197,33 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float) -> dict:
-    """Every round of one shape; its runs (with derived figures), summary and Markdown table."""
-    texts = questions(shape.prompts * (args.warmup_steps + 1), seed=args.seed)
-    folder = model_dir(name, args.out, texts)
+def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float, seed: int) -> dict:
+    """Every round of one shape on the questions of `seed`; its runs (with derived figures) and summary."""
+    texts = questions(shape.prompts * (args.warmup_steps + 1), seed=seed)
+    folder = model_dir(name, args.out, texts, seed)
     spec = {
         **asdict(shape),
         "shape": name,
         "model_dir": str(folder),
         "chats": [[{"role": "user", "content": t}] for t in texts],
         "warmup_steps": args.warmup_steps,
-        "seed": args.seed,
+        "seed": seed,
         "project_overrides": args.project_set,
         "device": args.device,
         "dtype": args.dtype,
     }
-    spec_path = args.out / f"spec-{name}.json"
+    spec_path = args.out / f"spec-{name}-seed{seed}.json"
     write_json_atomic(spec_path, spec)
     pythons = {"project": sys.executable, "trl": str(args.trl_python), "trl_defaults": str(args.trl_python)}
     runs = []
     for r in range(args.rounds):
         for side in sides:
-            out = args.out / "runs" / f"{name}-r{r}-{side}.json"
+            out = args.out / "runs" / f"{name}-seed{seed}-r{r}-{side}.json"
             record = run_child(pythons[side], side, spec_path, out, args.cpu, args.device)
             run = stats.derived({**record, "round": r}, peak)
             gpu = f", peak GPU {run['peak_gpu_mb']:,.0f} MB" if "peak_gpu_mb" in run else ""
             print(
-                f"{name} round {r} {side}: step {run['step_cpu_s']:.2f} {stats.unit([run])} (generation "
+                f"{name} seed {seed} round {r} {side}: step {run['step_cpu_s']:.2f} {stats.unit([run])} (generation "
                 f"{run['generate_cpu_s']:.2f}, update {run['update_cpu_s']:.2f}), {run['completion_tokens']} "
                 f"tokens, peak RSS {run['peak_rss_mb']:,.0f} MB{gpu}",
                 flush=True,
@@ -226,7 +231,14 @@ def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float) -> d
             runs.append(run)
     check_same_work(runs)
     summary = stats.summarise(runs)
-    return {"shape": asdict(shape), "model_dir": str(folder), "runs": runs, "summary": summary}
+    return {
+        "name": name,
+        "seed": seed,
+        "shape": asdict(shape),
+        "model_dir": str(folder),
+        "runs": runs,
+        "summary": summary,
+    }
 
 
 def check_same_work(runs: list[dict]) -> None:
@@ -273,7 +285,7 @@ def report(results: dict) -> str:
         f"Command: `{results['command']}`.",
         "Figures: medians over rounds (± half the range, % of the median); ratios: median of the paired ratios.",
     ]
-    for name, shape in results["shapes"].items():
+    for key, shape in results["shapes"].items():
         s = shape["shape"]
         project = next((r.get("settings", {}) for r in shape.get("runs", []) if r["side"] == "project"), {})
         budgets = (
@@ -284,7 +296,7 @@ def report(results: dict) -> str:
         )
         lines += [
             "",
-            f"## {name}: {s['prompts']} prompts x {s['num_generations']} samples, up to {s['max_new_tokens']} new "
+            f"## {key}: {s['prompts']} prompts x {s['num_generations']} samples, up to {s['max_new_tokens']} new "
             f"tokens, rounds: {shape['summary']['sides']['project']['rounds']}{budgets}",
             "",
             stats.render_table(shape["summary"]),
@@ -293,6 +305,14 @@ def report(results: dict) -> str:
             "",
             stats.target_line(shape["summary"]),
         ]
+    by_name: dict[str, list[tuple[int, dict]]] = {}
+    for shape in results["shapes"].values():
+        if "name" in shape and shape["summary"]["ratios"]:
+            by_name.setdefault(shape["name"], []).append((shape["seed"], shape["summary"]))
+    spread = {name: per_seed for name, per_seed in by_name.items() if len(per_seed) > 1}
+    if spread:
+        lines += ["", "## Over seeds", ""]
+        lines += ["\n\n".join(stats.render_seed_table(name, per_seed) for name, per_seed in spread.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -332,7 +352,12 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument(
         "--warmup-steps", type=int, default=1, help="steps each process takes before the measured one"
     )
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the questions' seed (default 0)")
+    ap.add_argument(
+        "--seeds",
+        help="comma-separated seeds, e.g. 0,1,2: every shape's rounds on each seed's questions, then the spread "
+        "over seeds (default: --seed alone)",
+    )
     ap.add_argument("--prompts", type=int, help="override the prompts per step of every shape")
     ap.add_argument("--max-new-tokens", type=int, help="override the new tokens of every shape")
     ap.add_argument(
@@ -354,6 +379,14 @@ def parse_args(argv: list[str] | None = None):
     if args.dtype is None:
         args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    try:
+        args.seeds = (
+            [args.seed] if args.seeds is None else [int(s) for s in args.seeds.split(",") if s.strip()]
+        )
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: use comma-separated integers, e.g. 0,1,2")
+    if not args.seeds or len(set(args.seeds)) != len(args.seeds):
+        ap.error(f"--seeds {args.seeds}: give at least one seed, each once")
     unknown = [s for s in args.shapes if s not in SHAPES]
     if unknown or not args.shapes:
         ap.error(f"--shapes: unknown {unknown}; use a comma-separated list of {', '.join(SHAPES)}")
@@ -410,15 +443,17 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     shapes = {}
-    for name in args.shapes:
-        shape = SHAPES[name]
-        shape = replace(
-            shape,
-            prompts=args.prompts or shape.prompts,
-            max_new_tokens=args.max_new_tokens or shape.max_new_tokens,
-            micro_batch=args.micro_batch or shape.micro_batch,
-        )
-        shapes[name] = run_shape(name, shape, args, sides, peak_before)
+    for seed in args.seeds:
+        for name in args.shapes:
+            shape = SHAPES[name]
+            shape = replace(
+                shape,
+                prompts=args.prompts or shape.prompts,
+                max_new_tokens=args.max_new_tokens or shape.max_new_tokens,
+                micro_batch=args.micro_batch or shape.micro_batch,
+            )
+            key = name if len(args.seeds) == 1 else f"{name}, seed {seed}"
+            shapes[key] = run_shape(name, shape, args, sides, peak_before, seed)
     # The core's rate drifts over a long run (it moved by 30% within 40 minutes on one machine): measure it again
     # and divide every MFU by the higher of the two, so that no MFU rests on a slow moment of the core.
     peak_after, _, kernels_after = measure_peak(args, "peak-after.json")
@@ -439,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "versions": versions,
         "dtype": args.dtype,
+        "seeds": args.seeds,
         "peak_flops_per_s": peak,
         "peak_flops_per_s_before_after": [peak_before, peak_after],
         "peak_flops_per_s_by_kernel_before_after": [kernels_before, kernels_after],

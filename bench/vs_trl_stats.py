@@ -184,3 +184,51 @@ def target_line(summary: dict, factor: float = 2.0) -> str:
         return f"{factor:g}x TRL: no TRL runs to compare"
     per = "CPU-second" if u == "CPU-s" else "second"
     return f"{factor:g}x TRL's tokens per {per} needs{now}: " + "; ".join(parts)
+
+
+def seed_row(seed: int, summary: dict) -> dict:
+    """One seed's headline figures from its `summarise` output: the project's tokens per CPU-second over each TRL
+    side's, TRL's update time over the project's, the step's CPU-seconds and every side's peak RSS (medians)."""
+    row: dict = {"seed": seed, "step_cpu_s": summary["sides"]["project"]["step_cpu_s"]["median"]}
+    for side, ratios in summary["ratios"].items():
+        tokens, update = ratios.get("tokens_per_cpu_s"), ratios.get("update_cpu_s")
+        if tokens and tokens["median"]:
+            row[f"speedup_{side}"] = 1 / tokens["median"]
+        if update:
+            row[f"update_ratio_{side}"] = update["median"]
+    for side, figures in summary["sides"].items():
+        if "peak_rss_mb" in figures:
+            row[f"peak_rss_mb_{side}"] = figures["peak_rss_mb"]["median"]
+    return row
+
+
+def render_seed_table(name: str, per_seed: Sequence[tuple[int, dict]]) -> str:
+    """A Markdown table of one shape over seeds (`seed_row` per seed), then a row with each column's range: the
+    spread a figure over seeds has, where one seed's table would show a single value."""
+    rows = [seed_row(seed, summary) for seed, summary in per_seed]
+    sides = [s for s in SIDES if s != "project" and any(f"speedup_{s}" in r for r in rows)]
+    u = unit(per_seed[0][1]) if per_seed else "CPU-s"
+    per = "CPU-s" if u == "CPU-s" else "s"
+    columns = [("step_cpu_s", f"project step ({u})", 2)]
+    columns += [(f"speedup_{s}", f"tokens/{per}: x {SIDE_TITLES[s]}", 2) for s in sides]
+    columns += [(f"update_ratio_{s}", f"update: {SIDE_TITLES[s]} / project", 2) for s in sides]
+    columns += [
+        (f"peak_rss_mb_{s}", f"peak RSS {SIDE_TITLES[s]} (MB)", 0)
+        for s in SIDES
+        if any(f"peak_rss_mb_{s}" in r for r in rows)
+    ]
+    lines = [
+        f"{name} over seeds {', '.join(str(r['seed']) for r in rows)}:",
+        "",
+        "| seed | " + " | ".join(title for _, title, _ in columns) + " |",
+        "|" + "---|" * (len(columns) + 1),
+    ]
+    for r in rows:
+        cells = [_figure(r[key], digits) if key in r else "-" for key, _, digits in columns]
+        lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    ranges = []
+    for key, _, digits in columns:
+        values = [r[key] for r in rows if key in r]
+        ranges.append(f"{_figure(min(values), digits)}-{_figure(max(values), digits)}" if values else "-")
+    lines.append("| range | " + " | ".join(ranges) + " |")
+    return "\n".join(lines)

@@ -174,6 +174,71 @@ def test_report_states_conditions_and_one_table_per_shape():
     )
 
 
+def _results(shapes: dict) -> dict:
+    return {
+        "date": "2026-12-05 06:00 UTC",
+        "command": "python bench/vs_trl.py --seeds 0,1",
+        "machine": {"cpu": "AMD EPYC", "core": 1, "load_before": [0.1], "load_after": [0.2]},
+        "versions": {},
+        "peak_flops_per_s": 1e6,
+        "shapes": shapes,
+    }
+
+
+def _shape(name: str, seed: int, runs: list[dict]) -> dict:
+    shape = {"prompts": 32, "num_generations": 8, "max_new_tokens": 48}
+    return {"name": name, "seed": seed, "shape": shape, "runs": runs, "summary": stats.summarise(runs)}
+
+
+def test_figures_over_seeds_have_a_row_per_seed_and_their_range():
+    seed0 = [run("project", 0, 2.0, 1.0, rss=500), run("trl", 0, 4.0, 2.0, rss=600)]  # 2.00x
+    seed0 += [run("trl_defaults", 0, 5.0, 2.0, rss=580)]  # 2.50x, its update 3.00x
+    seed1 = [
+        run("project", 0, 2.0, 1.0, rss=520),
+        run("trl", 0, 3.0, 1.5, rss=610),
+    ]  # 1.50x, no defaults side
+    row = stats.seed_row(0, stats.summarise(seed0))
+    assert row["speedup_trl"] == pytest.approx(2.0) and row["speedup_trl_defaults"] == pytest.approx(2.5)
+    assert row["update_ratio_trl"] == pytest.approx(2.0) and row["peak_rss_mb_project"] == 500
+    table = stats.render_seed_table("tiny", [(0, stats.summarise(seed0)), (1, stats.summarise(seed1))])
+    assert "tiny over seeds 0, 1:" in table
+    assert (
+        "| seed | project step (CPU-s) | tokens/CPU-s: x TRL (ckpt off) | tokens/CPU-s: x TRL defaults |"
+        in table
+    )
+    assert "| 0 | 2.00 | 2.00 | 2.50 | 2.00 | 3.00 | 500 | 600 | 580 |" in table
+    assert "| 1 | 2.00 | 1.50 | - | 1.50 | - | 520 | 610 | - |" in table  # a side a seed lacks is a dash
+    assert (
+        "| range | 2.00-2.00 | 1.50-2.00 | 2.50-2.50 | 1.50-2.00 | 3.00-3.00 | 500-520 | 600-610 | 580-580 |"
+        in table
+    )
+
+
+def test_the_report_of_several_seeds_titles_each_and_ends_with_the_spread():
+    runs = [run("project", 0, 2.0, 1.0), run("trl", 0, 3.0, 1.0)]
+    shapes = {"tiny, seed 0": _shape("tiny", 0, runs), "tiny, seed 1": _shape("tiny", 1, runs)}
+    text = vs_trl.report(_results(shapes))
+    assert "## tiny, seed 0: 32 prompts x 8 samples" in text and "## tiny, seed 1: 32 prompts" in text
+    assert text.index("## Over seeds") > text.index("## tiny, seed 1")
+    assert "tiny over seeds 0, 1:" in text and "| range | 2.00-2.00 | 1.50-1.50 |" in text
+    one = vs_trl.report(_results({"tiny": _shape("tiny", 0, runs)}))
+    assert "## tiny: 32 prompts" in one and "Over seeds" not in one  # one seed: no spread section
+    alone = [run("project", 0, 2.0, 1.0)]  # --project-only: no ratios, no spread table
+    text = vs_trl.report(_results({"a": _shape("tiny", 0, alone), "b": _shape("tiny", 1, alone)}))
+    assert "Over seeds" not in text
+
+
+def test_seeds_flag(tmp_path, capsys):
+    base = ["--out", str(tmp_path), "--quick", "--project-only"]
+    assert vs_trl.parse_args(base).seeds == [0]
+    assert vs_trl.parse_args([*base, "--seed", "3"]).seeds == [3]
+    assert vs_trl.parse_args([*base, "--seeds", "0, 1,2"]).seeds == [0, 1, 2]
+    for bad, says in (("0,x", "use comma-separated integers"), ("1,1", "each once"), (",", "at least one")):
+        with pytest.raises(SystemExit):
+            vs_trl.parse_args([*base, "--seeds", bad])
+        assert says in capsys.readouterr().err
+
+
 def test_the_work_is_fixed_by_the_seed_and_checked_to_be_the_same_on_every_side():
     assert vs_trl.questions(4, seed=0) == vs_trl.questions(4, seed=0)
     assert vs_trl.questions(4, seed=0) != vs_trl.questions(4, seed=1)
@@ -211,7 +276,8 @@ def test_flags_quick_shapes_and_a_missing_trl_venv(tmp_path, capsys):
         assert f"--micro-batch {bad} must divide the 256 sequences of a tiny step" in capsys.readouterr().err
 
 
-def _bench(tmp_path: Path, *flags: str) -> dict:
+def _bench_process(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    """The bench on the anchor: one round of one prompt, 4 new tokens, no warm-up; it must succeed."""
     cpu = str(max(os.sched_getaffinity(0)))
     cmd = [
         sys.executable,
@@ -228,8 +294,13 @@ def _bench(tmp_path: Path, *flags: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "## tiny: 1 prompts x 8 samples, up to 4 new tokens, rounds: 1" in done.stdout
     assert (tmp_path / "report.md").read_text() in done.stdout
+    return done
+
+
+def _bench(tmp_path: Path, *flags: str) -> dict:
+    done = _bench_process(tmp_path, *flags)
+    assert "## tiny: 1 prompts x 8 samples, up to 4 new tokens, rounds: 1" in done.stdout
     return json.loads((tmp_path / "results.json").read_text())
 
 
@@ -243,6 +314,18 @@ def test_project_only_end_to_end(tmp_path):
     assert results["peak_flops_per_s"] > 0 and r["mfu_step"] > 0
     # the budgets default to auto, resolved from the tiny model's shape
     assert isinstance(r["settings"]["micro_batch_tokens"], int) and r["settings"]["micro_batch_tokens"] >= 64
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HANG_S + 60)
+def test_several_seeds_run_each_on_its_own_questions_and_anchor(tmp_path):
+    done = _bench_process(tmp_path, "--project-only", "--seeds", "0,1")
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["seeds"] == [0, 1] and list(results["shapes"]) == ["tiny, seed 0", "tiny, seed 1"]
+    specs = [json.loads((tmp_path / f"spec-tiny-seed{s}.json").read_text()) for s in (0, 1)]
+    assert [spec["seed"] for spec in specs] == [0, 1] and specs[0]["chats"] != specs[1]["chats"]
+    assert [Path(spec["model_dir"]).name for spec in specs] == ["tiny-anchor-seed0", "tiny-anchor-seed1"]
+    assert "## tiny, seed 1: 1 prompts x 8 samples" in done.stdout
 
 
 @pytest.mark.slow
