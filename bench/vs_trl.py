@@ -30,7 +30,7 @@ same path with a tiny config (a CPU smoke test of it). `--trl-python` may name t
 in bfloat16 autocast there too, against a bfloat16 matmul peak of the core: worth it on cores with native bfloat16
 products (AVX512_BF16, AMX), where they run several times the float32 rate.
 
-    make bench                                               # every shape, 3 rounds
+    make bench                 # seeds 0-2: the tiny shapes 3 rounds a seed, SmolLM2 one
     python bench/vs_trl.py --quick --trl-python PY --out bench-out      # the anchor, 2 rounds: minutes
     python bench/vs_trl.py --shapes tiny,tiny200 --seeds 0,1,2 --trl-python PY --out bench-out  # spread over seeds
     nice -n 19 python bench/vs_trl.py --shapes smollm2 --rounds 2 --cpu 1 --trl-python PY --out bench-out
