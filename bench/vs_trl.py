@@ -352,7 +352,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument(
         "--warmup-steps", type=int, default=1, help="steps each process takes before the measured one"
     )
-    ap.add_argument("--seed", type=int, default=0, help="the questions' seed (default 0)")
+    ap.add_argument("--seed", type=int, help="the questions' seed (default 0)")
     ap.add_argument(
         "--seeds",
         help="comma-separated seeds, e.g. 0,1,2: every shape's rounds on each seed's questions, then the spread "
@@ -379,9 +379,11 @@ def parse_args(argv: list[str] | None = None):
     if args.dtype is None:
         args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if args.seed is not None and args.seeds is not None:
+        ap.error("--seed and --seeds: give one of them (--seeds 3 is the same as --seed 3)")
     try:
         args.seeds = (
-            [args.seed] if args.seeds is None else [int(s) for s in args.seeds.split(",") if s.strip()]
+            [args.seed or 0] if args.seeds is None else [int(s) for s in args.seeds.split(",") if s.strip()]
         )
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: use comma-separated integers, e.g. 0,1,2")

@@ -188,7 +188,8 @@ def target_line(summary: dict, factor: float = 2.0) -> str:
 
 def seed_row(seed: int, summary: dict) -> dict:
     """One seed's headline figures from its `summarise` output: the project's tokens per CPU-second over each TRL
-    side's, TRL's update time over the project's, the step's CPU-seconds and every side's peak RSS (medians)."""
+    side's, TRL's update time over the project's, the step's CPU-seconds and every side's peak RSS (and, in GPU runs,
+    peak GPU memory allocated); medians."""
     row: dict = {"seed": seed, "step_cpu_s": summary["sides"]["project"]["step_cpu_s"]["median"]}
     for side, ratios in summary["ratios"].items():
         tokens, update = ratios.get("tokens_per_cpu_s"), ratios.get("update_cpu_s")
@@ -197,8 +198,9 @@ def seed_row(seed: int, summary: dict) -> dict:
         if update:
             row[f"update_ratio_{side}"] = update["median"]
     for side, figures in summary["sides"].items():
-        if "peak_rss_mb" in figures:
-            row[f"peak_rss_mb_{side}"] = figures["peak_rss_mb"]["median"]
+        for key in ("peak_rss_mb", "peak_gpu_mb"):  # GPU memory in GPU runs only
+            if key in figures:
+                row[f"{key}_{side}"] = figures[key]["median"]
     return row
 
 
@@ -213,9 +215,10 @@ def render_seed_table(name: str, per_seed: Sequence[tuple[int, dict]]) -> str:
     columns += [(f"speedup_{s}", f"tokens/{per}: x {SIDE_TITLES[s]}", 2) for s in sides]
     columns += [(f"update_ratio_{s}", f"update: {SIDE_TITLES[s]} / project", 2) for s in sides]
     columns += [
-        (f"peak_rss_mb_{s}", f"peak RSS {SIDE_TITLES[s]} (MB)", 0)
+        (f"{key}_{s}", f"{title} {SIDE_TITLES[s]} (MB)", 0)
+        for key, title in (("peak_rss_mb", "peak RSS"), ("peak_gpu_mb", "peak GPU memory"))
         for s in SIDES
-        if any(f"peak_rss_mb_{s}" in r for r in rows)
+        if any(f"{key}_{s}" in r for r in rows)
     ]
     lines = [
         f"{name} over seeds {', '.join(str(r['seed']) for r in rows)}:",

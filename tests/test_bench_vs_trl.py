@@ -237,6 +237,19 @@ def test_seeds_flag(tmp_path, capsys):
         with pytest.raises(SystemExit):
             vs_trl.parse_args([*base, "--seeds", bad])
         assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        vs_trl.parse_args([*base, "--seed", "1", "--seeds", "0,1"])
+    assert "--seed and --seeds: give one of them" in capsys.readouterr().err
+
+
+def test_the_seed_table_of_gpu_runs_shows_gpu_memory():
+    runs = [
+        {**run("project", 0, 2.0, 1.0), "peak_gpu_mb": 900.0},
+        {**run("trl", 0, 4.0, 2.0), "peak_gpu_mb": 800.0},
+    ]
+    table = stats.render_seed_table("qwen3-0.6b", [(0, stats.summarise(runs)), (1, stats.summarise(runs))])
+    assert "| peak GPU memory project (MB) | peak GPU memory TRL (ckpt off) (MB) |" in table
+    assert table.splitlines()[-1].endswith("| 900-900 | 800-800 |")
 
 
 def test_the_work_is_fixed_by_the_seed_and_checked_to_be_the_same_on_every_side():
