@@ -209,10 +209,9 @@ def render_seed_table(name: str, per_seed: Sequence[tuple[int, dict]]) -> str:
     spread a figure over seeds has, where one seed's table would show a single value."""
     rows = [seed_row(seed, summary) for seed, summary in per_seed]
     sides = [s for s in SIDES if s != "project" and any(f"speedup_{s}" in r for r in rows)]
-    u = unit(per_seed[0][1]) if per_seed else "CPU-s"
-    per = "CPU-s" if u == "CPU-s" else "s"
+    u = unit(per_seed[0][1]) if per_seed else "CPU-s"  # "CPU-s", or "s" for GPU runs
     columns = [("step_cpu_s", f"project step ({u})", 2)]
-    columns += [(f"speedup_{s}", f"tokens/{per}: x {SIDE_TITLES[s]}", 2) for s in sides]
+    columns += [(f"speedup_{s}", f"tokens/{u}: x {SIDE_TITLES[s]}", 2) for s in sides]
     columns += [(f"update_ratio_{s}", f"update: {SIDE_TITLES[s]} / project", 2) for s in sides]
     columns += [
         (f"{key}_{s}", f"{title} {SIDE_TITLES[s]} (MB)", 0)
