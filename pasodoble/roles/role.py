@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.checkpoint import load_torch_state
-from pasodoble.core import cpu_matmul, grpo, precision
+from pasodoble.core import cpu_matmul, grpo, lr_schedules, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_head import reuse_head_casts
@@ -63,7 +63,7 @@ from pasodoble.scale.sharding.base import Sharding
 from pasodoble.scale.sharding.unsharded import Unsharded
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
-LR_SCHEDULERS = ("constant", "linear", "cosine")
+LR_SCHEDULERS = lr_schedules.SCHEDULES
 # Sizes past these cannot run anywhere, so they are refused at validation rather than hours in.
 # Completions per prompt: GRPO groups are 4-64, and each completion is a full generation.
 MAX_GENERATIONS = 1024
@@ -369,14 +369,11 @@ class Role:
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        name = self.cfg.lr_scheduler
-        if name == "constant" and self.cfg.warmup_steps > 0:
-            name = "constant_with_warmup"
-        self.scheduler = get_scheduler(
-            name,
+        self.scheduler = lr_schedules.build(
+            self.cfg.lr_scheduler,
             self.optimizer,
-            num_warmup_steps=self.cfg.warmup_steps,
-            num_training_steps=total_updates or 1,
+            warmup_steps=self.cfg.warmup_steps,
+            total_steps=total_updates or 1,
         )
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
