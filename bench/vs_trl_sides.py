@@ -242,7 +242,8 @@ def run_project(spec: dict) -> dict:
             "share_prompt_prefill": cfg.share_prompt_prefill,
             "dtype": cfg.dtype,
             "cpu_matmul": cfg.cpu_matmul,
-            "onednn_linear": cpu_matmul.resolve(cfg.cpu_matmul) and device == "cpu",
+            # how many linear layers `cpu_matmul` turned (on a Zen 4 core "auto" turns the wide ones only)
+            "onednn_linear_layers": sum(isinstance(m, cpu_matmul.OneDnnLinear) for m in role.model.modules()),
         },
         "peak_rss_mb": peak_rss_mb(),
         **_device_figures(device),

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pasodoble.core import cpu_matmul
-from pasodoble.core.cpu_matmul import OneDnnLinear, resolve, use_cpu_matmul
+from pasodoble.core.cpu_matmul import Cpu, OneDnnLinear, min_layer_size, resolve, use_cpu_matmul
 from pasodoble.core.fused_head import head_logprobs
 from pasodoble.errors import ConfigError
 from pasodoble.roles.role import Role, RoleConfig, Sample
@@ -78,13 +78,19 @@ def test_other_dtypes_autocast_empty_inputs_and_no_grad_keep_or_match_the_stock_
 
 
 def test_choices_by_name_and_by_cpu():
-    amd512 = ("AuthenticAMD", {"avx2", "avx512f"})
-    assert not resolve("blas", amd512)
-    assert resolve("onednn", amd512) == cpu_matmul.available()
-    assert resolve("auto", amd512) == cpu_matmul.available()
-    assert not resolve("auto", ("GenuineIntel", {"avx2", "avx512f"}))  # MKL takes its AVX-512 path there
-    assert not resolve("auto", ("AuthenticAMD", {"avx2"}))  # no wider path for oneDNN to take
-    assert not resolve("auto", ("", set()))  # an unreadable /proc/cpuinfo
+    zen5, zen4 = Cpu("AuthenticAMD", 26, {"avx2", "avx512f"}), Cpu("AuthenticAMD", 25, {"avx2", "avx512f"})
+    has = cpu_matmul.available()
+    assert not resolve("blas", zen5) and min_layer_size("blas", zen5) is None
+    assert resolve("onednn", zen4) == has and min_layer_size("onednn", zen4) == (0 if has else None)
+    assert resolve("auto", zen5) == has and min_layer_size("auto", zen5) == (0 if has else None)
+    # AVX-512 in two 256-bit halves: oneDNN for wide layers only
+    assert resolve("auto", zen4) == has
+    assert min_layer_size("auto", zen4) == (cpu_matmul.HALF_WIDTH_MIN_WEIGHTS if has else None)
+    assert not resolve(
+        "auto", Cpu("GenuineIntel", 6, {"avx2", "avx512f"})
+    )  # MKL takes its AVX-512 path there
+    assert not resolve("auto", Cpu("AuthenticAMD", 25, {"avx2"}))  # Zen 3: no wider path for oneDNN to take
+    assert not resolve("auto", Cpu("", 0, set()))  # an unreadable /proc/cpuinfo
     with pytest.raises(ValueError, match="auto, onednn, blas"):
         resolve("mkl")
 
@@ -92,11 +98,31 @@ def test_choices_by_name_and_by_cpu():
 def test_cpu_flags_read_the_first_core_and_survive_a_missing_file(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text(
-        "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f\n\n"
-        "processor\t: 1\nvendor_id\t: Other\nflags\t\t: fpu\n"
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 avx512f\n\n"
+        "processor\t: 1\nvendor_id\t: Other\ncpu family\t: 6\nflags\t\t: fpu\n"
     )
-    assert cpu_matmul._cpu_flags(info) == ("AuthenticAMD", {"fpu", "avx2", "avx512f"})
-    assert cpu_matmul._cpu_flags(tmp_path / "missing") == ("", set())
+    assert cpu_matmul._cpu_flags(info) == ("AuthenticAMD", 25, {"fpu", "avx2", "avx512f"})
+    assert cpu_matmul._cpu_flags(tmp_path / "missing") == ("", 0, set())
+    info.write_text("vendor_id\t: AuthenticAMD\ncpu family\t: ?\n")  # a family that is not a number
+    assert cpu_matmul._cpu_flags(info) == ("AuthenticAMD", 0, set())
+
+
+@needs_onednn
+@pytest.mark.parametrize(("family", "turned"), [(26, {"head", "narrow", "wide"}), (25, {"head", "wide"})])
+def test_auto_turns_the_layers_its_core_runs_faster_on_onednn(monkeypatch, family, turned):
+    """Zen 5: every layer; Zen 4: layers of at least HALF_WIDTH_MIN_WEIGHTS weights (the head is tied or not)."""
+    monkeypatch.setattr(cpu_matmul, "_cpu_flags", lambda: Cpu("AuthenticAMD", family, {"avx512f"}))
+    least = cpu_matmul.HALF_WIDTH_MIN_WEIGHTS
+    model = torch.nn.ModuleDict(
+        {
+            "narrow": torch.nn.Linear(96, 256),  # the tiny anchor's widest layer
+            "wide": torch.nn.Linear(512, least // 512),  # exactly at the threshold
+            "head": torch.nn.Linear(576, 1024, bias=False),
+        }
+    )
+    assert use_cpu_matmul(model, "auto") == len(turned)
+    assert {name for name, m in model.items() if type(m) is OneDnnLinear} == turned
+    assert use_cpu_matmul(torch.nn.Linear(4, 4), "onednn") == 1  # forced: every layer, however small
 
 
 @needs_onednn

@@ -6,12 +6,18 @@ returns how many it turned. `OneDnnLinear.forward` computes `x @ weight.T + bias
 (`torch.ops.mkldnn._linear_pointwise`) in a float32 autograd node whose backward makes its two products the same
 way; anything else (another dtype, autocast, a sharded or offloaded weight, another device) takes the stock
 `nn.Linear` path. `mm(a, b)` is the same product for callers that multiply directly (`core.fused_head`).
-`resolve`: "blas" keeps torch's default; "onednn" asks for oneDNN; "auto" picks it on AMD cores with AVX-512,
-where MKL (torch's BLAS on x86) takes its AVX2 path and oneDNN uses the whole vector width.
+`min_layer_size(choice)`: the least weights (in x out features) a layer needs to be turned (None: no layer is).
+"blas" keeps torch's default; "onednn" turns every layer; "auto" picks oneDNN on AMD cores with AVX-512, where MKL
+(torch's BLAS on x86) takes its AVX2 path: every layer on a core that runs 512-bit vectors at full width (Zen 5, CPU
+family 26 and later), and layers of at least `HALF_WIDTH_MIN_WEIGHTS` weights on one that splits them into two
+256-bit halves (Zen 4, family 25). `resolve(choice)`: whether any layer is.
 
 Why: on a Zen 5 core MKL's float32 products ran at 88-112 GFLOP/s at the bench models' shapes and oneDNN's at
-198-256, a linear layer's forward and backward 1.65-2.13x faster, SmolLM2-135M's GRPO step 1.66x (docs/PERFORMANCE.md). The products are
-float32 in both; they differ only in summation order (relative differences around 1e-6, tested).
+198-256, a linear layer's forward and backward 1.65-2.13x faster, SmolLM2-135M's GRPO step 1.66x (docs/PERFORMANCE.md).
+On a Zen 4 core the two rates are close (MKL 89-99, oneDNN 101-109 GFLOP/s on large products) and oneDNN's cost per
+call and its kernel caches decide: the tiny anchor's layers (96 x 256 at most) ran its GRPO step faster and 40 MB
+smaller on MKL, SmolLM2's wide layers (576 x 576 and up) ran 3-18% faster on oneDNN. The products are float32 in
+both; they differ only in summation order (relative differences around 1e-6, tested).
 
 Run: `use_cpu_matmul(model, "auto")` once after loading; the Role does it for every model it loads
 (`<role>.cpu_matmul`); tests in tests/test_cpu_matmul.py.
@@ -21,10 +27,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 CHOICES = ("auto", "onednn", "blas")
+# On a core that splits 512-bit vectors in two (Zen 4), "auto" turns layers of at least this many weights (2^18:
+# SmolLM2's 576 x 576 and up, not its 576 x 192 or the tiny anchor's 96 x 256; docs/PERFORMANCE.md).
+HALF_WIDTH_MIN_WEIGHTS = 1 << 18
+# AMD CPU families: 25 (0x19) is Zen 3 and Zen 4 (only Zen 4 has AVX-512), 26 (0x1A) is Zen 5.
+FULL_WIDTH_AMD_FAMILY = 26
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -42,33 +54,49 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _cpu_flags(path: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
-    """(vendor id, flags) of the first core listed in `path`; ("", set()) where it cannot be read."""
+class Cpu(NamedTuple):
+    vendor: str  # "AuthenticAMD", "GenuineIntel"; "" where unknown
+    family: int  # the CPU family number; 0 where unknown
+    flags: set[str]
+
+
+def _cpu_flags(path: Path = Path("/proc/cpuinfo")) -> Cpu:
+    """Vendor id, family and flags of the first core listed in `path`; empty values where it cannot be read."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
-        return "", set()
-    vendor, flags = "", set()
+        return Cpu("", 0, set())
+    vendor, family, flags = "", 0, set()
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key.strip() == "flags" and not flags:
+        key, value = key.strip(), value.strip()
+        if key == "vendor_id" and not vendor:
+            vendor = value
+        elif key == "cpu family" and not family and value.isdigit():
+            family = int(value)
+        elif key == "flags" and not flags:
             flags = set(value.split())
-    return vendor, flags
+    return Cpu(vendor, family, flags)
 
 
-def resolve(choice: str, cpu: tuple[str, set[str]] | None = None) -> bool:
-    """Whether `choice` ("auto" | "onednn" | "blas") runs float32 linear layers through oneDNN on this machine
-    (`cpu`: (vendor, flags), read from /proc/cpuinfo when None)."""
+def min_layer_size(choice: str, cpu: Cpu | None = None) -> int | None:
+    """The least weights (in x out features) a float32 linear layer needs to run through oneDNN under `choice`
+    ("auto" | "onednn" | "blas") on this machine; None: no layer does (`cpu`: read from /proc/cpuinfo when None)."""
     if choice not in CHOICES:
         raise ValueError(f"unknown cpu_matmul {choice!r}; use one of {', '.join(CHOICES)}")
     if choice == "blas" or not available():
-        return False
+        return None
     if choice == "onednn":
-        return True
-    vendor, flags = _cpu_flags() if cpu is None else cpu
-    return vendor == "AuthenticAMD" and "avx512f" in flags
+        return 0
+    vendor, family, flags = _cpu_flags() if cpu is None else cpu
+    if vendor != "AuthenticAMD" or "avx512f" not in flags:
+        return None
+    return 0 if family >= FULL_WIDTH_AMD_FAMILY else HALF_WIDTH_MIN_WEIGHTS
+
+
+def resolve(choice: str, cpu: Cpu | None = None) -> bool:
+    """Whether `choice` runs any float32 linear layer through oneDNN on this machine (see `min_layer_size`)."""
+    return min_layer_size(choice, cpu) is not None
 
 
 class _OneDnnLinear(torch.autograd.Function):
@@ -122,13 +150,18 @@ class OneDnnLinear(torch.nn.Linear):
 
 
 def use_cpu_matmul(model: torch.nn.Module, choice: str) -> int:
-    """Turns the plain `nn.Linear` modules of `model` whose weights are on the CPU into `OneDnnLinear` when
-    `resolve(choice)`; returns how many it turned (0 when it keeps the stock path)."""
-    if not resolve(choice):
+    """Turns the plain `nn.Linear` modules of `model` whose weights are on the CPU and number at least
+    `min_layer_size(choice)` into `OneDnnLinear`; returns how many it turned (0 when it keeps the stock path)."""
+    least = min_layer_size(choice)
+    if least is None:
         return 0
     turned = 0
     for module in model.modules():
-        if type(module) is torch.nn.Linear and module.weight.device.type == "cpu":
+        if (
+            type(module) is torch.nn.Linear
+            and module.weight.device.type == "cpu"
+            and module.in_features * module.out_features >= least
+        ):
             module.__class__ = OneDnnLinear
             turned += 1
     return turned
