@@ -15,8 +15,9 @@ family 26 and later), and layers of at least `HALF_WIDTH_MIN_WEIGHTS` weights on
 Why: on a Zen 5 core MKL's float32 products ran at 88-112 GFLOP/s at the bench models' shapes and oneDNN's at
 198-256, a linear layer's forward and backward 1.65-2.13x faster, SmolLM2-135M's GRPO step 1.66x (docs/PERFORMANCE.md).
 On a Zen 4 core the two rates are close (MKL 89-99, oneDNN 101-109 GFLOP/s on large products) and oneDNN's cost per
-call and its kernel caches decide: the tiny anchor's layers (96 x 256 at most) ran its GRPO step faster and 40 MB
-smaller on MKL, SmolLM2's wide layers (576 x 576 and up) ran 3-18% faster on oneDNN. The products are float32 in
+call and its kernel caches decide: the tiny anchor's layers (96 x 256 at most) ran its GRPO step 10-20% faster and
+24-31 MB smaller on MKL; a wide layer's forward and backward (576 x 576 and up, SmolLM2's) ran 1.04-1.18x faster on
+oneDNN. The products are float32 in
 both; they differ only in summation order (relative differences around 1e-6, tested).
 
 Run: `use_cpu_matmul(model, "auto")` once after loading; the Role does it for every model it loads

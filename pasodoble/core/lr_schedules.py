@@ -1,13 +1,13 @@
 """Learning-rate schedules: constant, linear and cosine, each with an optional linear warm-up.
 
 Why here and not `transformers.get_scheduler`: importing that function loads `transformers.trainer_utils`, which
-imports peft whenever it is installed. A role without LoRA never uses peft, and that import alone holds about 40 MB
-of resident memory for the whole run. These factors are the same formulas as transformers 5.x's (a test compares
-them step by step), and the scheduler is the same `torch.optim.lr_scheduler.LambdaLR`. So a checkpoint's scheduler
-state reads the same either way.
+imports peft whenever it is installed. A role without LoRA never uses peft, and that import alone held about 40 MB
+of resident memory for the whole run (15-24 MB of the tiny anchor's step peak, docs/PERFORMANCE.md). These factors
+are the same formulas as transformers 5.x's (a test compares them step by step), and the scheduler is the same
+`torch.optim.lr_scheduler.LambdaLR`, so a checkpoint's scheduler state reads the same either way.
 
-`factor(step)` is the multiplier of the base learning rate at optimizer step `step` (0 first). `build(...)` returns
-the scheduler.
+`constant`, `linear` and `cosine` give the multiplier of the base learning rate at optimizer step `step` (0 first);
+`build(...)` returns the scheduler.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ SCHEDULES = ("constant", "linear", "cosine")
 
 
 def constant(step: int, *, warmup_steps: int) -> float:
+    """Up from 0 over the warm-up, then 1."""
     if step < warmup_steps:
         return float(step) / float(max(1, warmup_steps))
     return 1.0
