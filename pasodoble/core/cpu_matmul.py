@@ -1,8 +1,8 @@
 """Float32 linear layers on the CPU through oneDNN, where the BLAS library runs below the core's vector width.
 
-What: `use_cpu_matmul(model, choice)` turns every plain `nn.Linear` of a model on the CPU into a `OneDnnLinear`
-(the same module, parameters and state dict; only its forward differs) when `resolve(choice)` says oneDNN, and
-returns how many it turned. `OneDnnLinear.forward` computes `x @ weight.T + bias` with oneDNN's matrix product
+What: `use_cpu_matmul(model, choice)` turns each plain `nn.Linear` of a model on the CPU with at least
+`min_layer_size(choice)` weights into a `OneDnnLinear` (the same module, parameters and state dict; only its forward
+differs), and returns how many it turned. `OneDnnLinear.forward` computes `x @ weight.T + bias` with oneDNN's matrix product
 (`torch.ops.mkldnn._linear_pointwise`) in a float32 autograd node whose backward makes its two products the same
 way; anything else (another dtype, autocast, a sharded or offloaded weight, another device) takes the stock
 `nn.Linear` path. `mm(a, b)` is the same product for callers that multiply directly (`core.fused_head`).
