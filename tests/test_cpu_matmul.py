@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pasodoble.core import cpu_matmul
-from pasodoble.core.cpu_matmul import Cpu, OneDnnLinear, min_layer_size, resolve, use_cpu_matmul
+from pasodoble.core.cpu_matmul import Cpu, OneDnnLinear, min_layer_size, use_cpu_matmul
 from pasodoble.core.fused_head import head_logprobs
 from pasodoble.errors import ConfigError
 from pasodoble.roles.role import Role, RoleConfig, Sample
@@ -79,20 +79,23 @@ def test_other_dtypes_autocast_empty_inputs_and_no_grad_keep_or_match_the_stock_
 
 def test_choices_by_name_and_by_cpu():
     zen5, zen4 = Cpu("AuthenticAMD", 26, {"avx2", "avx512f"}), Cpu("AuthenticAMD", 25, {"avx2", "avx512f"})
-    has = cpu_matmul.available()
-    assert not resolve("blas", zen5) and min_layer_size("blas", zen5) is None
-    assert resolve("onednn", zen4) == has and min_layer_size("onednn", zen4) == (0 if has else None)
-    assert resolve("auto", zen5) == has and min_layer_size("auto", zen5) == (0 if has else None)
+    every_layer = 0 if cpu_matmul.available() else None  # without oneDNN in torch no layer is ever turned
+    assert min_layer_size("blas", zen5) is None
+    assert min_layer_size("onednn", zen4) == every_layer
+    assert min_layer_size("auto", zen5) == every_layer
     # AVX-512 in two 256-bit halves: oneDNN for wide layers only
-    assert resolve("auto", zen4) == has
-    assert min_layer_size("auto", zen4) == (cpu_matmul.HALF_WIDTH_MIN_WEIGHTS if has else None)
-    assert not resolve(
-        "auto", Cpu("GenuineIntel", 6, {"avx2", "avx512f"})
-    )  # MKL takes its AVX-512 path there
-    assert not resolve("auto", Cpu("AuthenticAMD", 25, {"avx2"}))  # Zen 3: no wider path for oneDNN to take
-    assert not resolve("auto", Cpu("", 0, set()))  # an unreadable /proc/cpuinfo
+    assert min_layer_size("auto", zen4) == (
+        cpu_matmul.HALF_WIDTH_MIN_WEIGHTS if cpu_matmul.available() else None
+    )
+    assert (
+        min_layer_size("auto", Cpu("GenuineIntel", 6, {"avx2", "avx512f"})) is None
+    )  # MKL takes AVX-512 there
+    assert (
+        min_layer_size("auto", Cpu("AuthenticAMD", 25, {"avx2"})) is None
+    )  # Zen 3: no wider path for oneDNN
+    assert min_layer_size("auto", Cpu("", 0, set())) is None  # an unreadable /proc/cpuinfo
     with pytest.raises(ValueError, match="auto, onednn, blas"):
-        resolve("mkl")
+        min_layer_size("mkl")
 
 
 def test_cpu_flags_read_the_first_core_and_survive_a_missing_file(tmp_path):

@@ -16,6 +16,14 @@ def optimizer() -> torch.optim.Optimizer:
     return torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.5)
 
 
+def assert_in_step(ours, theirs, steps: int) -> None:
+    """Both schedulers give the same rate before each of `steps` steps of their optimizers."""
+    for _ in range(steps):
+        assert ours.get_last_lr() == theirs.get_last_lr()
+        ours.optimizer.step(), theirs.optimizer.step()
+        ours.step(), theirs.step()
+
+
 @pytest.mark.parametrize("name", lr_schedules.SCHEDULES)
 @pytest.mark.parametrize(("warmup", "total"), [(0, 1), (0, 10), (3, 10), (4, 4), (5, 3)])
 def test_factors_equal_transformers_at_every_step(name, warmup, total):
@@ -23,10 +31,7 @@ def test_factors_equal_transformers_at_every_step(name, warmup, total):
 
     ours = lr_schedules.build(name, optimizer(), warmup_steps=warmup, total_steps=total)
     theirs = get_scheduler(HF_NAMES[name], optimizer(), num_warmup_steps=warmup, num_training_steps=total)
-    for _ in range(total + 3):
-        assert ours.get_last_lr() == theirs.get_last_lr()
-        ours.optimizer.step(), theirs.optimizer.step()
-        ours.step(), theirs.step()
+    assert_in_step(ours, theirs, total + 3)
 
 
 def test_plain_constant_equals_transformers_constant():
@@ -34,10 +39,8 @@ def test_plain_constant_equals_transformers_constant():
 
     ours = lr_schedules.build("constant", optimizer(), warmup_steps=0, total_steps=5)
     theirs = get_scheduler("constant", optimizer())
-    for _ in range(6):
-        assert ours.get_last_lr() == theirs.get_last_lr() == [0.5]
-        ours.optimizer.step(), theirs.optimizer.step()
-        ours.step(), theirs.step()
+    assert_in_step(ours, theirs, 6)
+    assert ours.get_last_lr() == [0.5]
 
 
 def test_literal_factors():
@@ -61,10 +64,7 @@ def test_state_restores_across_the_two_implementations(name):
         theirs.optimizer.step(), theirs.step()
     ours = lr_schedules.build(name, optimizer(), warmup_steps=2, total_steps=8)
     ours.load_state_dict(theirs.state_dict())
-    for _ in range(6):
-        assert ours.get_last_lr() == theirs.get_last_lr()
-        ours.optimizer.step(), theirs.optimizer.step()
-        ours.step(), theirs.step()
+    assert_in_step(ours, theirs, 6)
     back = get_scheduler(HF_NAMES[name], optimizer(), num_warmup_steps=2, num_training_steps=8)
     back.load_state_dict(ours.state_dict())
     assert back.get_last_lr() == ours.get_last_lr()

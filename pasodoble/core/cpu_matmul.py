@@ -10,7 +10,7 @@ way; anything else (another dtype, autocast, a sharded or offloaded weight, anot
 "blas" keeps torch's default; "onednn" turns every layer; "auto" picks oneDNN on AMD cores with AVX-512, where MKL
 (torch's BLAS on x86) takes its AVX2 path: every layer on a core that runs 512-bit vectors at full width (Zen 5, CPU
 family 26 and later), and layers of at least `HALF_WIDTH_MIN_WEIGHTS` weights on one that splits them into two
-256-bit halves (Zen 4, family 25). `resolve(choice)`: whether any layer is.
+256-bit halves (Zen 4, family 25).
 
 Why: on a Zen 5 core MKL's float32 products ran at 88-112 GFLOP/s at the bench models' shapes and oneDNN's at
 198-256, a linear layer's forward and backward 1.65-2.13x faster, SmolLM2-135M's GRPO step 1.66x (docs/PERFORMANCE.md).
@@ -93,11 +93,6 @@ def min_layer_size(choice: str, cpu: Cpu | None = None) -> int | None:
     if vendor != "AuthenticAMD" or "avx512f" not in flags:
         return None
     return 0 if family >= FULL_WIDTH_AMD_FAMILY else HALF_WIDTH_MIN_WEIGHTS
-
-
-def resolve(choice: str, cpu: Cpu | None = None) -> bool:
-    """Whether `choice` runs any float32 linear layer through oneDNN on this machine (see `min_layer_size`)."""
-    return min_layer_size(choice, cpu) is not None
 
 
 class _OneDnnLinear(torch.autograd.Function):
