@@ -40,7 +40,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.checkpoint import load_torch_state
-from pasodoble.core import cpu_matmul, grpo, lr_schedules, precision
+from pasodoble.core import cpu_matmul, grpo, host_memory, lr_schedules, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_head import reuse_head_casts
@@ -410,6 +410,7 @@ class Role:
         for group in groups:
             for c in group:
                 c.policy_version = self.updates
+        host_memory.release_freed()  # the next phase (or the other role) gets the freed heap back
         return groups
 
     def update(
@@ -425,6 +426,7 @@ class Role:
         start = time.perf_counter()
         with self.sharding.updating(self.model):  # every rank enters once per update (FSDP2: one gather)
             stats = self._update(samples, advantages, batch)
+        host_memory.release_freed()  # the activations' heap, before the engine or the other role runs
         sync_start = time.perf_counter()
         self.sharding.sync_engine(self.model, self.engine)
         return {
