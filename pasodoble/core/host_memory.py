@@ -3,15 +3,16 @@
 What: `release_freed(min_bytes)` asks glibc how many freed bytes its heap holds (`mallinfo2`) and, when they are at
 least `min_bytes`, calls `malloc_trim(0)`, which gives every whole free page in the heap back to the kernel. It
 returns the free bytes it found when it trimmed, else 0. Where the C library is not glibc (or is older than 2.33,
-which has no `mallinfo2`) it does nothing and returns 0. The Role calls it at the end of `generate` and of `update`
-on a CPU role.
+which has no `mallinfo2`) it does nothing and returns 0. The Role calls it at the end of `generate` and of `update`,
+on any device (only the host's heap is touched, and only past the threshold).
 
 Why: torch's CPU tensors come from malloc. glibc serves any allocation under its mmap threshold (which grows with
 the largest block freed, up to 32 MB) from its heap and keeps the freed blocks resident for reuse. After one update
 of SmolLM2-135M (16 prompts x 4, 128 new tokens, one core) the process stayed at 3,641 MB resident for 1,830 MB of
-weights, AdamW states and libraries; trimming brought it to 1,940 MB. Generation left about 600 MB more. A second
-role in the process (the Proposer beside the Solver), a vLLM engine or another process on the node gets that memory
-back. The trim took under 0.1 CPU-s there, and the next phase's CPU time did not move (40.0 / 77.6 CPU-s for the
+weights, AdamW states and libraries; trimming brought it to 1,940 MB. Generation left about 600 MB more. A vLLM server
+or another process on the node can use that memory. (A second role in the same process gains nothing: without the
+trim it reuses the first role's freed heap, and two SmolLM2 roles taking turns peaked at 5,497 MB with it, 5,523
+without.) The trim took under 0.1 CPU-s there, and the next phase's CPU time did not move (40.0 / 77.6 CPU-s for the
 next generation / update, against 39.8 / 77.7 without). It does not lower a phase's own peak: that comes from the
 heap's fragmentation inside the update (docs/PERFORMANCE.md). `MIN_FREE_BYTES` keeps small models from paying page
 faults every phase to refill what was trimmed: the tiny anchor's heap holds 109-143 MB freed after each phase (at 48
