@@ -35,7 +35,8 @@ def test_growth_from_64_kb_to_1_mb_is_linear(parser, shape):
     # What makes every byte of a 1 MB text dearer than one of a 64 KB text (a busy neighbour, a cache) inflates the
     # ratio: measured 41x for a parser that gives 16-23x alone, three times in a row on one machine. So a ratio
     # over the bound is measured again against a reference linear scan of the same texts, interleaved, which such
-    # an effect reaches as well; a superlinear parser stays over both bounds every time (quadratic: 256x and 16x).
+    # an effect should reach as well (that 41x could not be reproduced to check it); a superlinear parser stays
+    # over both bounds every time (quadratic: 256x and 16x).
     ratios, relative = [], []
     for _ in range(ATTEMPTS):
         ratios.append(bench.growth(bench.PARSERS[parser], bench.SHAPES[shape], REPEATS))
