@@ -410,7 +410,7 @@ class Role:
         for group in groups:
             for c in group:
                 c.policy_version = self.updates
-        host_memory.release_freed()  # the next phase (or the other role) gets the freed heap back
+        host_memory.release_freed()  # the freed heap back to the kernel, for other processes (a vLLM server)
         return groups
 
     def update(
@@ -426,7 +426,7 @@ class Role:
         start = time.perf_counter()
         with self.sharding.updating(self.model):  # every rank enters once per update (FSDP2: one gather)
             stats = self._update(samples, advantages, batch)
-        host_memory.release_freed()  # the activations' heap, before the engine or the other role runs
+        host_memory.release_freed()  # the activations' heap, before the engine syncs
         sync_start = time.perf_counter()
         self.sharding.sync_engine(self.model, self.engine)
         return {
