@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
-	ci-fresh test-reversed real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real \
+	ci-fresh test-reversed allocator-env real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real \
 	bench-env bench bench-quick bench-gpu
 
 $(BIN)/python:
@@ -138,6 +138,15 @@ sandbox-env:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	else echo "install as root:$$missing (Debian/Ubuntu: apt-get install -y$$missing)"; exit 1; fi
 
+# TCMalloc, which the `pasodoble` command preloads when installed (pasodoble/allocator.py, docs/PERFORMANCE.md):
+# installed with apt-get when run as root and missing; otherwise named, and the command runs on glibc's malloc.
+allocator-env:
+	@if ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4; then echo "tcmalloc present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4 || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4; }; \
+	else echo "optional, as root: apt-get install -y libtcmalloc-minimal4 (the step then runs on TCMalloc)"; fi
+
 # The whole pipeline on a real model (docs/REAL_MODELS.md, "The whole pipeline"): SmolLM2-135M-Instruct fetched,
 # cold-start SFT on the tiny world's teacher data, online dual-play, the per-tier table; DEMO_ARGS=--quick: a smoke run.
 demo-real: fetch-real
@@ -169,8 +178,8 @@ bench-env: $(TRL_VENV)/.stamp-trl
 # sides where the CPU multiplies bfloat16 natively, the rollout engines' sampling throughput and MFU on
 # SmolLM2 at batch 64 (vLLM beside HF when its venv is built) and at 512 (HF), the dual-play step's phases and cost model on the tiny world, the
 # decode loop, the grouped-query attention and the update's layouts against the paths they replaced (with where the update's time
-# goes: its operators, and its matrix products' share and rate against the matmul peak), and the grader against plain
-# math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
+# goes: its operators, and its matrix products' share and rate against the matmul peak), SmolLM2's resident memory
+# between phases with and without the heap trim, and the grader against plain math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
 bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --shapes tiny,tiny200 --seeds 0,1,2 --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)
 	$(BIN)/python bench/vs_trl.py --shapes smollm2 --seeds 0,1,2 --rounds 1 --trl-python $(TRL_PY) --out bench-out/smollm2 $(BENCH_ARGS)
@@ -185,6 +194,7 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --profile 15 --out bench-out/update_layout
 	$(BIN)/python bench/update_layout.py --model tiny --new-tokens 200 --rounds 3 --profile 15 --out bench-out/update_layout-tiny200
 	$(BIN)/python bench/update_ops.py --out bench-out/update_ops.json
+	$(BIN)/python bench/host_memory.py --shape smollm2 --out bench-out/host_memory
 	$(BIN)/python bench/grader.py
 
 # On a GPU machine, with a python that holds torch (CUDA), transformers, accelerate, peft, TRL and datasets (GPU_PY):

@@ -57,6 +57,7 @@ sys.path.insert(0, str(BENCH))
 
 import vs_trl_stats as stats  # noqa: E402
 
+from pasodoble import allocator  # noqa: E402
 from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import default_cache_dir, write_json_atomic, write_text_atomic  # noqa: E402
 
@@ -145,15 +146,18 @@ def run_child(
     cpu: int,
     device: str = "cpu",
     dtype: str | None = None,
+    malloc: str = "system",
 ) -> dict:
     """One side in a fresh process, on a CPU pinned to core `cpu` with one thread; its JSON record. `dtype`: the
-    matmul peak's dtype (`--side peak` only)."""
+    matmul peak's dtype (`--side peak` only); `malloc`: a `PASODOBLE_ALLOCATOR` setting to start it on, as the
+    `pasodoble` command starts (`pasodoble.allocator`), or `system`."""
     cmd = [python, str(SIDE_SCRIPT), "--side", side, "--out", str(out), "--device", device]
     if dtype is not None:
         cmd += ["--dtype", dtype]
     if spec is not None:
         cmd += ["--spec", str(spec)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    env = allocator.launch_env(malloc, env) or env
     if device == "cpu":
         cmd = ["taskset", "-c", str(cpu), *cmd]
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -197,8 +201,10 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float, seed: int) -> dict:
-    """Every round of one shape on the questions of `seed`; its runs (with derived figures) and summary."""
+def write_spec(name: str, shape: Shape, args, seed: int) -> tuple[Path, Path]:
+    """The work of shape `name` on the questions of `seed`, as every side reads it, written to
+    `args.out`/spec-NAME-seedS.json (`args`: out, warmup_steps, project_set, device, dtype); the spec's path and the
+    model folder."""
     texts = questions(shape.prompts * (args.warmup_steps + 1), seed=seed)
     folder = model_dir(name, args.out, texts, seed)
     spec = {
@@ -214,12 +220,19 @@ def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float, seed
     }
     spec_path = args.out / f"spec-{name}-seed{seed}.json"
     write_json_atomic(spec_path, spec)
+    return spec_path, folder
+
+
+def run_shape(name: str, shape: Shape, args, sides: list[str], peak: float, seed: int) -> dict:
+    """Every round of one shape on the questions of `seed`; its runs (with derived figures) and summary."""
+    spec_path, folder = write_spec(name, shape, args, seed)
     pythons = {"project": sys.executable, "trl": str(args.trl_python), "trl_defaults": str(args.trl_python)}
     runs = []
     for r in range(args.rounds):
         for side in sides:
             out = args.out / "runs" / f"{name}-seed{seed}-r{r}-{side}.json"
-            record = run_child(pythons[side], side, spec_path, out, args.cpu, args.device)
+            malloc = args.malloc if side == "project" or args.trl_malloc == "same" else "system"
+            record = run_child(pythons[side], side, spec_path, out, args.cpu, args.device, malloc=malloc)
             run = stats.derived({**record, "round": r}, peak)
             gpu = f", peak GPU {run['peak_gpu_mb']:,.0f} MB" if "peak_gpu_mb" in run else ""
             print(
@@ -352,6 +365,19 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument(
         "--warmup-steps", type=int, default=1, help="steps each process takes before the measured one"
     )
+    ap.add_argument(
+        "--malloc",
+        default=os.environ.get("PASODOBLE_ALLOCATOR", "auto"),
+        choices=allocator.SETTINGS,
+        help="the project side's allocator, as the pasodoble command picks it (default: $PASODOBLE_ALLOCATOR, else "
+        "auto: TCMalloc when installed)",
+    )
+    ap.add_argument(
+        "--trl-malloc",
+        choices=("system", "same"),
+        default="system",
+        help="the TRL sides' allocator: glibc's malloc, as TRL runs (default), or the project side's",
+    )
     ap.add_argument("--seed", type=int, help="the questions' seed (default 0)")
     ap.add_argument(
         "--seeds",
@@ -406,6 +432,10 @@ def parse_args(argv: list[str] | None = None):
             ap.error(
                 "--device cuda: no CUDA device is visible here; run it on a GPU machine, or use --device cpu"
             )
+    try:
+        allocator.choose(args.malloc)
+    except ValueError as err:
+        ap.error(f"--malloc: {err}")
     if args.rounds < 1 or args.warmup_steps < 0:
         ap.error("--rounds must be >= 1 and --warmup-steps >= 0")
     if not args.project_only and not args.trl_python.is_file():
@@ -482,16 +512,25 @@ def main(argv: list[str] | None = None) -> int:
         "peak_flops_per_s_by_kernel_before_after": [kernels_before, kernels_after],
         "shapes": shapes,
     }
-    write_json_atomic(args.out / "results.json", results)
-    text = report(results)
-    write_text_atomic(args.out / "report.md", text)
-    print(text)
+    save_results(args.out, results, report(results))
     return 0
 
 
-if __name__ == "__main__":
+def save_results(out: Path, results: dict, text: str) -> None:
+    """`results.json` and `report.md` under `out`, each written atomically, and the report printed."""
+    write_json_atomic(out / "results.json", results)
+    write_text_atomic(out / "report.md", text if text.endswith("\n") else text + "\n")
+    print(text)
+
+
+def entry(main) -> None:
+    """A bench's `__main__`: exits with `main()`'s status, or 2 with the message of a UserError."""
     try:
         raise SystemExit(main())
     except UserError as err:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    entry(main)

@@ -25,6 +25,7 @@ default is a GPU setting). Run by hand: `python bench/vs_trl_sides.py --side pea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -58,6 +59,30 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def memory_mb() -> dict:
+    """This process's resident memory now (VmRSS), its anonymous part (RssAnon) and its peak so far (VmHWM), and
+    the freed memory its allocator holds for reuse (`core.host_memory.free_heap_bytes`), all in MB."""
+    from pasodoble.core.host_memory import free_heap_bytes
+
+    fields = {"VmRSS:": "rss_mb", "RssAnon:": "anon_mb", "VmHWM:": "peak_mb"}
+    out = {"heap_free_mb": free_heap_bytes() / 2**20}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key = line.split(maxsplit=1)[0] if line else ""
+            if key in fields:
+                out[fields[key]] = int(line.split()[1]) / 1024  # kB
+    return out
+
+
+def _malloc() -> str:
+    """The allocator this process runs on, from its mapped libraries (as `pasodoble.allocator.active` reads it)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "system"
+    return "tcmalloc" if "libtcmalloc" in maps else "jemalloc" if "libjemalloc" in maps else "system"
+
+
 def _versions() -> dict:
     import torch
     import transformers
@@ -66,6 +91,7 @@ def _versions() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "malloc": _malloc(),
     }
     try:
         import trl
@@ -206,6 +232,7 @@ def run_project(spec: dict) -> dict:
     cfg.validate()
     torch.manual_seed(spec["seed"])
     role = Role.from_pretrained("solver", cfg, spec["model_dir"], total_updates=steps)
+    phases = []  # memory after each phase of each step (bench/host_memory.py reads it)
     for step in range(steps):
         chats = spec["chats"][step * per_step : (step + 1) * per_step]
         start = clock()  # from the chats, as TRL's generation phase starts from them
@@ -217,8 +244,10 @@ def run_project(spec: dict) -> dict:
             advantages += group_advantages(rewards).tolist()
             samples += [Sample(prompt, c) for c in group]
         generated = clock()
+        phases.append({"step": step, "after": "generation", **memory_mb()})  # outside the timed phases
         role.update(samples, advantages)
         done = clock()
+        phases.append({"step": step, "after": "update", **memory_mb()})
     return {
         "side": "project",
         "step_cpu_s": done - start,
@@ -246,6 +275,7 @@ def run_project(spec: dict) -> dict:
             "onednn_linear_layers": sum(isinstance(m, cpu_matmul.OneDnnLinear) for m in role.model.modules()),
         },
         "peak_rss_mb": peak_rss_mb(),
+        "phases": phases,
         **_device_figures(device),
         "versions": _versions(),
     }

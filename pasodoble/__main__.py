@@ -1,8 +1,6 @@
 """`python -m pasodoble` is the `pasodoble` command."""
 
-import sys
-
-from pasodoble.cli import main
+from pasodoble.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from pasodoble import __version__
+from pasodoble import __version__, allocator
 from pasodoble.errors import UserError
 
 # Order is the order of `pasodoble --help`.
@@ -97,5 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # a rank ends here (end_process)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `pasodoble` command: on the allocator `PASODOBLE_ALLOCATOR` asks for (`pasodoble.allocator`: TCMalloc when
+    installed), then `main`."""
+    allocator.relaunch()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

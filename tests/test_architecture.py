@@ -16,7 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "plumbing",
-        ("pasodoble", "errors", "io", "jsonl", "strict_yaml", "threads", "folders", "config", "checkpoint"),
+        (
+            "pasodoble",
+            "errors",
+            "io",
+            "jsonl",
+            "strict_yaml",
+            "threads",
+            "allocator",
+            "folders",
+            "config",
+            "checkpoint",
+        ),
     ),
     ("core", ("core", "grader", "kb", "realmodels", "sandbox", "qa")),
     ("domain plug-ins", ("domains",)),

@@ -2,8 +2,10 @@
 
 What: `release_freed(min_bytes)` asks glibc how many freed bytes its heap holds (`mallinfo2`) and, when they are at
 least `min_bytes`, calls `malloc_trim(0)`, which gives every whole free page in the heap back to the kernel. It
-returns the free bytes it found when it trimmed, else 0. Where the C library is not glibc (or is older than 2.33,
-which has no `mallinfo2`) it does nothing and returns 0. The Role calls it at the end of `generate` and of `update`,
+returns the free bytes it found when it trimmed, else 0. Under TCMalloc (which the `pasodoble` command preloads
+when installed, `pasodoble.allocator`) it reads the page heap's free bytes and calls
+`MallocExtension_ReleaseFreeMemory` instead. Under another allocator, or a C library that is not glibc 2.33 or
+later, it does nothing and returns 0. The Role calls it at the end of `generate` and of `update`,
 on any device (only the host's heap is touched, and only past the threshold).
 
 Why: torch's CPU tensors come from malloc. glibc serves any allocation under its mmap threshold (which grows with
@@ -62,17 +64,43 @@ def _glibc():
     return libc
 
 
+@functools.cache
+def _tcmalloc():
+    """TCMalloc's C API when the process runs on it (`pasodoble.allocator` preloads it), else None."""
+    try:
+        lib = ctypes.CDLL(None)  # the process's global symbols: a preloaded TCMalloc's among them
+        get, release = lib.MallocExtension_GetNumericProperty, lib.MallocExtension_ReleaseFreeMemory
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    release.restype, release.argtypes = None, []
+    return lib
+
+
 def free_heap_bytes() -> int:
-    """Freed bytes glibc's heap holds for reuse (`fordblks`); 0 off glibc."""
+    """Freed bytes the allocator holds for reuse: under TCMalloc its page heap's free pages still mapped
+    (`tcmalloc.pageheap_free_bytes`), else glibc's heap (`fordblks`); 0 under any other allocator."""
+    tc = _tcmalloc()
+    if tc is not None:
+        value = ctypes.c_size_t(0)
+        return (
+            int(value.value)
+            if tc.MallocExtension_GetNumericProperty(b"tcmalloc.pageheap_free_bytes", value)
+            else 0
+        )
     libc = _glibc()
     return int(libc.mallinfo2().fordblks) if libc is not None else 0
 
 
 def release_freed(min_bytes: int = MIN_FREE_BYTES) -> int:
-    """Give the heap's free pages back to the kernel when it holds at least `min_bytes` freed; returns the freed
-    bytes found when it trimmed, else 0."""
+    """Give the allocator's free pages back to the kernel when it holds at least `min_bytes` freed; returns the
+    freed bytes found when it did, else 0."""
     free = free_heap_bytes()
-    if free < min_bytes or free == 0:  # 0: nothing freed, or not glibc
+    if free < min_bytes or free == 0:  # 0: nothing freed, or an allocator it cannot read
         return 0
-    _glibc().malloc_trim(0)
+    tc = _tcmalloc()
+    if tc is not None:
+        tc.MallocExtension_ReleaseFreeMemory()
+    else:
+        _glibc().malloc_trim(0)
     return free

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from pasodoble import checkpoint
+from pasodoble import allocator, checkpoint
 from pasodoble.config import load_config, save_config
 from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
@@ -401,7 +401,7 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
     run_dir = _prepare_run_dir(cfg, collective, resume)
     if rank0 and not cfg.logging.quiet:
         threads = torch.get_num_threads()
-        print(f"run directory: {run_dir} ({threads} torch threads)", flush=True)
+        print(f"run directory: {run_dir} ({threads} torch threads, malloc: {allocator.active()})", flush=True)
         if (warning := busy_warning(threads)) is not None:
             print(warning, flush=True)
     if collective.world_size > 1 and any(m.startswith(TINY) for m in (cfg.proposer.model, cfg.solver.model)):
