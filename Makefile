@@ -144,7 +144,8 @@ allocator-env:
 	@if ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4; then echo "tcmalloc present"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4 || \
-	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4; }; \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4; } || \
+	  echo "allocator-env: libtcmalloc-minimal4 could not be installed; the command runs on glibc's malloc"; \
 	else echo "optional, as root: apt-get install -y libtcmalloc-minimal4 (the step then runs on TCMalloc)"; fi
 
 # The whole pipeline on a real model (docs/REAL_MODELS.md, "The whole pipeline"): SmolLM2-135M-Instruct fetched,
