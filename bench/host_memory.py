@@ -20,11 +20,12 @@ of each arm's peak and update time to `trim`'s, paired round by round. Writes `r
 under --out.
 
 Why: the trim is meant to hand what a phase freed back to the kernel (for a vLLM server or another process on the
-node) without costing the next phase time, and the threshold to lower the step's own peak at a price in update time
+node) without costing the next phase time, the threshold to lower the step's own peak at a price in update time, and
+another allocator to lower it without that price
 (issue: performance; figures in docs/PERFORMANCE.md). This measures both from one command.
 
 Run: `python bench/host_memory.py --shape smollm2 --seed 0 --rounds 1 --cpu 1 --out bench-out/host_memory` (about
-12 minutes on a 2-core Zen 4 host); `--shape tiny` in under a minute.
+5 minutes an arm on a 2-core Zen 4 host, 25 for the five default arms); `--shape tiny` in about a minute.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def memory_mb() -> dict:
 
 
 def _malloc() -> str:
-    """The allocator this process runs on, from its mapped libraries (as `pasodoble.allocator.active` reads it)."""
+    """The allocator this process runs on, from its mapped libraries, as `pasodoble.allocator.active` reads it: the
+    TRL sides cannot import that module, since importing `pasodoble` sets oneDNN's cache sizes for the process."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:

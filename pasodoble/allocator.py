@@ -2,7 +2,7 @@
 
 What: `choose(setting)` turns `PASODOBLE_ALLOCATOR` (`auto`, the default; `tcmalloc`; `jemalloc`; `system`) into the
 library to preload, `launch_env(setting, environ)` into the environment to start again with (None when the process
-already runs as asked), and `relaunch(setting)` replaces the process with that start (`os.execv`: same PID, same
+already runs as asked), and `relaunch(setting)` replaces the process with that start (`os.execve`: same PID, same
 arguments, same standard streams) before anything heavy is imported. `auto` takes TCMalloc when the machine has it
 (Debian: `apt-get install libtcmalloc-minimal4`) and glibc's malloc otherwise. `active()` names the allocator this
 process runs on, read from its mapped libraries. Child processes (vLLM workers, `torchrun` ranks) inherit the preload.
@@ -62,9 +62,8 @@ def launch_env(setting: str, environ: Mapping[str, str], finder=find) -> dict[st
     if library is None or any(LIBRARIES[n] in preload for n in LIBRARIES):  # the user preloaded one already
         return None
     env = {**environ, "LD_PRELOAD": f"{library}:{preload}" if preload else library, GUARD: name}
-    if (
-        name == "tcmalloc"
-    ):  # TCMalloc reports every allocation over 1 GB on stderr by default: loading a model does
+    if name == "tcmalloc":
+        # TCMalloc reports every allocation over 1 GB on stderr by default, and loading a model makes some
         env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
     return env
 
