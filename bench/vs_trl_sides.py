@@ -201,7 +201,7 @@ def run_project(spec: dict) -> dict:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pasodoble.config import apply_override, from_dict
-    from pasodoble.core import cpu_matmul
+    from pasodoble.core import cpu_matmul, decode_kernel
     from pasodoble.core.grpo import group_advantages
     from pasodoble.roles.role import Role, RoleConfig, Sample
 
@@ -274,6 +274,7 @@ def run_project(spec: dict) -> dict:
             "cpu_matmul": cfg.cpu_matmul,
             # how many linear layers `cpu_matmul` turned (on a Zen 4 core "auto" turns the wide ones only)
             "onednn_linear_layers": sum(isinstance(m, cpu_matmul.OneDnnLinear) for m in role.model.modules()),
+            "decode_kernel": decode_kernel.status(),  # the compiled shared-prompt decode attention
         },
         "peak_rss_mb": peak_rss_mb(),
         "phases": phases,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from pasodoble.core import decode_kernel
+
 PREFIX_AWARE: set[str] = set()  # attention implementation names that read `shared_prefix=` as described above
 
 
@@ -32,7 +34,15 @@ class SharedPrefix:
         self.keys = [layer.keys for layer in cache.layers]  # each (U, KV, P, D)
         self.values = [layer.values for layer in cache.layers]
         self.mask = prompt_mask.bool()  # (U, P)
+        # where the compiled kernel serves the decode, keys stored by column (its fast layout), values by row
+        self.by_column = bool(self.keys) and decode_kernel.serves(self.keys[0])
+        self._lay_out()
         self._arrange(rows)
+
+    def _lay_out(self) -> None:
+        if self.by_column:
+            self.keys = [decode_kernel.by_column(k) for k in self.keys]
+            self.values = [v.contiguous() for v in self.values]
 
     def _arrange(self, rows: torch.Tensor) -> None:
         """Row b's queries go to slot `dense[b]` of a (U, width) grid: prompt u's rows fill u's line in order."""
@@ -55,6 +65,7 @@ class SharedPrefix:
             self.keys = [k[used] for k in self.keys]
             self.values = [v[used] for v in self.values]
             self.mask = self.mask[used]
+            self._lay_out()
         self._arrange(rows)
 
 
@@ -88,6 +99,22 @@ def prefix_decode_attention(
     layer: int,
 ) -> torch.Tensor:
     """One decode step's attention over the prompt's shared columns and the row's own; returns (b, 1, H, D)."""
+    fused = decode_kernel.prefix_decode(query, key, value, mask, scaling, prefix, layer)
+    if fused is not None:  # the compiled kernel: float32 on the CPU, one thread
+        return fused
+    return tensor_decode_attention(query, key, value, mask, scaling, prefix, layer)
+
+
+def tensor_decode_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    prefix: SharedPrefix,
+    layer: int,
+) -> torch.Tensor:
+    """`prefix_decode_attention` in tensor operations (any device and dtype)."""
     rows, heads, _, dim = query.shape
     kv = key.shape[1]
     group = heads // kv

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from pasodoble.core import decode_kernel
 from pasodoble.core.prefix_attention import SharedPrefix
 from pasodoble.core.shared_prefix import quiet_cache_rename
 
@@ -53,47 +54,62 @@ class Decoded:
 
 class PreallocatedLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are the used prefix of buffers sized for the whole decode: a step
-    writes its column in place, where `DynamicLayer` concatenates (a copy of the whole layer cache every step)."""
+    writes its column in place, where `DynamicLayer` concatenates (a copy of the whole layer cache every step).
+    `keys_by_column`: the key buffer is (B, H, D, capacity) and `keys` its transposed view, the layout the compiled
+    decode kernel reads fastest (`core.decode_kernel`); `keys` has the same shape and values either way."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, keys_by_column: bool = False):
         super().__init__()
         self.device, self.is_initialized = keys.device, True
-        self.key_buffer, self.value_buffer = self._buffer(keys, capacity), self._buffer(values, capacity)
+        self.by_column = keys_by_column
+        self.key_buffer = self._buffer(keys, capacity, by_column=keys_by_column)
+        self.value_buffer = self._buffer(values, capacity)
         self._view(keys.shape[-2])
 
     @staticmethod
-    def _buffer(states: torch.Tensor, capacity: int) -> torch.Tensor:
+    def _buffer(states: torch.Tensor, capacity: int, by_column: bool = False) -> torch.Tensor:
         rows, heads, used, dim = states.shape
+        if by_column:  # (B, H, D, capacity), read by the kernel in whole blocks of columns
+            buffer = states.new_empty(rows, heads, dim, decode_kernel.padded(max(capacity, used)))
+            buffer[..., :used] = states.transpose(-1, -2)
+            return buffer
         buffer = states.new_empty(rows, heads, max(capacity, used), dim)  # (B, H, capacity, D)
         buffer[:, :, :used] = states
         return buffer
 
     def _view(self, used: int) -> None:
-        self.keys, self.values = self.key_buffer[:, :, :used], self.value_buffer[:, :, :used]
+        keys = (
+            self.key_buffer[..., :used].transpose(-1, -2) if self.by_column else self.key_buffer[:, :, :used]
+        )
+        self.keys, self.values = keys, self.value_buffer[:, :, :used]
 
     def update(self, key_states, value_states, *args, **kwargs):
         used, end = self.keys.shape[-2], self.keys.shape[-2] + key_states.shape[-2]
-        in_place = self.keys.data_ptr() == self.key_buffer.data_ptr() and end <= self.key_buffer.shape[-2]
+        in_place = self.keys.data_ptr() == self.key_buffer.data_ptr() and end <= self.value_buffer.shape[-2]
         if not in_place:  # past the buffer, or replaced by a method of the parent: plain concatenation
             return super().update(key_states, value_states, *args, **kwargs)
-        self.key_buffer[:, :, used:end] = key_states
+        if self.by_column:
+            self.key_buffer[..., used:end] = key_states.transpose(-1, -2)
+        else:
+            self.key_buffer[:, :, used:end] = key_states
         self.value_buffer[:, :, used:end] = value_states
         self._view(end)
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         used = self.keys.shape[-2]
-        capacity = self.key_buffer.shape[-2]
-        self.key_buffer = self._buffer(self.keys[indices], capacity)  # only the used columns are copied
+        capacity = self.value_buffer.shape[-2]
+        # only the used columns are copied
+        self.key_buffer = self._buffer(self.keys[indices], capacity, by_column=self.by_column)
         self.value_buffer = self._buffer(self.values[indices], capacity)
         self._view(used)
 
 
-def preallocate(cache, capacity: int) -> None:
+def preallocate(cache, capacity: int, keys_by_column: bool = False) -> None:
     """Every plain `DynamicLayer` of `cache` becomes a `PreallocatedLayer` of `capacity` columns."""
     for i, layer in enumerate(cache.layers):
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
-            cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, capacity)
+            cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, capacity, keys_by_column)
 
 
 class StopStrings:
@@ -158,8 +174,9 @@ def decode(
                 **shared,
             )
             cache = out.past_key_values
-        if t == 0:  # room for every column the decode can add
-            preallocate(cache, input_ids.shape[1] + max_new_tokens)
+        if t == 0:  # room for every column the decode can add; keys by column where the kernel reads them
+            by_column = prefix is not None and prefix.by_column
+            preallocate(cache, input_ids.shape[1] + max_new_tokens, keys_by_column=by_column)
         scaled = out.logits[:, -1].float()  # (b, V): the step's own logits, scaled in place
         if scale != 1.0:
             scaled.div_(scale)  # the same float32 division as transformers' temperature warper

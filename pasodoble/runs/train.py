@@ -38,6 +38,7 @@ import torch
 
 from pasodoble import allocator, checkpoint
 from pasodoble.config import load_config, save_config
+from pasodoble.core import decode_kernel
 from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
@@ -401,7 +402,11 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
     run_dir = _prepare_run_dir(cfg, collective, resume)
     if rank0 and not cfg.logging.quiet:
         threads = torch.get_num_threads()
-        print(f"run directory: {run_dir} ({threads} torch threads, malloc: {allocator.active()})", flush=True)
+        print(
+            f"run directory: {run_dir} ({threads} torch threads, malloc: {allocator.active()}, "
+            f"CPU decode kernel: {decode_kernel.status() if threads == 1 else f'off ({threads} torch threads)'})",
+            flush=True,
+        )
         if (warning := busy_warning(threads)) is not None:
             print(warning, flush=True)
     if collective.world_size > 1 and any(m.startswith(TINY) for m in (cfg.proposer.model, cfg.solver.model)):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
-from pasodoble.core import prefix_attention
+from pasodoble.core import decode_kernel, prefix_attention
 from pasodoble.core.prefix_attention import SharedPrefix, prefix_decode_attention
 from pasodoble.roles.grouped_attention import GROUPED_SDPA, grouped_sdpa_forward, use_grouped_attention
 from pasodoble.rollout import HFEngine, SamplingParams
@@ -103,8 +103,17 @@ def _prompts(tokenizer) -> list[list[int]]:
     return [tokenizer(t)["input_ids"] for t in texts]
 
 
+@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
+def threads(request):
+    """One torch thread: the compiled decode kernel serves the shared-prefix steps where it builds; two: tensors."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_engine_samples_what_it_samples_with_copied_prompts(tiny_lm, monkeypatch, temperature):
+def test_engine_samples_what_it_samples_with_copied_prompts(tiny_lm, monkeypatch, temperature, threads):
     model, tokenizer, _ = tiny_lm
     plain = copy.deepcopy(model).eval()
     with torch.no_grad():  # larger weights: continuations differ by context, and rows end at different steps
@@ -121,6 +130,15 @@ def test_engine_samples_what_it_samples_with_copied_prompts(tiny_lm, monkeypatch
         return real(*args)
 
     monkeypatch.setattr("pasodoble.roles.grouped_attention.prefix_decode_attention", counted)
+    fused = []
+    real_kernel = decode_kernel.prefix_decode
+
+    def kernel_counted(*args):
+        out = real_kernel(*args)
+        fused.append(out is not None)
+        return out
+
+    monkeypatch.setattr(decode_kernel, "prefix_decode", kernel_counted)
     prompts = _prompts(tokenizer)
     sampling = SamplingParams(n=3, temperature=temperature, max_new_tokens=24, seed=3)
     engines = HFEngine(plain, tokenizer, batch_size=16), HFEngine(grouped, tokenizer, batch_size=16)
@@ -139,6 +157,8 @@ def test_engine_samples_what_it_samples_with_copied_prompts(tiny_lm, monkeypatch
     got = engines[1].generate(prompts, sampling)
     assert calls and calls[0] == 12  # every decode row read the prompts through the shared prefix
     assert min(calls) < 12  # ... and rows left on the way
+    kernel = threads == 1 and decode_kernel.status() == "on"
+    assert fused and all(f == kernel for f in fused)  # the compiled kernel or the tensor path, for every step
     for group_want, group_got in zip(want, got):
         for w, g in zip(group_want, group_got):
             assert g.token_ids == w.token_ids and g.finish_reason == w.finish_reason
