@@ -196,6 +196,8 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/update_layout.py --model tiny --new-tokens 200 --rounds 3 --profile 15 --out bench-out/update_layout-tiny200
 	$(BIN)/python bench/update_ops.py --out bench-out/update_ops.json
 	$(BIN)/python bench/host_memory.py --shape smollm2 --out bench-out/host_memory
+	$(BIN)/python bench/decode_kernel.py --shape tiny200 --out bench-out/decode_kernel-tiny200
+	$(BIN)/python bench/decode_kernel.py --shape smollm2 --rounds 1 --out bench-out/decode_kernel-smollm2
 	$(BIN)/python bench/grader.py
 
 # On a GPU machine, with a python that holds torch (CUDA), transformers, accelerate, peft, TRL and datasets (GPU_PY):

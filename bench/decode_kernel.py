@@ -1,0 +1,195 @@
+"""The compiled decode-attention kernel against the tensor path it replaces, on the project's GRPO step.
+
+What: for each round, the project's GRPO step (`bench/vs_trl_sides.py`'s project side: `Role.generate`, reward,
+`Role.update`; a warm-up step, then the measured one) runs on the work that `bench/vs_trl.py` writes for `--shape`
+and `--seed` twice, each a fresh process pinned to one core with one thread and started on the allocator the
+`pasodoble` command picks (`pasodoble.allocator`): once with the kernel
+(`core/decode_kernel.py`, built on first use) and once with `PASODOBLE_DECODE_KERNEL=off`, the first of a round
+taking turns. It prints the medians over rounds of each arm's generation, update and step CPU-seconds, completion
+tokens and peak resident memory, and the tensor path's generation and step time over the kernel's, paired round by
+round. The two arms draw the same samples when the kernel's rounding moves no draw; the table shows both token
+counts. Writes `results.json` and `report.md` under --out.
+
+Why: the kernel is on by default where it applies; this says what it buys on each shape, from one command (issue:
+performance; figures in docs/PERFORMANCE.md).
+
+Run: `python bench/decode_kernel.py --shape tiny200 --rounds 3 --cpu 1 --out bench-out/decode_kernel` (about 30
+seconds a round for tiny, a minute for tiny200, 3 minutes for smollm2 on a 2-core Zen 4 host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_trl import SHAPES, cpu_model, entry, load_average, save_results  # noqa: E402
+
+from pasodoble import allocator  # noqa: E402
+from pasodoble.errors import UserError  # noqa: E402
+from pasodoble.io import write_json_atomic  # noqa: E402
+
+ARMS = ("kernel", "tensor")
+CPU_SHAPES = ("tiny", "tiny200", "smollm2")
+COLUMNS = (
+    ("generate_cpu_s", "generation (CPU-s)", "{:.2f}"),
+    ("update_cpu_s", "update (CPU-s)", "{:.2f}"),
+    ("step_cpu_s", "step (CPU-s)", "{:.2f}"),
+    ("completion_tokens", "completion tokens", "{:,.0f}"),
+    ("peak_rss_mb", "peak RSS (MB)", "{:,.0f}"),
+)
+
+
+def child(spec: Path, result: Path) -> None:
+    """One arm's step in this process (pinned by the parent, its arm in the environment); its record to `result`."""
+    from vs_trl_sides import run_project
+
+    write_json_atomic(result, run_project(json.loads(spec.read_text())))
+
+
+def run_arm(arm: str, spec: Path, result: Path, cpu: int) -> dict:
+    """`arm` in a fresh process pinned to core `cpu` with one thread; its record."""
+    cmd = ["taskset", "-c", str(cpu), sys.executable, __file__, "--child", "--spec", str(spec)]
+    cmd += ["--result", str(result)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PASODOBLE_DECODE_KERNEL"] = "on" if arm == "kernel" else "off"
+    env = (
+        allocator.launch_env(os.environ.get("PASODOBLE_ALLOCATOR", "auto"), env) or env
+    )  # as the command starts
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise UserError(f"decode_kernel: the {arm} arm failed (exit {done.returncode}):\n{tail}")
+    record = json.loads(result.read_text())
+    status = record["settings"]["decode_kernel"]
+    if (status == "on") != (arm == "kernel"):
+        raise UserError(
+            f"decode_kernel: the {arm} arm ran with the kernel {status!r}; is a C compiler installed?"
+        )
+    return record
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Per arm: the median of each figure over rounds; for the tensor arm, its generation and step time over the
+    kernel's in the same round (the median of the paired ratios)."""
+    by_arm = {arm: [r for r in runs if r["arm"] == arm] for arm in ARMS}
+    out = {
+        arm: {key: statistics.median(r[key] for r in rows) for key, _, _ in COLUMNS}
+        for arm, rows in by_arm.items()
+    }
+    pairs = [(t, k) for t in by_arm["tensor"] for k in by_arm["kernel"] if t["round"] == k["round"]]
+    for key in ("generate_cpu_s", "step_cpu_s"):
+        out["tensor"][f"{key}_over_kernel"] = statistics.median(t[key] / k[key] for t, k in pairs)
+    return out
+
+
+def report(results: dict) -> str:
+    shape = results["shape"]
+    lines = [
+        "# The compiled decode-attention kernel against the tensor path",
+        "",
+        f"{results['date']}; {results['cpu']}, core {results['core']}, one thread; load average "
+        f"{results['load_before']} before, {results['load_after']} after; versions {json.dumps(results['versions'])}. "
+        f"Command: `{results['command']}`.",
+        "",
+        f"{results['shape_name']}, seed {results['seed']}: {shape['prompts']} prompts x {shape['num_generations']}, up "
+        f"to {shape['max_new_tokens']} new tokens; a warm-up step, then the measured step, whose figures these are; "
+        f"rounds: {results['rounds']}; medians over rounds.",
+        "",
+        "| arm | "
+        + " | ".join(title for _, title, _ in COLUMNS)
+        + " | generation / kernel's | step / kernel's |",
+        "|---|" + "---|" * (len(COLUMNS) + 2),
+    ]
+    for arm, row in results["summary"].items():
+        cells = [fmt.format(row[key]) for key, _, fmt in COLUMNS]
+        ratios = [
+            f"{row[k]:.3f}" if k in row else "-"
+            for k in ("generate_cpu_s_over_kernel", "step_cpu_s_over_kernel")
+        ]
+        lines.append(f"| {arm} | " + " | ".join(cells + ratios) + " |")
+    lines += [
+        "",
+        "kernel: as shipped (core/decode_kernel.py serves the shared-prompt decode steps); tensor: "
+        "PASODOBLE_DECODE_KERNEL=off (core/prefix_attention.py's tensor operations).",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--out", type=Path, default=Path("bench-out/decode_kernel"), help="default: bench-out/decode_kernel"
+    )
+    ap.add_argument("--shape", choices=CPU_SHAPES, default="tiny200", help="the work (default: tiny200)")
+    ap.add_argument("--seed", type=int, default=0, help="the questions' seed (default: 0)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, each running both arms once (default: 3)")
+    ap.add_argument(
+        "--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the core to pin to (default: the last)"
+    )
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.child:
+        child(args.spec, args.result)
+        return 0
+    from vs_trl import write_spec
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = argparse.Namespace(out=args.out, warmup_steps=1, project_set=[], device="cpu", dtype="float32")
+    spec, _ = write_spec(args.shape, SHAPES[args.shape], work, args.seed)
+    load_before = load_average()
+    runs = []
+    for r in range(args.rounds):
+        for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
+            record = run_arm(
+                arm, spec, args.out / "runs" / f"{args.shape}-seed{args.seed}-r{r}-{arm}.json", args.cpu
+            )
+            row = {key: record[key] for key, _, _ in COLUMNS}
+            runs.append({**row, "arm": arm, "round": r, "versions": record["versions"]})
+            print(
+                f"round {r} {arm}: generation {row['generate_cpu_s']:.2f} / update {row['update_cpu_s']:.2f} / "
+                f"step {row['step_cpu_s']:.2f} CPU-s, {row['completion_tokens']:,} tokens, peak "
+                f"{row['peak_rss_mb']:,.0f} MB",
+                flush=True,
+            )
+    results = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "core": args.cpu,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "versions": runs[0]["versions"],
+        "command": "python bench/decode_kernel.py " + " ".join(argv),
+        "shape_name": args.shape,
+        "shape": asdict(SHAPES[args.shape]),
+        "seed": args.seed,
+        "rounds": args.rounds,
+        "runs": runs,
+        "summary": summarise(runs),
+    }
+    save_results(args.out, results, report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    entry(main)
