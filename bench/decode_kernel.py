@@ -20,20 +20,18 @@ seconds a round for tiny, a minute for tiny200, 3 minutes for smollm2 on a 2-cor
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_trl import SHAPES, cpu_model, entry, load_average, save_results  # noqa: E402
+from vs_trl import SHAPES, entry, load_average, save_results, shape_run_header, shape_run_lines  # noqa: E402
 
 from pasodoble import allocator  # noqa: E402
 from pasodoble.errors import UserError  # noqa: E402
@@ -94,18 +92,8 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def report(results: dict) -> str:
-    shape = results["shape"]
     lines = [
-        "# The compiled decode-attention kernel against the tensor path",
-        "",
-        f"{results['date']}; {results['cpu']}, core {results['core']}, one thread; load average "
-        f"{results['load_before']} before, {results['load_after']} after; versions {json.dumps(results['versions'])}. "
-        f"Command: `{results['command']}`.",
-        "",
-        f"{results['shape_name']}, seed {results['seed']}: {shape['prompts']} prompts x {shape['num_generations']}, up "
-        f"to {shape['max_new_tokens']} new tokens; a warm-up step, then the measured step, whose figures these are; "
-        f"rounds: {results['rounds']}; medians over rounds.",
-        "",
+        *shape_run_lines(results, "The compiled decode-attention kernel against the tensor path"),
         "| arm | "
         + " | ".join(title for _, title, _ in COLUMNS)
         + " | generation / kernel's | step / kernel's |",
@@ -173,17 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     results = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": cpu_model(),
-        "core": args.cpu,
-        "load_before": load_before,
-        "load_after": load_average(),
-        "versions": runs[0]["versions"],
-        "command": "python bench/decode_kernel.py " + " ".join(argv),
-        "shape_name": args.shape,
-        "shape": asdict(SHAPES[args.shape]),
-        "seed": args.seed,
-        "rounds": args.rounds,
+        **shape_run_header("decode_kernel.py", argv, args, load_before, runs[0]["versions"]),
         "runs": runs,
         "summary": summarise(runs),
     }

@@ -32,20 +32,18 @@ from __future__ import annotations
 
 import argparse
 import ctypes.util
-import datetime
 import json
 import os
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_trl import SHAPES, cpu_model, entry, load_average, save_results  # noqa: E402
+from vs_trl import SHAPES, entry, load_average, save_results, shape_run_header, shape_run_lines  # noqa: E402
 
 from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import write_json_atomic  # noqa: E402
@@ -149,18 +147,8 @@ def summarise(runs: list[dict], arms: list[str]) -> dict:
 
 
 def report(results: dict) -> str:
-    shape = results["shape"]
     lines = [
-        "# Resident memory between a role's phases",
-        "",
-        f"{results['date']}; {results['cpu']}, core {results['core']}, one thread; load average "
-        f"{results['load_before']} before, {results['load_after']} after; versions {json.dumps(results['versions'])}. "
-        f"Command: `{results['command']}`.",
-        "",
-        f"{results['shape_name']}, seed {results['seed']}: {shape['prompts']} prompts x {shape['num_generations']}, up "
-        f"to {shape['max_new_tokens']} new tokens; a warm-up step, then the measured step, whose figures these are; "
-        f"rounds: {results['rounds']}; medians over rounds.",
-        "",
+        *shape_run_lines(results, "Resident memory between a role's phases"),
         "| arm | " + " | ".join(title for _, title, _ in COLUMNS) + " | peak / trim's | update / trim's |",
         "|---|" + "---|" * (len(COLUMNS) + 2),
     ]
@@ -254,17 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     results = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": cpu_model(),
-        "core": args.cpu,
-        "load_before": load_before,
-        "load_after": load_average(),
-        "versions": runs[0]["versions"],
-        "command": "python bench/host_memory.py " + " ".join(argv),
-        "shape_name": args.shape,
-        "shape": asdict(SHAPES[args.shape]),
-        "seed": args.seed,
-        "rounds": args.rounds,
+        **shape_run_header("host_memory.py", argv, args, load_before, runs[0]["versions"]),
         "min_free_mb": MIN_FREE_BYTES / 2**20,
         "skipped_arms": skipped,
         "runs": runs,

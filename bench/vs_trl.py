@@ -516,6 +516,42 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def shape_run_header(script: str, argv: list[str], args, load_before, versions: dict) -> dict:
+    """The fields that open the results of a bench of arms on one shape's work (`bench/host_memory.py`,
+    `bench/decode_kernel.py`; `args`: shape, seed, rounds, cpu): when, where, which versions, the command, the work
+    and its rounds."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "core": args.cpu,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "versions": versions,
+        "command": f"python bench/{script} " + " ".join(argv),
+        "shape_name": args.shape,
+        "shape": asdict(SHAPES[args.shape]),
+        "seed": args.seed,
+        "rounds": args.rounds,
+    }
+
+
+def shape_run_lines(results: dict, title: str) -> list[str]:
+    """A report's title and the lines that say `shape_run_header`'s fields."""
+    shape = results["shape"]
+    return [
+        f"# {title}",
+        "",
+        f"{results['date']}; {results['cpu']}, core {results['core']}, one thread; load average "
+        f"{results['load_before']} before, {results['load_after']} after; versions {json.dumps(results['versions'])}. "
+        f"Command: `{results['command']}`.",
+        "",
+        f"{results['shape_name']}, seed {results['seed']}: {shape['prompts']} prompts x {shape['num_generations']}, up "
+        f"to {shape['max_new_tokens']} new tokens; a warm-up step, then the measured step, whose figures these are; "
+        f"rounds: {results['rounds']}; medians over rounds.",
+        "",
+    ]
+
+
 def save_results(out: Path, results: dict, text: str) -> None:
     """`results.json` and `report.md` under `out`, each written atomically, and the report printed."""
     write_json_atomic(out / "results.json", results)

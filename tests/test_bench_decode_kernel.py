@@ -3,25 +3,16 @@ consistency, never on their size; the bench itself runs in `make bench`."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench_modules import load_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load("decode_kernel")
+bench = load_bench("decode_kernel")
 
 
 def run(arm: str, r: int, generate: float, step: float, tokens: int = 100) -> dict:

@@ -3,7 +3,6 @@ the tiny anchor (`slow`). Figures are asserted on their consistency, never on th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,20 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_modules import load_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 HANG_S = 1200  # a hang guard: three processes of torch imports and two tiny steps each, on a loaded machine
 
 
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load("host_memory")
+bench = load_bench("host_memory")
 
 
 def run(arm: str, r: int, peak: float, update: float, after_update: float = 900.0) -> dict:

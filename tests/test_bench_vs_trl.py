@@ -5,7 +5,6 @@ speed, only on their consistency."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,21 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_modules import load_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 # A hang guard, not a speed bound: four processes of torch imports at nice 19 on a loaded 2-core machine.
 HANG_S = 2400
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-stats = _load("vs_trl_stats")
-vs_trl = _load("vs_trl")
+stats = load_bench("vs_trl_stats")
+vs_trl = load_bench("vs_trl")
 
 
 def run(side: str, r: int, step: float, gen: float, tokens: int = 100, rss: float = 1000.0) -> dict:
@@ -395,7 +388,7 @@ def test_a_side_reports_its_own_peak_memory_not_its_parents():
 
 
 def test_distinct_prompt_tokens_count_each_prompt_once_a_batch():
-    sides = _load("vs_trl_sides")
+    sides = load_bench("vs_trl_sides")
     prompts = [[1, 2, 3], [4, 5]]  # 2 prompts x 3 samples: rows 3,3,3,2,2,2 tokens
     assert sides.distinct_prompt_tokens(prompts, 3, 6, shared=False) == 15
     assert sides.distinct_prompt_tokens(prompts, 3, 6, shared=True) == 5
@@ -404,7 +397,7 @@ def test_distinct_prompt_tokens_count_each_prompt_once_a_batch():
 
 
 def test_the_dualplay_cost_fit_recovers_a_known_model():
-    cost = _load("dualplay_cost")
+    cost = load_bench("dualplay_cost")
     grid = [
         {"I": i, "J": j, "max_completion_length": None, "step_s": 0.5 + 0.25 * i + 0.0625 * i * j}
         for i in (2, 4, 6)
@@ -418,7 +411,7 @@ def test_the_dualplay_cost_fit_recovers_a_known_model():
 
 
 def test_decode_loop_bench_runs_every_arm_on_the_same_batch(tmp_path, capsys):
-    bench = _load("decode_loop")
+    bench = load_bench("decode_loop")
     out = tmp_path / "dl"
     assert (
         bench.main(
@@ -457,7 +450,7 @@ def test_sampling_bench_stands_the_process_trees_peak_memory_beside_each_speed()
 
     import psutil
 
-    bench = _load("sampling")
+    bench = load_bench("sampling")
     r = {"side": "hf", "batch": 64, "tokens": 100, "prefill_tokens": 20, "params": 1000}
     r |= {"cpu_s": 2.0, "wall_s": 2.1, "peak_rss_mb": 1234.4}
     older = {k: v for k, v in r.items() if k != "peak_rss_mb"}  # a record from before the column
@@ -483,7 +476,7 @@ def test_sampling_bench_profiles_the_operators_of_one_call():
     from pasodoble.rollout import HFEngine, SamplingParams
     from tests.loop_helpers import make_model, make_tokenizer
 
-    bench = _load("op_profile")
+    bench = load_bench("op_profile")
     tokenizer = make_tokenizer()
     engine = HFEngine(make_model(tokenizer), tokenizer, batch_size=4)
     prompts = [tokenizer("1+1=")["input_ids"], tokenizer("2+2=")["input_ids"]]
@@ -501,7 +494,7 @@ def test_sampling_bench_profiles_the_operators_of_one_call():
 
 
 def test_profile_counts_the_flops_of_every_product_kernel():
-    bench = _load("op_profile")
+    bench = load_bench("op_profile")
     assert bench.product_flops("aten::mm", [[8, 4], [4, 3]]) == 2 * 8 * 4 * 3
     assert bench.product_flops("aten::addmm", [[3], [8, 4], [4, 3]]) == 2 * 8 * 4 * 3
     assert bench.product_flops("aten::bmm", [[5, 8, 4], [5, 4, 3]]) == 2 * 5 * 8 * 4 * 3
@@ -512,7 +505,7 @@ def test_profile_counts_the_flops_of_every_product_kernel():
 
 
 def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsys):
-    bench = _load("update_layout")
+    bench = load_bench("update_layout")
     out = tmp_path / "ul"
     argv = [
         "--child",
@@ -537,7 +530,7 @@ def test_update_layout_bench_times_every_arm_on_the_same_samples(tmp_path, capsy
 
 
 def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_path, capsys):
-    bench = _load("update_layout")
+    bench = load_bench("update_layout")
     assert [bench.token_budget(x) for x in ("auto", "None", "128")] == ["auto", None, 128]
     for bad in ("lots", "0"):
         with pytest.raises(argparse.ArgumentTypeError, match="use auto, none or a positive number"):
@@ -556,7 +549,7 @@ def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_pat
 
 
 def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_path, capsys):
-    bench = _load("update_ops")
+    bench = load_bench("update_ops")
     out = tmp_path / "ops.json"
     argv = [
         "--prompts",
@@ -589,7 +582,7 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
     from pasodoble.core.embedding_grad import rows_into_grad
     from pasodoble.roles import role as role_module
 
-    bench = _load("update_layout")
+    bench = load_bench("update_layout")
     role = types.SimpleNamespace(entry_weight=0.5)
     head, states = torch.nn.Linear(4, 7, bias=False), torch.randn(2, 4)
     switched = {}
