@@ -304,8 +304,8 @@ static int attend(const float *q, float *out, int64_t rows, int64_t kv, int64_t 
     return 0;
 }
 
-/* The entry point: `own` and `pre` each as 11 values (k, v, mask, k_row, k_head, k_col, k_dim, v_row, v_head,
- * v_col, cols), in the order of `Part`'s fields. */
+/* The entry point, called through ctypes by core/decode_kernel.py: `own` and `pre` point to `Part`s, which its
+ * `_Part` mirrors field for field. */
 int pasodoble_prefix_decode_f32(const float *q, float *out, int64_t rows, int64_t kv, int64_t group, int64_t dim,
                                 float scale_factor, const int64_t *prompt_of, float *scratch, const Part *own,
                                 const Part *pre) {
