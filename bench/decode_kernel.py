@@ -31,14 +31,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_trl import SHAPES, entry, load_average, save_results, shape_run_header, shape_run_lines  # noqa: E402
+from vs_trl import (  # noqa: E402
+    SHAPES,
+    add_shape_run_args,
+    entry,
+    load_average,
+    save_results,
+    shape_run_header,
+    shape_run_lines,
+)
 
 from pasodoble import allocator  # noqa: E402
 from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import write_json_atomic  # noqa: E402
 
 ARMS = ("kernel", "tensor")
-CPU_SHAPES = ("tiny", "tiny200", "smollm2")
 COLUMNS = (
     ("generate_cpu_s", "generation (CPU-s)", "{:.2f}"),
     ("update_cpu_s", "update (CPU-s)", "{:.2f}"),
@@ -116,18 +123,8 @@ def report(results: dict) -> str:
 
 def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--out", type=Path, default=Path("bench-out/decode_kernel"), help="default: bench-out/decode_kernel"
-    )
-    ap.add_argument("--shape", choices=CPU_SHAPES, default="tiny200", help="the work (default: tiny200)")
-    ap.add_argument("--seed", type=int, default=0, help="the questions' seed (default: 0)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds, each running both arms once (default: 3)")
-    ap.add_argument(
-        "--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the core to pin to (default: the last)"
-    )
+    add_shape_run_args(ap, "decode_kernel", "tiny200", 3, "rounds, each running both arms once")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")

@@ -43,7 +43,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_trl import SHAPES, entry, load_average, save_results, shape_run_header, shape_run_lines  # noqa: E402
+from vs_trl import (  # noqa: E402
+    SHAPES,
+    add_shape_run_args,
+    entry,
+    load_average,
+    save_results,
+    shape_run_header,
+    shape_run_lines,
+)
 
 from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import write_json_atomic  # noqa: E402
@@ -65,9 +73,6 @@ def arm_env(arm: str) -> dict[str, str] | None:
         return ARM_ENV.get(arm, {})
     found = ctypes.util.find_library(PRELOADS[arm][0])
     return {"LD_PRELOAD": found} if found else None
-
-
-CPU_SHAPES = ("tiny", "tiny200", "smollm2")
 
 
 def child(arm: str, spec: Path, result: Path) -> None:
@@ -175,24 +180,14 @@ def report(results: dict) -> str:
 
 def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--out", type=Path, default=Path("bench-out/host_memory"), help="default: bench-out/host_memory"
-    )
-    ap.add_argument("--shape", choices=CPU_SHAPES, default="smollm2", help="the work (default: smollm2)")
-    ap.add_argument("--seed", type=int, default=0, help="the questions' seed (default: 0)")
-    ap.add_argument("--rounds", type=int, default=1, help="rounds, each running every arm once (default: 1)")
+    add_shape_run_args(ap, "host_memory", "smollm2", 1, "rounds, each running every arm once")
     ap.add_argument(
         "--arms",
         default=",".join(DEFAULT_ARMS),
         help=f"comma-separated, of {', '.join(ARMS)} (default: {','.join(DEFAULT_ARMS)}; an arm whose allocator is "
         "not installed is skipped, and the report says so)",
     )
-    ap.add_argument(
-        "--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the core to pin to (default: the last)"
-    )
     ap.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in args.arms if a not in ARMS]

@@ -516,6 +516,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def add_shape_run_args(ap, name: str, shape: str, rounds: int, rounds_help: str) -> None:
+    """The options of a bench of arms on one shape's work (`bench/host_memory.py`, `bench/decode_kernel.py`):
+    --out, --shape, --seed, --rounds, --cpu, and the hidden --spec and --result of its child processes."""
+    ap.add_argument("--out", type=Path, default=Path(f"bench-out/{name}"), help=f"default: bench-out/{name}")
+    ap.add_argument(
+        "--shape", choices=CPU_SHAPES.split(","), default=shape, help=f"the work (default: {shape})"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="the questions' seed (default: 0)")
+    ap.add_argument("--rounds", type=int, default=rounds, help=f"{rounds_help} (default: {rounds})")
+    ap.add_argument(
+        "--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the core to pin to (default: the last)"
+    )
+    ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+
+
 def shape_run_header(script: str, argv: list[str], args, load_before, versions: dict) -> dict:
     """The fields that open the results of a bench of arms on one shape's work (`bench/host_memory.py`,
     `bench/decode_kernel.py`; `args`: shape, seed, rounds, cpu): when, where, which versions, the command, the work
