@@ -198,6 +198,7 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/host_memory.py --shape smollm2 --out bench-out/host_memory
 	$(BIN)/python bench/decode_kernel.py --shape tiny200 --out bench-out/decode_kernel-tiny200
 	$(BIN)/python bench/decode_kernel.py --shape smollm2 --rounds 1 --out bench-out/decode_kernel-smollm2
+	$(BIN)/python bench/decode_kernel.py --kernel attention --shape tiny200 --out bench-out/train_attention-tiny200
 	$(BIN)/python bench/grader.py
 
 # On a GPU machine, with a python that holds torch (CUDA), transformers, accelerate, peft, TRL and datasets (GPU_PY):

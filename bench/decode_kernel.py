@@ -1,20 +1,23 @@
-"""The compiled decode-attention kernel against the tensor path it replaces, on the project's GRPO step.
+"""The project's compiled CPU kernels against the paths they replace, on the project's GRPO step.
 
 What: for each round, the project's GRPO step (`bench/vs_trl_sides.py`'s project side: `Role.generate`, reward,
 `Role.update`; a warm-up step, then the measured one) runs on the work that `bench/vs_trl.py` writes for `--shape`
 and `--seed` twice, each a fresh process pinned to one core with one thread and started on the allocator the
-`pasodoble` command picks (`pasodoble.allocator`): once with the kernel
-(`core/decode_kernel.py`, built on first use) and once with `PASODOBLE_DECODE_KERNEL=off`, the first of a round
-taking turns. It prints the medians over rounds of each arm's generation, update and step CPU-seconds, completion
-tokens and peak resident memory, and the tensor path's generation and step time over the kernel's, paired round by
-round. The two arms draw the same samples when the kernel's rounding moves no draw; the table shows both token
-counts. Writes `results.json` and `report.md` under --out.
+`pasodoble` command picks (`pasodoble.allocator`): once with the `--kernel` on (built on first use) and once with it
+off, the first of a round taking turns. `--kernel decode` (default) is the shared-prompt decode attention
+(`core/decode_kernel.py`, off: `PASODOBLE_DECODE_KERNEL=off`, the tensor path); `--kernel attention` is the
+several-token attention of the update and of prefills (`core/train_attention.py`, off:
+`PASODOBLE_TRAIN_ATTENTION=off`, SDPA). It prints the medians over rounds of each arm's generation, update and step
+CPU-seconds, completion tokens and peak resident memory, and the off arm's generation, update and step time over the
+kernel's, paired round by round. The two arms draw the same samples when the kernel's rounding moves no draw; the
+table shows both token counts. Writes `results.json` and `report.md` under --out.
 
-Why: the kernel is on by default where it applies; this says what it buys on each shape, from one command (issue:
-performance; figures in docs/PERFORMANCE.md).
+Why: the kernels are on by default where they apply; this says what each buys on each shape, from one command
+(issue: performance; figures in docs/PERFORMANCE.md).
 
-Run: `python bench/decode_kernel.py --shape tiny200 --rounds 3 --cpu 1 --out bench-out/decode_kernel` (about 30
-seconds a round for tiny, a minute for tiny200, 3 minutes for smollm2 on a 2-core Zen 4 host).
+Run: `python bench/decode_kernel.py --kernel attention --shape tiny200 --rounds 3 --cpu 1 --out
+bench-out/train_attention` (about 30 seconds a round for tiny, a minute for tiny200, 3 minutes for smollm2 on a
+2-core Zen 4 host).
 """
 
 from __future__ import annotations
@@ -45,7 +48,23 @@ from pasodoble import allocator  # noqa: E402
 from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import write_json_atomic  # noqa: E402
 
-ARMS = ("kernel", "tensor")
+ARMS = ("kernel", "off")
+# --kernel: (its switch, its key in the project side's settings, what the kernel arm runs, what the off arm runs)
+KERNELS = {
+    "decode": (
+        "PASODOBLE_DECODE_KERNEL",
+        "decode_kernel",
+        "core/decode_kernel.py serves the shared-prompt decode steps",
+        "core/prefix_attention.py's tensor operations",
+    ),
+    "attention": (
+        "PASODOBLE_TRAIN_ATTENTION",
+        "train_attention",
+        "core/train_attention.py serves the update's attention and the prefills",
+        "torch's SDPA",
+    ),
+}
+RATIOS = ("generate_cpu_s", "update_cpu_s", "step_cpu_s")
 COLUMNS = (
     ("generate_cpu_s", "generation (CPU-s)", "{:.2f}"),
     ("update_cpu_s", "update (CPU-s)", "{:.2f}"),
@@ -62,12 +81,13 @@ def child(spec: Path, result: Path) -> None:
     write_json_atomic(result, run_project(json.loads(spec.read_text())))
 
 
-def run_arm(arm: str, spec: Path, result: Path, cpu: int) -> dict:
-    """`arm` in a fresh process pinned to core `cpu` with one thread; its record."""
+def run_arm(arm: str, kernel: str, spec: Path, result: Path, cpu: int) -> dict:
+    """`arm` of `kernel` in a fresh process pinned to core `cpu` with one thread; its record."""
+    switch, key, _, _ = KERNELS[kernel]
     cmd = ["taskset", "-c", str(cpu), sys.executable, __file__, "--child", "--spec", str(spec)]
     cmd += ["--result", str(result)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["PASODOBLE_DECODE_KERNEL"] = "on" if arm == "kernel" else "off"
+    env[switch] = "on" if arm == "kernel" else "off"
     env = (
         allocator.launch_env(os.environ.get("PASODOBLE_ALLOCATOR", "auto"), env) or env
     )  # as the command starts
@@ -76,47 +96,45 @@ def run_arm(arm: str, spec: Path, result: Path, cpu: int) -> dict:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise UserError(f"decode_kernel: the {arm} arm failed (exit {done.returncode}):\n{tail}")
     record = json.loads(result.read_text())
-    status = record["settings"]["decode_kernel"]
+    status = record["settings"][key]
     if (status == "on") != (arm == "kernel"):
         raise UserError(
-            f"decode_kernel: the {arm} arm ran with the kernel {status!r}; is a C compiler installed?"
+            f"decode_kernel: the {arm} arm ran with the {kernel} kernel {status!r}; is a C compiler installed?"
         )
     return record
 
 
 def summarise(runs: list[dict]) -> dict:
-    """Per arm: the median of each figure over rounds; for the tensor arm, its generation and step time over the
-    kernel's in the same round (the median of the paired ratios)."""
+    """Per arm: the median of each figure over rounds; for the off arm, its generation, update and step time over
+    the kernel's in the same round (the median of the paired ratios)."""
     by_arm = {arm: [r for r in runs if r["arm"] == arm] for arm in ARMS}
     out = {
         arm: {key: statistics.median(r[key] for r in rows) for key, _, _ in COLUMNS}
         for arm, rows in by_arm.items()
     }
-    pairs = [(t, k) for t in by_arm["tensor"] for k in by_arm["kernel"] if t["round"] == k["round"]]
-    for key in ("generate_cpu_s", "step_cpu_s"):
-        out["tensor"][f"{key}_over_kernel"] = statistics.median(t[key] / k[key] for t, k in pairs)
+    pairs = [(t, k) for t in by_arm["off"] for k in by_arm["kernel"] if t["round"] == k["round"]]
+    for key in RATIOS:
+        out["off"][f"{key}_over_kernel"] = statistics.median(t[key] / k[key] for t, k in pairs)
     return out
 
 
 def report(results: dict) -> str:
+    kernel = results.get("kernel", "decode")
+    switch, _, serves, instead = KERNELS[kernel]
     lines = [
-        *shape_run_lines(results, "The compiled decode-attention kernel against the tensor path"),
+        *shape_run_lines(results, f"The compiled {kernel} kernel on and off"),
         "| arm | "
         + " | ".join(title for _, title, _ in COLUMNS)
-        + " | generation / kernel's | step / kernel's |",
-        "|---|" + "---|" * (len(COLUMNS) + 2),
+        + " | generation / kernel's | update / kernel's | step / kernel's |",
+        "|---|" + "---|" * (len(COLUMNS) + 3),
     ]
     for arm, row in results["summary"].items():
         cells = [fmt.format(row[key]) for key, _, fmt in COLUMNS]
-        ratios = [
-            f"{row[k]:.3f}" if k in row else "-"
-            for k in ("generate_cpu_s_over_kernel", "step_cpu_s_over_kernel")
-        ]
+        ratios = [f"{row[k]:.3f}" if k in row else "-" for k in (f"{key}_over_kernel" for key in RATIOS)]
         lines.append(f"| {arm} | " + " | ".join(cells + ratios) + " |")
     lines += [
         "",
-        "kernel: as shipped (core/decode_kernel.py serves the shared-prompt decode steps); tensor: "
-        "PASODOBLE_DECODE_KERNEL=off (core/prefix_attention.py's tensor operations).",
+        f"kernel: as shipped ({serves}); off: {switch}=off ({instead}).",
     ]
     return "\n".join(lines)
 
@@ -124,6 +142,9 @@ def report(results: dict) -> str:
 def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_shape_run_args(ap, "decode_kernel", "tiny200", 3, "rounds, each running both arms once")
+    ap.add_argument(
+        "--kernel", choices=sorted(KERNELS), default="decode", help="which kernel to switch (default: decode)"
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rounds < 1:
@@ -146,9 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for r in range(args.rounds):
         for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
-            record = run_arm(
-                arm, spec, args.out / "runs" / f"{args.shape}-seed{args.seed}-r{r}-{arm}.json", args.cpu
-            )
+            name = f"{args.kernel}-{args.shape}-seed{args.seed}-r{r}-{arm}.json"
+            record = run_arm(arm, args.kernel, spec, args.out / "runs" / name, args.cpu)
             row = {key: record[key] for key, _, _ in COLUMNS}
             runs.append({**row, "arm": arm, "round": r, "versions": record["versions"]})
             print(
@@ -159,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     results = {
         **shape_run_header("decode_kernel.py", argv, args, load_before, runs[0]["versions"]),
+        "kernel": args.kernel,
         "runs": runs,
         "summary": summarise(runs),
     }

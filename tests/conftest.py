@@ -84,3 +84,28 @@ def tiny_world():
 def tiny_world_vllm():
     """The tiny world the vLLM tests use (`VLLM_WORLD` over recipes/tiny-online.yaml)."""
     return recipe_world(VLLM_WORLD)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (the compiled CPU kernels serve one-thread calls only)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fresh_kernel(monkeypatch, tmp_path):
+    """An empty kernel cache and no compiled kernel (`core.decode_kernel`, `core.train_attention`) loaded yet in
+    this process; the process's state is restored after."""
+    from pasodoble.core import decode_kernel, train_attention
+
+    monkeypatch.setenv("PASODOBLE_CACHE", str(tmp_path))
+    saved = [(module, dict(module._state)) for module in (decode_kernel, train_attention)]
+    for module, _ in saved:
+        module._state.clear()
+    yield tmp_path
+    for module, state in saved:
+        module._state.clear()
+        module._state.update(state)

@@ -30,22 +30,23 @@ def run(arm: str, r: int, generate: float, step: float, tokens: int = 100) -> di
 def test_medians_over_rounds_and_ratios_paired_round_by_round():
     runs = [
         run("kernel", 0, 1.0, 3.0),
-        run("tensor", 0, 1.5, 3.5),
+        run("off", 0, 1.5, 3.5),
         run("kernel", 1, 2.0, 6.0),  # a slow round: the pairing divides it by its own round's kernel arm
-        run("tensor", 1, 2.4, 6.6),
+        run("off", 1, 2.4, 6.6),
         run("kernel", 2, 1.0, 3.0),
-        run("tensor", 2, 1.3, 3.3, tokens=101),
+        run("off", 2, 1.3, 3.3, tokens=101),
     ]
     summary = bench.summarise(runs)
-    assert summary["kernel"]["generate_cpu_s"] == 1.0 and summary["tensor"]["generate_cpu_s"] == 1.5
-    assert summary["tensor"]["generate_cpu_s_over_kernel"] == pytest.approx(1.3)  # median of 1.5, 1.2, 1.3
-    assert summary["tensor"]["step_cpu_s_over_kernel"] == pytest.approx(1.1)  # median of 3.5/3, 1.1, 1.1
-    assert summary["tensor"]["completion_tokens"] == 100
+    assert summary["kernel"]["generate_cpu_s"] == 1.0 and summary["off"]["generate_cpu_s"] == 1.5
+    assert summary["off"]["generate_cpu_s_over_kernel"] == pytest.approx(1.3)  # median of 1.5, 1.2, 1.3
+    assert summary["off"]["update_cpu_s_over_kernel"] == pytest.approx(1.0)  # median of 1.0, 1.05, 1.0
+    assert summary["off"]["step_cpu_s_over_kernel"] == pytest.approx(1.1)  # median of 3.5/3, 1.1, 1.1
+    assert summary["off"]["completion_tokens"] == 100
     assert "generate_cpu_s_over_kernel" not in summary["kernel"]
 
 
 def test_the_report_names_both_arms_and_the_command():
-    runs = [run("kernel", 0, 1.0, 3.0), run("tensor", 0, 1.5, 3.5)]
+    runs = [run("kernel", 0, 1.0, 3.0), run("off", 0, 1.5, 3.5)]
     results = {
         "date": "2026-12-05 18:00 UTC",
         "cpu": "a CPU",
@@ -61,9 +62,12 @@ def test_the_report_names_both_arms_and_the_command():
         "summary": bench.summarise(runs),
     }
     text = bench.report(results)
-    assert "| kernel | 1.00 | 2.00 | 3.00 | 100 | 500 | - | - |" in text
-    assert "| tensor | 1.50 | 2.00 | 3.50 | 100 | 500 | 1.500 | 1.167 |" in text
+    assert "| kernel | 1.00 | 2.00 | 3.00 | 100 | 500 | - | - | - |" in text
+    assert "| off | 1.50 | 2.00 | 3.50 | 100 | 500 | 1.500 | 1.000 | 1.167 |" in text
     assert "python bench/decode_kernel.py --shape tiny" in text
+    assert "PASODOBLE_DECODE_KERNEL=off" in text
+    results["kernel"] = "attention"
+    assert "PASODOBLE_TRAIN_ATTENTION=off" in bench.report(results)
 
 
 def test_rounds_must_be_positive():

@@ -8,31 +8,12 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
-from pasodoble.core import decode_kernel
+from pasodoble.core import decode_kernel, native
 from pasodoble.core.prefix_attention import SharedPrefix, prefix_decode_attention, tensor_decode_attention
 
 needs_compiler = pytest.mark.skipif(
-    decode_kernel._compiler() is None, reason="no C compiler (install gcc, or set CC)"
+    native.compiler() is None, reason="no C compiler (install gcc, or set CC)"
 )
-
-
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
-def fresh_kernel(monkeypatch, tmp_path):
-    """An empty kernel cache and no kernel loaded yet in this process; the process's state is restored after."""
-    monkeypatch.setenv("PASODOBLE_CACHE", str(tmp_path))
-    saved = dict(decode_kernel._state)
-    decode_kernel._state.clear()
-    yield tmp_path
-    decode_kernel._state.clear()
-    decode_kernel._state.update(saved)
 
 
 def _prefix(lengths, width, rows, kv, dim, layers=2, transposed=False) -> SharedPrefix:
@@ -155,8 +136,10 @@ def test_off_by_environment(fresh_kernel, monkeypatch):
 
 
 def test_the_build_key_follows_the_source_compiler_and_cpu(monkeypatch):
-    base = decode_kernel.build_key("cc", "gcc 12.2")
-    assert base == decode_kernel.build_key("cc", "gcc 12.2")
-    assert base != decode_kernel.build_key("cc", "gcc 13.1")
-    monkeypatch.setattr(decode_kernel, "_cpu_identity", lambda: "another cpu")
-    assert base != decode_kernel.build_key("cc", "gcc 12.2")
+    source = decode_kernel.SOURCE
+    base = native.build_key(source, "cc", "gcc 12.2")
+    assert base == native.build_key(source, "cc", "gcc 12.2")
+    assert base != native.build_key(source, "cc", "gcc 13.1")
+    assert base != native.build_key(source.with_name("train_attention.c"), "cc", "gcc 12.2")
+    monkeypatch.setattr(native, "cpu_identity", lambda: "another cpu")
+    assert base != native.build_key(source, "cc", "gcc 12.2")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
 
+from pasodoble.core import train_attention
 from pasodoble.core.shared_prefix import shared_prompt_logprobs
 from pasodoble.roles.grouped_attention import GROUPED_SDPA, use_grouped_attention
 from pasodoble.roles.role import Role, RoleConfig
@@ -65,8 +66,11 @@ def test_shared_prompt_logprobs_match_the_stock_path(tiny_lm):
 
 
 def test_grouped_heads_reach_sdpa_unrepeated(tiny_lm, monkeypatch):
-    """The grouped model's padded forward calls SDPA with fewer key heads than query heads; the stock one never."""
+    """The grouped model's padded forward calls SDPA with fewer key heads than query heads; the stock one never.
+    (With the compiled attention kernel off: with one torch thread it serves these calls instead of SDPA.)"""
     _, tokenizer, path = tiny_lm
+    monkeypatch.setitem(train_attention._state, "lib", None)
+    monkeypatch.setitem(train_attention._state, "why", "off (test)")
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
 

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "native_vec.h"
+
 #define MAX_DIM 256
 #define MAX_GROUP 16
 
@@ -28,57 +30,6 @@ typedef struct {
     const uint8_t *mask;
     int64_t k_row, k_head, k_col, k_dim, v_row, v_head, v_col, cols;
 } Part;
-
-/* Sixteen floats as one value: GCC and Clang lower it to the widest vectors the CPU has (AVX-512: one register). */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-#define LANES 16
-
-static inline v16f load16(const float *p) {
-    v16f x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
-static inline void store16(float *p, v16f x) { memcpy(p, &x, sizeof x); }
-
-static inline v16f splat(float x) { return (v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-
-/* a where keep is all ones, else b */
-static inline v16f select16(v16i keep, v16f a, v16f b) { return (v16f)(((v16i)a & keep) | ((v16i)b & ~keep)); }
-
-/* e^x for x <= 0: 2^(x log2 e) split into an integer power, rounded with the 1.5 * 2^23 trick, and a degree-6
- * polynomial on [-0.5, 0.5] (relative error about 2e-7). */
-static inline v16f exp_nonpositive(v16f x) {
-    const v16f floor_ = splat(-87.0f), magic = splat(12582912.0f);
-    x = select16(x < floor_, floor_, x);
-    const v16f t = x * splat(1.44269504088896341f);
-    const v16f shifted = t + magic;
-    const v16f n = shifted - magic;
-    const v16f f = t - n;
-    v16f p = splat(1.535336188319500e-4f);
-    p = p * f + splat(1.339887440266574e-3f);
-    p = p * f + splat(9.618437357674640e-3f);
-    p = p * f + splat(5.550332471162809e-2f);
-    p = p * f + splat(2.402264791363012e-1f);
-    p = p * f + splat(6.931472028550421e-1f);
-    p = p * f + splat(1.0f);
-    /* `shifted`'s bits are magic's plus n (|t| < 2^22), so their difference is n, 2^n's exponent field */
-    const v16i power = ((v16i)shifted - (v16i)magic + 127) << 23;
-    return p * (v16f)power;
-}
-
-static inline float sum16(v16f x) {
-    float out = 0.0f;
-    for (int k = 0; k < LANES; k++) out += x[k];
-    return out;
-}
-
-static inline float max16(v16f x) {
-    float out = x[0];
-    for (int k = 1; k < LANES; k++) out = x[k] > out ? x[k] : out;
-    return out;
-}
 
 /* Softmax weights in place over s[0, padded) (padding columns hold -inf): returns their sum; 0 when no column is
  * attended (every weight is then 0). */
@@ -104,16 +55,6 @@ static float softmax_weights(float *s, int64_t padded) {
     return sum16(total);
 }
 
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f load8(const float *p) {
-    v8f x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
-static inline void store8(float *p, v8f x) { memcpy(p, &x, sizeof x); }
-
 /* Scores of G queries over one part's columns, keys stored by column (k_col == 1): 16 columns at a time, the G
  * queries' sums in registers over the head's dimensions. Rows s + i * n get columns [0, cols rounded up to 16);
  * columns past `cols` are read only where `k_dim` (each dimension's row of columns) holds them, and are
@@ -125,16 +66,8 @@ static inline __attribute__((always_inline)) void scores_by_column(const int G, 
     int64_t c0 = 0;
     /* two blocks at a time where both are readable: 2 G independent sums hide the FMA's latency */
     for (; c0 + LANES < cols && c0 + 2 * LANES <= k_dim; c0 += 2 * LANES) {
-        v16f a[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
-        v16f b[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
-        for (int64_t d = 0; d < dim; d++) {
-            const v16f k = load16(keys + d * k_dim + c0), l = load16(keys + d * k_dim + c0 + LANES);
-            for (int i = 0; i < G; i++) {
-                const v16f x = splat(q[i * dim + d]);
-                a[i] += x * k;
-                b[i] += x * l;
-            }
-        }
+        v16f a[4], b[4];
+        two_blocks(G, q, dim, keys + c0, k_dim, a, b);
         for (int i = 0; i < G; i++) {
             store16(s + i * n + c0, a[i] * splat(scale));
             store16(s + i * n + c0 + LANES, b[i] * splat(scale));

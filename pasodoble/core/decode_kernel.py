@@ -13,11 +13,12 @@ products over 100-200 columns at head dim 24, masks, exponentials, the log-sum-e
 generation time at about a tenth of the core's matmul rate. The kernel runs them 2.4-3.2x faster, and the tiny
 model's generation in 0.74-0.82x the CPU time (docs/PERFORMANCE.md).
 
-How it is built: the system C compiler (`$CC`, else `cc`) compiles the source with `-O3 -march=native` into
-`$PASODOBLE_CACHE/native/<key>/` (default ~/.cache/pasodoble), keyed on the source, the compiler's version, the
-flags and the CPU's model and features, written to a temporary name and renamed into place (processes that build at
-once do not clash). Nothing else is loaded: the library is the project's own source compiled here. No compiler, or a
-failed build, leaves the tensor path with a one-line warning. `PASODOBLE_DECODE_KERNEL=off` turns the kernel off.
+How it is built: `core.native` compiles the source (and the shared `native_vec.h`) with the system C compiler
+(`$CC`, else `cc`) and `-O3 -march=native` into `$PASODOBLE_CACHE/native/<key>/` (default ~/.cache/pasodoble), keyed
+on the sources, the compiler's version, the flags and the CPU's model and features, written to a temporary name and
+renamed into place (processes that build at once do not clash). Nothing else is loaded: the library is the
+project's own source compiled here. No compiler, or a failed build, leaves the tensor path with a one-line warning.
+`PASODOBLE_DECODE_KERNEL=off` turns the kernel off.
 
 Run: nothing to call; tests in tests/test_decode_kernel.py compare it with the tensor path.
 """
@@ -25,82 +26,18 @@ Run: nothing to call; tests in tests/test_decode_kernel.py compare it with the t
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 
-from pasodoble.io import default_cache_dir
+from pasodoble.core import native
 
 SOURCE = Path(__file__).with_name("decode_kernel.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC")
 SYMBOL = "pasodoble_prefix_decode_f32"
 LANES = 16  # the C source's block of columns
 ENV = "PASODOBLE_DECODE_KERNEL"  # "off": the tensor path always
 
 _state: dict[str, object] = {}  # "lib": the loaded function or None; "why": the reason it is None
-
-
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
-def _cpu_identity() -> str:
-    """The CPU's model name and feature flags (what `-march=native` reads), else the machine's name."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.machine()
-    lines = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
-    return "\n".join(lines[:2]) or platform.machine()
-
-
-def build_key(compiler: str, version: str) -> str:
-    digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), compiler.encode(), version.encode(), " ".join(FLAGS).encode()):
-        digest.update(part)
-        digest.update(b"\0")
-    digest.update(_cpu_identity().encode())
-    return digest.hexdigest()[:16]
-
-
-def _build(cache: Path) -> Path:
-    """The compiled library's path, compiling it first when the cache has none; raises RuntimeError on failure."""
-    compiler = _compiler()
-    if compiler is None:
-        raise RuntimeError("no C compiler found (install gcc, or set CC)")
-    try:
-        version = subprocess.run(
-            [compiler, "--version"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout.splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError) as exc:
-        raise RuntimeError(f"{compiler} --version failed: {exc}") from exc
-    folder = cache / "native" / build_key(compiler, version)
-    target = folder / "decode_kernel.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=".decode_kernel.", suffix=".so", dir=folder)
-    os.close(handle)
-    try:
-        done = subprocess.run(
-            [compiler, *FLAGS, "-o", partial, str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
-        os.replace(partial, target)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise RuntimeError(f"building {SOURCE.name} failed: {exc}") from exc
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-    return target
 
 
 class _Part(ctypes.Structure):
@@ -123,25 +60,17 @@ def _part(keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -
     )
 
 
+def _bind(lib: ctypes.CDLL):
+    fn = getattr(lib, SYMBOL)
+    fn.restype = ctypes.c_int
+    i64, ptr, part = ctypes.c_int64, ctypes.c_void_p, ctypes.POINTER(_Part)
+    fn.argtypes = [ptr, ptr, i64, i64, i64, i64, ctypes.c_float, ptr, ptr, part, part]
+    return fn
+
+
 def _load():
     """The kernel's C function, built and loaded once per process, or None (the reason in `status()`)."""
-    if "lib" in _state:
-        return _state["lib"]
-    fn, why = None, None
-    if os.environ.get(ENV, "").lower() in ("off", "0", "false", "no"):
-        why = f"off ({ENV})"
-    else:
-        try:
-            lib = ctypes.CDLL(str(_build(default_cache_dir())))
-            fn = getattr(lib, SYMBOL)
-            fn.restype = ctypes.c_int
-            i64, ptr, part = ctypes.c_int64, ctypes.c_void_p, ctypes.POINTER(_Part)
-            fn.argtypes = [ptr, ptr, i64, i64, i64, i64, ctypes.c_float, ptr, ptr, part, part]
-        except (RuntimeError, OSError, AttributeError) as exc:
-            fn, why = None, f"unavailable: {exc}"
-            warnings.warn(f"decode kernel {why}; decoding takes the tensor path", stacklevel=3)
-    _state["lib"], _state["why"] = fn, why
-    return fn
+    return native.load(_state, SOURCE, ENV, "decode kernel", _bind, "decoding takes the tensor path")
 
 
 def status() -> str:

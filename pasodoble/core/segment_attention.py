@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pasodoble.core import train_attention
+
 # attention implementation names (registered with transformers) that read `packed_segments=` as described above
 SEGMENT_AWARE: set[str] = set()
 
@@ -117,22 +119,14 @@ def segment_attention(
 ) -> torch.Tensor:
     """Each position's attention over its prompt and its own completion (see module); returns (R, L, H, D)."""
     rows, heads, length, dim = query.shape
-    kv, prompt = key.shape[1], layout.prompt
+    prompt = layout.prompt
     if (rows, length) != (layout.rows, layout.length):
         raise ValueError(
             f"packed_segments is for rows {layout.rows} x {layout.length}, got {rows} x {length}"
         )
     layout.reads.append(rows)
-    gqa = heads != kv
-    prompt_out = torch.nn.functional.scaled_dot_product_attention(
-        query[:, :, :prompt],
-        key[:, :, :prompt],
-        value[:, :, :prompt],
-        is_causal=True,
-        scale=scaling,
-        enable_gqa=gqa,
-    )  # (R, H, P, D)
-    parts = [prompt_out.transpose(1, 2).reshape(rows * prompt, heads, dim)]
+    prompt_out = _attend(query[:, :, :prompt], key[:, :, :prompt], value[:, :, :prompt], None, scaling)
+    parts = [prompt_out.reshape(rows * prompt, heads, dim)]  # from (R, P, H, D)
     if layout.samples:
         n, f = layout.samples, layout.width
 
@@ -140,14 +134,31 @@ def segment_attention(
             flat = x.transpose(1, 2).reshape(rows * length, x.shape[1], dim)  # (R * L, heads, D)
             return flat.index_select(0, index).view(n, columns, x.shape[1], dim).transpose(1, 2)
 
-        own_out = torch.nn.functional.scaled_dot_product_attention(
+        own_out = _attend(
             per_sample(query, layout.query, f),
             per_sample(key, layout.key, prompt + f),
             per_sample(value, layout.key, prompt + f),
-            attn_mask=layout.mask,
-            scale=scaling,
-            enable_gqa=gqa,
-        )  # (N, H, F, D)
-        parts.append(own_out.transpose(1, 2).reshape(n * f, heads, dim))
+            layout.mask,
+            scaling,
+        )  # (N, F, H, D)
+        parts.append(own_out.reshape(n * f, heads, dim))
     out = torch.cat(parts).index_select(0, layout.inverse)  # (R * L, H, D)
     return out.view(rows, length, heads, dim)
+
+
+def _attend(query, key, value, mask, scaling) -> torch.Tensor:
+    """(B, Q, H, D) attention of one call: masked by `mask`, else causal; the compiled kernel where it applies
+    (`core.train_attention`), else SDPA."""
+    out = train_attention.attention(query, key, value, mask, scaling, mask is None)
+    if out is not None:
+        return out
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=mask,
+        is_causal=mask is None,
+        scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )
+    return out.transpose(1, 2)

@@ -1,0 +1,374 @@
+/* Attention's forward and backward for the update on a CPU, each query over one contiguous span of keys.
+ *
+ * The reference is torch.nn.functional.scaled_dot_product_attention with a boolean mask (or the causal flag) and
+ * grouped key/value heads; this computes the same softmax(q k^T * scale) v, and the gradients of q, k and v, in
+ * float32. Every query row i of batch row b attends the keys [lo, hi) of its span and no other; the update's masks
+ * (a prompt's columns past its padding, then the sample's own columns up to the query) are all of that form, and
+ * core/train_attention.py checks it before it calls here. The work follows the spans: a causal block costs half a
+ * full one, where SDPA's CPU kernel visits every masked column.
+ *
+ * Per batch row and key/value head, the keys (and in the backward the values) are laid out by column once; then per
+ * query head, four query rows at a time:
+ *   forward   scores of the tile over the 16-column blocks its spans cover, a softmax per row, the values mixed in
+ *             registers; the output and each row's log-sum-exp (the backward's softmax without a second max);
+ *   backward  the same scores, P = exp(s - lse), dP = dO v^T, dS = P (dP - dO . O), dq = scale dS k; then for
+ *             every four key columns, dk += dS^T (q scale) and dv += P^T dO over the rows whose blocks cover them.
+ * Layouts (elements; each position's `dim` values contiguous):
+ *   q          View (batch, heads, queries, dim)          k, v   View (batch, kv_heads, keys, dim)
+ *   out, dout, dq  (batch, queries, heads, dim) contiguous  lse   (batch, heads, queries)
+ *   dk, dv     (batch, kv_heads, keys, dim) contiguous, overwritten
+ *   lo, hi     int32 (batch or 1, queries): batch row b's span at b * span_b + i
+ * Returns 0; -1 when dim is not a multiple of 8 or exceeds 256, or heads are not a multiple of kv_heads (the caller
+ * then keeps SDPA); -2 when scratch memory could not be had.
+ */
+#include <stdlib.h>
+
+#include "native_vec.h"
+
+#define MAX_DIM 256
+#define TILE 4 /* query rows per tile */
+
+typedef struct {
+    const float *p;
+    int64_t b, h, i; /* strides of the batch row, the head and the position */
+} View;
+
+typedef struct {
+    int64_t batch, heads, kv_heads, queries, keys, dim;
+    float scale;
+    const int32_t *lo, *hi;
+    int64_t span_b; /* stride of the spans over batch rows (0: one span row for all) */
+} Shape;
+
+typedef struct { /* one call's scratch, sized for its shape */
+    int64_t n;        /* a score row: keys rounded up to 16 */
+    int64_t rows;     /* queries rounded up to TILE */
+    float *kt, *vt;   /* (dim, n) keys and values by column */
+    float *qs, *go;   /* (rows, dim) the head's queries times scale; its output gradient */
+    float *s, *w;     /* (rows, n) scores, then weights; dP, then dS */
+    int64_t *lo, *hi; /* (rows,) the spans; padding rows empty */
+    int64_t *wlo, *whi; /* (rows,) the columns the row's tile wrote in s and w */
+    float *delta;     /* (rows,) dO . O */
+} Scratch;
+
+static void *grab(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+
+static int scratch_of(const Shape *sh, Scratch *x) {
+    x->n = (sh->keys + LANES - 1) / LANES * LANES;
+    x->rows = (sh->queries + TILE - 1) / TILE * TILE;
+    const size_t f = sizeof(float), e = sizeof(int64_t);
+    x->kt = grab(sh->dim * x->n * f);
+    x->vt = grab(sh->dim * x->n * f);
+    x->qs = grab(x->rows * sh->dim * f);
+    x->go = grab(x->rows * sh->dim * f);
+    x->s = grab(x->rows * x->n * f);
+    x->w = grab(x->rows * x->n * f);
+    x->lo = grab(x->rows * e);
+    x->hi = grab(x->rows * e);
+    x->wlo = grab(x->rows * e);
+    x->whi = grab(x->rows * e);
+    x->delta = grab(x->rows * f);
+    return x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->wlo && x->whi && x->delta ? 0
+                                                                                                           : -2;
+}
+
+static void scratch_free(Scratch *x) {
+    void *all[] = {x->kt, x->vt, x->qs, x->go, x->s, x->w, x->lo, x->hi, x->wlo, x->whi, x->delta};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
+}
+
+/* (dim, n) by column from (keys, dim) rows at `stride`; columns past `keys` are 0 */
+static void by_column(const float *src, int64_t stride, int64_t keys, int64_t dim, int64_t n, float *t) {
+    for (int64_t d = 0; d < dim; d++) {
+        float *row = t + d * n;
+        for (int64_t c = 0; c < keys; c++) row[c] = src[c * stride + d];
+        for (int64_t c = keys; c < n; c++) row[c] = 0.0f;
+    }
+}
+
+/* s[r * n + c] = sum_d a[r * dim + d] t[d * n + c] for the tile's TILE rows, columns [c0, c1) (multiples of 16) */
+static void tile_products(const float *a, int64_t dim, const float *t, int64_t n, int64_t c0, int64_t c1,
+                          float *s) {
+    int64_t c = c0;
+    for (; c + 2 * LANES <= c1; c += 2 * LANES) { /* 2 blocks x 4 rows: eight independent sums */
+        v16f x[TILE], y[TILE];
+        two_blocks(TILE, a, dim, t + c, n, x, y);
+        for (int r = 0; r < TILE; r++) {
+            store16(s + r * n + c, x[r]);
+            store16(s + r * n + c + LANES, y[r]);
+        }
+    }
+    if (c < c1) {
+        v16f x[TILE];
+        for (int r = 0; r < TILE; r++) x[r] = splat(0.0f);
+        for (int64_t d = 0; d < dim; d++) {
+            const v16f k = load16(t + d * n + c);
+            for (int r = 0; r < TILE; r++) x[r] += splat(a[r * dim + d]) * k;
+        }
+        for (int r = 0; r < TILE; r++) store16(s + r * n + c, x[r]);
+    }
+}
+
+static inline v16i lanes_from(int64_t c) {
+    const v16i iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return iota + (int32_t)c;
+}
+
+/* Row s over [c0, c1): e^(s - m) inside [lo, hi), 0 outside, m its max; returns the sum and sets *top = m. */
+static float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float *top) {
+    const v16i l = (v16i){0} + (int32_t)lo, h = (v16i){0} + (int32_t)hi;
+    v16f best = splat(-INFINITY);
+    for (int64_t c = c0; c < c1; c += LANES) {
+        const v16i at = lanes_from(c);
+        best = select16((at >= l) & (at < h), select16(load16(s + c) > best, load16(s + c), best), best);
+    }
+    const float m = max16(best);
+    const v16f mv = splat(m), zero = splat(0.0f);
+    v16f total = zero;
+    for (int64_t c = c0; c < c1; c += LANES) {
+        const v16i at = lanes_from(c);
+        const v16f p = select16((at >= l) & (at < h), exp_nonpositive(load16(s + c) - mv), zero);
+        store16(s + c, p);
+        total += p;
+    }
+    *top = m;
+    return sum16(total);
+}
+
+/* Row s over [c0, c1): e^(s - lse) inside [lo, hi), 0 outside. */
+static void weights_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float lse) {
+    const v16i l = (v16i){0} + (int32_t)lo, h = (v16i){0} + (int32_t)hi;
+    const v16f base = splat(lse), zero = splat(0.0f);
+    for (int64_t c = c0; c < c1; c += LANES) {
+        const v16i at = lanes_from(c);
+        const v16f x = load16(s + c) - base;
+        store16(s + c, select16((at >= l) & (at < h), exp_nonpositive(select16(x > zero, zero, x)), zero));
+    }
+}
+
+/* acc[r * dim + d0 + d] = sum_c w[r * n + c] x[c * stride + d0 + d] for the tile's rows, c in [c0, c1), NC chunks
+ * of 8 dimensions */
+static inline __attribute__((always_inline)) void mix_chunk(const int NC, const float *w, int64_t n,
+                                                            const float *x, int64_t stride, int64_t c0,
+                                                            int64_t c1, int64_t d0, float *acc, int64_t dim) {
+    v8f a[TILE][4];
+    for (int r = 0; r < TILE; r++)
+        for (int k = 0; k < NC; k++) a[r][k] = splat8(0.0f);
+    for (int64_t c = c0; c < c1; c++) {
+        const float *row = x + c * stride + d0;
+        v8f v[4];
+        for (int k = 0; k < NC; k++) v[k] = load8(row + 8 * k);
+        for (int r = 0; r < TILE; r++) {
+            const v8f p = splat8(w[r * n + c]);
+            for (int k = 0; k < NC; k++) a[r][k] += p * v[k];
+        }
+    }
+    for (int r = 0; r < TILE; r++)
+        for (int k = 0; k < NC; k++) store8(acc + r * dim + d0 + 8 * k, a[r][k]);
+}
+
+static void mix(const float *w, int64_t n, const float *x, int64_t stride, int64_t c0, int64_t c1, float *acc,
+                int64_t dim) {
+    for (int64_t d0 = 0; d0 < dim; d0 += 32) {
+        switch ((dim - d0) / 8 < 4 ? (dim - d0) / 8 : 4) {
+            case 1: mix_chunk(1, w, n, x, stride, c0, c1, d0, acc, dim); break;
+            case 2: mix_chunk(2, w, n, x, stride, c0, c1, d0, acc, dim); break;
+            case 3: mix_chunk(3, w, n, x, stride, c0, c1, d0, acc, dim); break;
+            default: mix_chunk(4, w, n, x, stride, c0, c1, d0, acc, dim);
+        }
+    }
+}
+
+/* out[(c + j) * dim + d0 + d] += sum_i w[i * n + c + j] x[i * dim + d0 + d] for the eight columns c + j < keys,
+ * over the rows of the tiles that wrote column c (their weights are 0 outside each row's span); NC chunks of 8
+ * dimensions, 8 NC sums in registers */
+static inline __attribute__((always_inline)) void gather_chunk(const int NC, const float *w, int64_t n,
+                                                               const float *x, int64_t dim, int64_t d0, int64_t c,
+                                                               const Scratch *sc, int64_t rows, int64_t keys,
+                                                               float *out) {
+    v8f a[8][3];
+    for (int j = 0; j < 8; j++)
+        for (int k = 0; k < NC; k++) a[j][k] = splat8(0.0f);
+    for (int64_t i0 = 0; i0 < rows; i0 += TILE) {
+        if (c < sc->wlo[i0] || c >= sc->whi[i0]) continue;
+        for (int64_t i = i0; i < i0 + TILE; i++) {
+            v8f v[3];
+            for (int k = 0; k < NC; k++) v[k] = load8(x + i * dim + d0 + 8 * k);
+            const float *wi = w + i * n + c;
+            for (int j = 0; j < 8; j++) {
+                const v8f p = splat8(wi[j]);
+                for (int k = 0; k < NC; k++) a[j][k] += p * v[k];
+            }
+        }
+    }
+    for (int j = 0; j < 8 && c + j < keys; j++)
+        for (int k = 0; k < NC; k++) {
+            float *o = out + (c + j) * dim + d0 + 8 * k;
+            store8(o, load8(o) + a[j][k]);
+        }
+}
+
+static void gather(const float *w, int64_t n, const float *x, int64_t dim, const Scratch *sc, int64_t rows,
+                   int64_t keys, float *out) {
+    for (int64_t c = 0; c < keys; c += 8)
+        for (int64_t d0 = 0; d0 < dim; d0 += 24) {
+            switch ((dim - d0) / 8 < 3 ? (dim - d0) / 8 : 3) {
+                case 1: gather_chunk(1, w, n, x, dim, d0, c, sc, rows, keys, out); break;
+                case 2: gather_chunk(2, w, n, x, dim, d0, c, sc, rows, keys, out); break;
+                default: gather_chunk(3, w, n, x, dim, d0, c, sc, rows, keys, out);
+            }
+        }
+}
+
+static int shape_ok(const Shape *sh) {
+    return sh->dim % 8 == 0 && sh->dim <= MAX_DIM && sh->kv_heads > 0 && sh->heads % sh->kv_heads == 0;
+}
+
+/* The spans of batch row b into the scratch, and the head's scaled queries (padding rows 0, spans empty). */
+static void head_rows(const View *q, const Shape *sh, int64_t b, int64_t h, Scratch *x) {
+    const int64_t dim = sh->dim;
+    for (int64_t i = 0; i < x->rows; i++) {
+        float *qs = x->qs + i * dim;
+        if (i < sh->queries) {
+            x->lo[i] = sh->lo[b * sh->span_b + i];
+            x->hi[i] = sh->hi[b * sh->span_b + i];
+            const float *src = q->p + b * q->b + h * q->h + i * q->i;
+            for (int64_t d = 0; d < dim; d += 8) store8(qs + d, load8(src + d) * splat8(sh->scale));
+        } else {
+            x->lo[i] = x->hi[i] = 0;
+            for (int64_t d = 0; d < dim; d++) qs[d] = 0.0f;
+        }
+    }
+}
+
+/* The 16-column blocks [c0, c1) that tile i0's spans cover; c0 == c1 when they are all empty. */
+static void tile_blocks(const Scratch *x, int64_t i0, int64_t *c0, int64_t *c1) {
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int r = 0; r < TILE; r++)
+        if (x->lo[i0 + r] < x->hi[i0 + r]) {
+            lo = x->lo[i0 + r] < lo ? x->lo[i0 + r] : lo;
+            hi = x->hi[i0 + r] > hi ? x->hi[i0 + r] : hi;
+        }
+    if (hi == 0) {
+        *c0 = *c1 = 0;
+        return;
+    }
+    *c0 = lo / LANES * LANES;
+    *c1 = (hi + LANES - 1) / LANES * LANES;
+}
+
+int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v, const Shape *sh, float *out,
+                                    float *lse) {
+    if (!shape_ok(sh)) return -1;
+    Scratch x;
+    if (scratch_of(sh, &x) != 0) {
+        scratch_free(&x);
+        return -2;
+    }
+    const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries;
+    float acc[TILE * MAX_DIM];
+    for (int64_t b = 0; b < sh->batch; b++)
+        for (int64_t g = 0; g < sh->kv_heads; g++) {
+            by_column(k->p + b * k->b + g * k->h, k->i, sh->keys, dim, n, x.kt);
+            const float *values = v->p + b * v->b + g * v->h;
+            for (int64_t h = g * group; h < (g + 1) * group; h++) {
+                head_rows(q, sh, b, h, &x);
+                for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
+                    int64_t c0, c1;
+                    tile_blocks(&x, i0, &c0, &c1);
+                    float total[TILE], top[TILE];
+                    if (c0 < c1) {
+                        tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, c1, x.s + i0 * n);
+                        for (int r = 0; r < TILE; r++)
+                            total[r] = softmax_row(x.s + (i0 + r) * n, c0, c1, x.lo[i0 + r], x.hi[i0 + r], &top[r]);
+                        mix(x.s + i0 * n, n, values, v->i, c0, c1 < sh->keys ? c1 : sh->keys, acc, dim);
+                    }
+                    for (int r = 0; r < TILE && i0 + r < Q; r++) {
+                        const int64_t i = i0 + r;
+                        float *o = out + ((b * Q + i) * sh->heads + h) * dim;
+                        const int empty = c0 == c1 || x.lo[i] >= x.hi[i];
+                        const float inv = empty ? 0.0f : 1.0f / total[r];
+                        for (int64_t d = 0; d < dim; d++) o[d] = empty ? 0.0f : acc[r * dim + d] * inv;
+                        lse[(b * sh->heads + h) * Q + i] = empty ? INFINITY : top[r] + logf(total[r]);
+                    }
+                }
+            }
+        }
+    scratch_free(&x);
+    return 0;
+}
+
+int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v, const Shape *sh,
+                                     const float *out, const float *dout, const float *lse, float *dq, float *dk,
+                                     float *dv) {
+    if (!shape_ok(sh)) return -1;
+    Scratch x;
+    if (scratch_of(sh, &x) != 0) {
+        scratch_free(&x);
+        return -2;
+    }
+    const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries, K = sh->keys;
+    float acc[TILE * MAX_DIM];
+    for (int64_t b = 0; b < sh->batch; b++)
+        for (int64_t g = 0; g < sh->kv_heads; g++) {
+            const float *keys = k->p + b * k->b + g * k->h;
+            by_column(keys, k->i, K, dim, n, x.kt);
+            by_column(v->p + b * v->b + g * v->h, v->i, K, dim, n, x.vt);
+            float *gk = dk + (b * sh->kv_heads + g) * K * dim, *gv = dv + (b * sh->kv_heads + g) * K * dim;
+            for (int64_t e = 0; e < K * dim; e++) gk[e] = gv[e] = 0.0f;
+            for (int64_t h = g * group; h < (g + 1) * group; h++) {
+                head_rows(q, sh, b, h, &x);
+                for (int64_t i = 0; i < x.rows; i++) {
+                    float *go = x.go + i * dim;
+                    float dot = 0.0f;
+                    if (i < Q) {
+                        const float *src = dout + ((b * Q + i) * sh->heads + h) * dim;
+                        const float *o = out + ((b * Q + i) * sh->heads + h) * dim;
+                        for (int64_t d = 0; d < dim; d++) {
+                            go[d] = src[d];
+                            dot += src[d] * o[d];
+                        }
+                    } else {
+                        for (int64_t d = 0; d < dim; d++) go[d] = 0.0f;
+                    }
+                    x.delta[i] = dot;
+                }
+                for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
+                    int64_t c0, c1;
+                    tile_blocks(&x, i0, &c0, &c1);
+                    for (int r = 0; r < TILE; r++) {
+                        x.wlo[i0 + r] = c0;
+                        x.whi[i0 + r] = c1;
+                    }
+                    if (c0 == c1) {
+                        for (int r = 0; r < TILE && i0 + r < Q; r++) {
+                            float *o = dq + ((b * Q + i0 + r) * sh->heads + h) * dim;
+                            for (int64_t d = 0; d < dim; d++) o[d] = 0.0f;
+                        }
+                        continue;
+                    }
+                    float *s = x.s + i0 * n, *w = x.w + i0 * n;
+                    tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, c1, s);
+                    tile_products(x.go + i0 * dim, dim, x.vt, n, c0, c1, w);
+                    for (int r = 0; r < TILE; r++) {
+                        const int64_t i = i0 + r;
+                        const float row_lse = i < Q ? lse[(b * sh->heads + h) * Q + i] : INFINITY;
+                        float *sr = s + r * n, *wr = w + r * n;
+                        weights_row(sr, c0, c1, x.lo[i], x.hi[i], row_lse);
+                        const v16f dl = splat(x.delta[i]);
+                        for (int64_t c = c0; c < c1; c += LANES)
+                            store16(wr + c, load16(sr + c) * (load16(wr + c) - dl));
+                    }
+                    mix(w, n, keys, k->i, c0, c1 < K ? c1 : K, acc, dim);
+                    for (int r = 0; r < TILE && i0 + r < Q; r++) {
+                        float *o = dq + ((b * Q + i0 + r) * sh->heads + h) * dim;
+                        for (int64_t d = 0; d < dim; d++) o[d] = acc[r * dim + d] * sh->scale;
+                    }
+                }
+                gather(x.w, n, x.qs, dim, &x, x.rows, K, gk);
+                gather(x.s, n, x.go, dim, &x, x.rows, K, gv);
+            }
+        }
+    scratch_free(&x);
+    return 0;
+}

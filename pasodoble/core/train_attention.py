@@ -1,0 +1,193 @@
+"""A compiled CPU kernel for several-token attention with its backward: the update's attention, over key spans.
+
+What: `attention(query, key, value, mask, scale, causal)` returns what
+`torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)` would, as the (B, Q, H, D) output that
+transformers' attention functions return, with autograd through the kernel's own backward. It returns None, and
+the caller keeps SDPA, unless the call is float32 on the CPU with one torch thread, each position's head dimensions
+are contiguous, the head dimension is a multiple of 8 up to 256, the mask is boolean, the same for every head and
+one contiguous run of keys per query (or absent, with or without the causal flag), and the kernel could be built.
+`status()` says which, for the start line and benches. The project's grouped SDPA (`roles/grouped_attention.py`)
+calls it for the update's forward and backward and for a prefill.
+
+Why: the update's masks (a prompt's keys after its padding, then the sample's own up to the query) leave each query
+one span of keys, and SDPA's CPU kernel visits every masked column and, at small head dimensions, runs its products
+far under the core's rate: on the tiny bench model (head dimension 24) attention took 29% of the update. The
+kernel's work follows the spans (half of a causal block) with the products in registers (train_attention.c;
+figures in docs/PERFORMANCE.md).
+
+How it is built: as `core.decode_kernel`, by `core.native` (the system C compiler, `-O3 -march=native`, cached
+under `$PASODOBLE_CACHE/native/`). No compiler, or a failed build, leaves SDPA with a one-line warning.
+`PASODOBLE_TRAIN_ATTENTION=off` turns the kernel off.
+
+Run: nothing to call; tests in tests/test_train_attention.py compare values and gradients with SDPA.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+
+from pasodoble.core import native
+
+SOURCE = Path(__file__).with_name("train_attention.c")
+ENV = "PASODOBLE_TRAIN_ATTENTION"  # "off": SDPA always
+MAX_DIM = 256
+MAX_SCRATCH_FLOATS = 1 << 24  # two (queries x keys) score arrays a call; past this SDPA, which tiles them
+
+_state: dict[str, object] = {}  # "lib": (forward, backward) or None; "why": the reason it is None
+
+
+class _View(ctypes.Structure):
+    """A (batch, heads, positions, dim) tensor's data and strides, as the C source's `View`."""
+
+    _fields_ = [("p", ctypes.c_void_p), ("b", ctypes.c_int64), ("h", ctypes.c_int64), ("i", ctypes.c_int64)]
+
+
+class _Shape(ctypes.Structure):
+    """The call's sizes and spans, as the C source's `Shape`."""
+
+    _fields_ = [
+        *((name, ctypes.c_int64) for name in ("batch", "heads", "kv_heads", "queries", "keys", "dim")),
+        ("scale", ctypes.c_float),
+        ("lo", ctypes.c_void_p),
+        ("hi", ctypes.c_void_p),
+        ("span_b", ctypes.c_int64),
+    ]
+
+
+def _bind(lib: ctypes.CDLL):
+    view, shape, ptr = ctypes.POINTER(_View), ctypes.POINTER(_Shape), ctypes.c_void_p
+    forward, backward = lib.pasodoble_attention_forward_f32, lib.pasodoble_attention_backward_f32
+    forward.argtypes = [view, view, view, shape, ptr, ptr]
+    backward.argtypes = [view, view, view, shape, ptr, ptr, ptr, ptr, ptr, ptr]
+    forward.restype = backward.restype = ctypes.c_int
+    return forward, backward
+
+
+def _load():
+    """The kernel's (forward, backward) C functions, built and loaded once per process, or None."""
+    return native.load(_state, SOURCE, ENV, "training attention kernel", _bind, "attention takes SDPA")
+
+
+def status() -> str:
+    """'on', or why not ('off (...)', 'unavailable: ...'), building the kernel if it was not tried yet."""
+    return "on" if _load() is not None else str(_state["why"])
+
+
+CACHED = "_pasodoble_spans"  # attribute of a mask tensor: (its version, its spans)
+
+
+def spans(mask: torch.Tensor | None, queries: int, keys: int, causal: bool) -> tuple | None:
+    """(lo, hi, span_b): int32 (rows, queries) where query i of batch row b attends keys [lo, hi) at row b * span_b,
+    or None when `mask` is not one run of keys per query, the same for every head. Cached per mask tensor (every
+    layer of a forward reads the same one)."""
+    if mask is None:
+        if causal and queries != keys:
+            return None
+        lo = torch.zeros(1, queries, dtype=torch.int32)
+        hi = torch.arange(1, queries + 1, dtype=torch.int32)[None] if causal else torch.full_like(lo, keys)
+        return lo, hi, 0
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2:] != (queries, keys):
+        return None
+    known = getattr(mask, CACHED, None)
+    if known is not None and known[0] == mask._version:
+        return known[1]
+    m = mask[:, 0]
+    runs = m[..., :1].sum(-1) + (m[..., 1:] & ~m[..., :-1]).sum(-1)
+    if bool((runs > 1).any()):
+        found = None
+    else:
+        count = m.sum(-1, dtype=torch.int32)
+        lo = torch.where(count > 0, m.to(torch.uint8).argmax(-1).to(torch.int32), 0).contiguous()
+        found = (lo, (lo + count).contiguous(), queries if mask.shape[0] > 1 else 0)
+    setattr(mask, CACHED, (mask._version, found))
+    return found
+
+
+def _view(x: torch.Tensor) -> _View:
+    return _View(x.data_ptr(), x.stride(0), x.stride(1), x.stride(2))
+
+
+def _shape(query, key, lo, hi, span_b, scale) -> _Shape:
+    batch, heads, queries, dim = query.shape
+    return _Shape(
+        batch, heads, key.shape[1], queries, key.shape[2], dim, scale, lo.data_ptr(), hi.data_ptr(), span_b
+    )
+
+
+def _forward(query, key, value, lo, hi, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, heads, queries, dim = query.shape
+    out = torch.empty(batch, queries, heads, dim)
+    lse = torch.empty(batch, heads, queries)
+    fn = _load()[0]
+    code = fn(_view(query), _view(key), _view(value), _shape(query, key, lo, hi, span_b, scale), out.data_ptr(),
+              lse.data_ptr())  # fmt: skip
+    if code != 0:
+        raise MemoryError(
+            f"training attention kernel failed ({code}) at {tuple(query.shape)} x {key.shape[2]} keys"
+        )
+    return out, lse
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, key, value, lo, hi, span_b, scale):
+        out, lse = _forward(query, key, value, lo, hi, span_b, scale)
+        ctx.save_for_backward(query, key, value, out, lse, lo, hi)
+        ctx.span_b, ctx.scale = span_b, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        query, key, value, out, lse, lo, hi = ctx.saved_tensors
+        grad = grad.contiguous()
+        batch, heads, queries, dim = query.shape
+        dq = torch.empty(batch, queries, heads, dim)
+        dk, dv = torch.empty(key.shape), torch.empty(value.shape)
+        fn = _load()[1]
+        code = fn(_view(query), _view(key), _view(value), _shape(query, key, lo, hi, ctx.span_b, ctx.scale),
+                  out.data_ptr(), grad.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())  # fmt: skip
+        if code != 0:
+            raise MemoryError(f"training attention kernel's backward failed ({code})")
+        return dq.transpose(1, 2), dk, dv, None, None, None, None
+
+
+def attention(
+    query: torch.Tensor,  # (B, H, Q, D)
+    key: torch.Tensor,  # (B, KV, K, D)
+    value: torch.Tensor,  # (B, KV, K, D)
+    mask: torch.Tensor | None,  # bool (B or 1, 1, Q, K), True: attend
+    scale: float,
+    causal: bool,
+) -> torch.Tensor | None:
+    """SDPA's grouped attention as a (B, Q, H, D) tensor through the kernel, or None where it does not apply."""
+    if torch.get_num_threads() != 1:
+        return None
+    if any(
+        x.dtype != torch.float32 or x.device.type != "cpu" or x.stride(3) != 1 for x in (query, key, value)
+    ):
+        return None
+    batch, heads, queries, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    if (
+        dim % 8
+        or dim > MAX_DIM
+        or heads % kv_heads
+        or key.shape != value.shape
+        or key.shape[0] != batch
+        or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
+        or queries == 0
+        or keys == 0
+    ):
+        return None
+    found = spans(mask, queries, keys, causal)
+    if found is None or _load() is None:
+        return None
+    lo, hi, span_b = found
+    if mask is not None and mask.shape[0] not in (1, batch):
+        return None
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
+        return _Attention.apply(query, key, value, lo, hi, span_b, float(scale))
+    return _forward(query, key, value, lo, hi, span_b, float(scale))[0]
