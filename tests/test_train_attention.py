@@ -15,14 +15,18 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
-def _update_mask(prompts: list[int], width: int, own: list[int]) -> torch.Tensor:
-    """(B, 1, F, P + F): the update's KV-cache layout, each sample's queries over its prompt's keys (left-padded to
-    `width`) and its own keys up to the query; queries past the sample's end see nothing."""
+def _update_mask(prompts: list[int], width: int, own: list[int], left: bool = True) -> torch.Tensor:
+    """(B, 1, F, P + F): the update's KV-cache layout, each sample's queries over its prompt's keys (padded to
+    `width` on the left, else on the right: two runs of keys) and its own keys up to the query; queries past the
+    sample's end see nothing."""
     rows, queries = len(prompts), max(own)
     mask = torch.zeros(rows, 1, queries, width + queries, dtype=torch.bool)
     for b, (p, n) in enumerate(zip(prompts, own, strict=True)):
         for i in range(n):
-            mask[b, 0, i, width - p : width] = True
+            if left:
+                mask[b, 0, i, width - p : width] = True
+            else:
+                mask[b, 0, i, :p] = True
             mask[b, 0, i, width : width + i + 1] = True
     return mask
 
@@ -61,10 +65,12 @@ def _both(query, key, value, mask, causal, scale):
     [(4, 2, 24), (9, 3, 64), (16, 8, 128), (2, 2, 8)],
     ids=["tiny", "smollm2", "qwen3", "no-groups"],
 )
-def test_the_update_layout_matches_sdpa(heads, kv, dim, one_thread):
+@pytest.mark.parametrize("left", [True, False], ids=["left-padded", "right-padded"])
+def test_the_update_layout_matches_sdpa(heads, kv, dim, left, one_thread):
     torch.manual_seed(0)
     prompts, own, width = [7, 3, 12, 12, 1], [21, 5, 17, 1, 9], 12
-    mask = _update_mask(prompts, width, own)
+    mask = _update_mask(prompts, width, own, left)
+    assert train_attention.spans(mask, max(own), width + max(own), False) is not None
     query, key, value = _inputs(len(prompts), heads, kv, max(own), width + max(own), dim)
     got, want = _both(query, key, value, mask, False, dim**-0.5)
     for name, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
@@ -111,28 +117,35 @@ def test_without_gradients_it_returns_the_output_only(one_thread):
     assert torch.allclose(out, want.transpose(1, 2), atol=1e-6)
 
 
-def test_spans_read_one_run_per_query_and_are_cached_per_mask():
+def test_spans_read_one_or_two_runs_per_query_and_are_cached_per_mask():
     mask = _update_mask([2, 3], 4, [3, 2])
-    lo, hi, span_b = train_attention.spans(mask, 3, 7, False)
+    bounds, span_b = train_attention.spans(mask, 3, 7, False)
     assert span_b == 3
-    assert lo.tolist() == [[2, 2, 2], [1, 1, 0]] and hi.tolist() == [[5, 6, 7], [5, 6, 0]]
-    assert train_attention.spans(mask, 3, 7, False)[0] is lo  # read once per mask tensor
-    mask[0, 0, 0, 3] = False  # a gap: two runs in one query's keys; the mask's version moved
+    lo, hi, gap_lo, gap_hi = bounds.tolist()
+    assert lo == [[2, 2, 2], [1, 1, 0]] and hi == [[5, 6, 7], [5, 6, 0]]
+    assert all(
+        g >= h for gl, gh in zip(gap_lo, gap_hi, strict=True) for g, h in zip(gl, gh, strict=True)
+    )  # no gap
+    assert train_attention.spans(mask, 3, 7, False)[0] is bounds  # read once per mask tensor
+    mask[0, 0, 0, 3] = False  # a gap: two runs in query 0's keys; the mask's version moved
+    bounds, _ = train_attention.spans(mask, 3, 7, False)
+    assert bounds[:, 0, 0].tolist() == [2, 5, 3, 4]  # keys 2 and 4, not 3
+    mask[0, 0, 0, 0] = True  # three runs
     assert train_attention.spans(mask, 3, 7, False) is None
     assert train_attention.spans(mask.float(), 3, 7, False) is None  # an additive mask
     assert train_attention.spans(torch.ones(2, 4, 3, 7, dtype=torch.bool), 3, 7, False) is None  # per head
     assert train_attention.spans(None, 3, 7, True) is None  # causal over more keys than queries
-    lo, hi, span_b = train_attention.spans(None, 3, 3, True)
-    assert (lo.tolist(), hi.tolist(), span_b) == ([[0, 0, 0]], [[1, 2, 3]], 0)
+    bounds, span_b = train_attention.spans(None, 3, 3, True)
+    assert (bounds[:2].tolist(), span_b) == ([[[0, 0, 0]], [[1, 2, 3]]], 0)
 
 
 @needs_compiler
 def test_it_declines_what_it_does_not_serve(one_thread):
     query, key, value = _inputs(2, 4, 2, 5, 5, 24)
     assert train_attention.attention(query, key, value, None, 0.2, True) is not None
-    gap = torch.ones(2, 1, 5, 5, dtype=torch.bool)
-    gap[0, 0, 2, 1] = False
-    assert train_attention.attention(query, key, value, gap, 0.2, False) is None
+    gaps = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    gaps[0, 0, 2, 1] = gaps[0, 0, 2, 3] = False  # three runs of keys
+    assert train_attention.attention(query, key, value, gaps, 0.2, False) is None
     assert train_attention.attention(query.double(), key.double(), value.double(), None, 0.2, True) is None
     odd = _inputs(2, 4, 2, 5, 5, 20)  # head dim not a multiple of 8
     assert train_attention.attention(*odd, None, 0.2, True) is None

@@ -2,7 +2,8 @@
  *
  * The reference is torch.nn.functional.scaled_dot_product_attention with a boolean mask (or the causal flag) and
  * grouped key/value heads; this computes the same softmax(q k^T * scale) v, and the gradients of q, k and v, in
- * float32. Every query row i of batch row b attends the keys [lo, hi) of its span and no other; the update's masks
+ * float32. Every query row i of batch row b attends the keys [lo, hi) of its span but those of a gap [gap_lo, gap_hi)
+ * inside it (empty where gap_lo >= gap_hi), and no other: one or two runs of keys. The update's masks
  * (a prompt's columns past its padding, then the sample's own columns up to the query) are all of that form, and
  * core/train_attention.py checks it before it calls here. The work follows the spans: a causal block costs half a
  * full one, where SDPA's CPU kernel visits every masked column.
@@ -17,7 +18,7 @@
  *   q          View (batch, heads, queries, dim)          k, v   View (batch, kv_heads, keys, dim)
  *   out, dout, dq  (batch, queries, heads, dim) contiguous  lse   (batch, heads, queries)
  *   dk, dv     (batch, kv_heads, keys, dim) contiguous, overwritten
- *   lo, hi     int32 (batch or 1, queries): batch row b's span at b * span_b + i
+ *   lo, hi, gap_lo, gap_hi   int32 (batch or 1, queries): batch row b's span and gap at b * span_b + i
  * Returns 0; -1 when dim is not a multiple of 8 or exceeds 256, or heads are not a multiple of kv_heads (the caller
  * then keeps SDPA); -2 when scratch memory could not be had.
  */
@@ -36,7 +37,7 @@ typedef struct {
 typedef struct {
     int64_t batch, heads, kv_heads, queries, keys, dim;
     float scale;
-    const int32_t *lo, *hi;
+    const int32_t *lo, *hi, *gap_lo, *gap_hi;
     int64_t span_b; /* stride of the spans over batch rows (0: one span row for all) */
 } Shape;
 
@@ -46,7 +47,7 @@ typedef struct { /* one call's scratch, sized for its shape */
     float *kt, *vt;   /* (dim, n) keys and values by column */
     float *qs, *go;   /* (rows, dim) the head's queries times scale; its output gradient */
     float *s, *w;     /* (rows, n) scores, then weights; dP, then dS */
-    int64_t *lo, *hi; /* (rows,) the spans; padding rows empty */
+    int64_t *lo, *hi, *glo, *ghi; /* (rows,) the spans and their gaps; padding rows empty */
     int64_t *wlo, *whi; /* (rows,) the columns the row's tile wrote in s and w */
     float *delta;     /* (rows,) dO . O */
 } Scratch;
@@ -65,15 +66,19 @@ static int scratch_of(const Shape *sh, Scratch *x) {
     x->w = grab(x->rows * x->n * f);
     x->lo = grab(x->rows * e);
     x->hi = grab(x->rows * e);
+    x->glo = grab(x->rows * e);
+    x->ghi = grab(x->rows * e);
     x->wlo = grab(x->rows * e);
     x->whi = grab(x->rows * e);
     x->delta = grab(x->rows * f);
-    return x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->wlo && x->whi && x->delta ? 0
+    return x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->glo && x->ghi && x->wlo &&
+                   x->whi && x->delta
+               ? 0
                                                                                                            : -2;
 }
 
 static void scratch_free(Scratch *x) {
-    void *all[] = {x->kt, x->vt, x->qs, x->go, x->s, x->w, x->lo, x->hi, x->wlo, x->whi, x->delta};
+    void *all[] = {x->kt, x->vt, x->qs, x->go, x->s, x->w, x->lo, x->hi, x->glo, x->ghi, x->wlo, x->whi, x->delta};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
 }
 
@@ -114,20 +119,23 @@ static inline v16i lanes_from(int64_t c) {
     return iota + (int32_t)c;
 }
 
-/* Row s over [c0, c1): e^(s - m) inside [lo, hi), 0 outside, m its max; returns the sum and sets *top = m. */
-static float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float *top) {
-    const v16i l = (v16i){0} + (int32_t)lo, h = (v16i){0} + (int32_t)hi;
+/* All ones in the lanes of columns c..c+15 that row i attends: inside its span, outside its gap. */
+static inline v16i attended(const Scratch *x, int64_t i, int64_t c) {
+    const v16i at = lanes_from(c), zero = {0};
+    const v16i in = (at >= zero + (int32_t)x->lo[i]) & (at < zero + (int32_t)x->hi[i]);
+    return in & ~((at >= zero + (int32_t)x->glo[i]) & (at < zero + (int32_t)x->ghi[i]));
+}
+
+/* Row i's scores s over [c0, c1): e^(s - m) where attended, 0 elsewhere, m their max; returns the sum, *top = m. */
+static float softmax_row(const Scratch *x, int64_t i, float *s, int64_t c0, int64_t c1, float *top) {
     v16f best = splat(-INFINITY);
-    for (int64_t c = c0; c < c1; c += LANES) {
-        const v16i at = lanes_from(c);
-        best = select16((at >= l) & (at < h), select16(load16(s + c) > best, load16(s + c), best), best);
-    }
+    for (int64_t c = c0; c < c1; c += LANES)
+        best = select16(attended(x, i, c), select16(load16(s + c) > best, load16(s + c), best), best);
     const float m = max16(best);
     const v16f mv = splat(m), zero = splat(0.0f);
     v16f total = zero;
     for (int64_t c = c0; c < c1; c += LANES) {
-        const v16i at = lanes_from(c);
-        const v16f p = select16((at >= l) & (at < h), exp_nonpositive(load16(s + c) - mv), zero);
+        const v16f p = select16(attended(x, i, c), exp_nonpositive(load16(s + c) - mv), zero);
         store16(s + c, p);
         total += p;
     }
@@ -135,14 +143,12 @@ static float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t h
     return sum16(total);
 }
 
-/* Row s over [c0, c1): e^(s - lse) inside [lo, hi), 0 outside. */
-static void weights_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float lse) {
-    const v16i l = (v16i){0} + (int32_t)lo, h = (v16i){0} + (int32_t)hi;
+/* Row i's scores s over [c0, c1): e^(s - lse) where attended, 0 elsewhere. */
+static void weights_row(const Scratch *x, int64_t i, float *s, int64_t c0, int64_t c1, float lse) {
     const v16f base = splat(lse), zero = splat(0.0f);
     for (int64_t c = c0; c < c1; c += LANES) {
-        const v16i at = lanes_from(c);
-        const v16f x = load16(s + c) - base;
-        store16(s + c, select16((at >= l) & (at < h), exp_nonpositive(select16(x > zero, zero, x)), zero));
+        const v16f t = load16(s + c) - base;
+        store16(s + c, select16(attended(x, i, c), exp_nonpositive(select16(t > zero, zero, t)), zero));
     }
 }
 
@@ -232,10 +238,12 @@ static void head_rows(const View *q, const Shape *sh, int64_t b, int64_t h, Scra
         if (i < sh->queries) {
             x->lo[i] = sh->lo[b * sh->span_b + i];
             x->hi[i] = sh->hi[b * sh->span_b + i];
+            x->glo[i] = sh->gap_lo[b * sh->span_b + i];
+            x->ghi[i] = sh->gap_hi[b * sh->span_b + i];
             const float *src = q->p + b * q->b + h * q->h + i * q->i;
             for (int64_t d = 0; d < dim; d += 8) store8(qs + d, load8(src + d) * splat8(sh->scale));
         } else {
-            x->lo[i] = x->hi[i] = 0;
+            x->lo[i] = x->hi[i] = x->glo[i] = x->ghi[i] = 0;
             for (int64_t d = 0; d < dim; d++) qs[d] = 0.0f;
         }
     }
@@ -280,7 +288,7 @@ int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v,
                     if (c0 < c1) {
                         tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, c1, x.s + i0 * n);
                         for (int r = 0; r < TILE; r++)
-                            total[r] = softmax_row(x.s + (i0 + r) * n, c0, c1, x.lo[i0 + r], x.hi[i0 + r], &top[r]);
+                            total[r] = softmax_row(&x, i0 + r, x.s + (i0 + r) * n, c0, c1, &top[r]);
                         mix(x.s + i0 * n, n, values, v->i, c0, c1 < sh->keys ? c1 : sh->keys, acc, dim);
                     }
                     for (int r = 0; r < TILE && i0 + r < Q; r++) {
@@ -354,7 +362,7 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
                         const int64_t i = i0 + r;
                         const float row_lse = i < Q ? lse[(b * sh->heads + h) * Q + i] : INFINITY;
                         float *sr = s + r * n, *wr = w + r * n;
-                        weights_row(sr, c0, c1, x.lo[i], x.hi[i], row_lse);
+                        weights_row(&x, i, sr, c0, c1, row_lse);
                         const v16f dl = splat(x.delta[i]);
                         for (int64_t c = c0; c < c1; c += LANES)
                             store16(wr + c, load16(sr + c) * (load16(wr + c) - dl));

@@ -5,12 +5,13 @@ What: `attention(query, key, value, mask, scale, causal)` returns what
 transformers' attention functions return, with autograd through the kernel's own backward. It returns None, and
 the caller keeps SDPA, unless the call is float32 on the CPU with one torch thread, each position's head dimensions
 are contiguous, the head dimension is a multiple of 8 up to 256, the mask is boolean, the same for every head and
-one contiguous run of keys per query (or absent, with or without the causal flag), and the kernel could be built.
+one or two runs of keys per query (or absent, with or without the causal flag), and the kernel could be built.
 `status()` says which, for the start line and benches. The project's grouped SDPA (`roles/grouped_attention.py`)
-calls it for the update's forward and backward and for a prefill.
+and the packed rows' attention (`core.segment_attention`) call it for the update's forward and backward and for a
+prefill.
 
-Why: the update's masks (a prompt's keys after its padding, then the sample's own up to the query) leave each query
-one span of keys, and SDPA's CPU kernel visits every masked column and, at small head dimensions, runs its products
+Why: the update's masks (a prompt's keys past its padding, then the sample's own up to the query) leave each query
+one span of keys, or two where the prompts are padded on the right, and SDPA's CPU kernel visits every masked column and, at small head dimensions, runs its products
 far under the core's rate: on the tiny bench model (head dimension 24) attention took 29% of the update. The
 kernel's work follows the spans (half of a causal block) with the products in registers (train_attention.c;
 figures in docs/PERFORMANCE.md).
@@ -51,8 +52,7 @@ class _Shape(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_int64) for name in ("batch", "heads", "kv_heads", "queries", "keys", "dim")),
         ("scale", ctypes.c_float),
-        ("lo", ctypes.c_void_p),
-        ("hi", ctypes.c_void_p),
+        *((name, ctypes.c_void_p) for name in ("lo", "hi", "gap_lo", "gap_hi")),
         ("span_b", ctypes.c_int64),
     ]
 
@@ -79,29 +79,41 @@ def status() -> str:
 CACHED = "_pasodoble_spans"  # attribute of a mask tensor: (its version, its spans)
 
 
-def spans(mask: torch.Tensor | None, queries: int, keys: int, causal: bool) -> tuple | None:
-    """(lo, hi, span_b): int32 (rows, queries) where query i of batch row b attends keys [lo, hi) at row b * span_b,
-    or None when `mask` is not one run of keys per query, the same for every head. Cached per mask tensor (every
-    layer of a forward reads the same one)."""
+def spans(
+    mask: torch.Tensor | None, queries: int, keys: int, causal: bool
+) -> tuple[torch.Tensor, int] | None:
+    """(bounds, span_b): `bounds` is int32 (4, rows, queries), lo, hi, gap_lo, gap_hi: query i of batch row b (its row
+    b * span_b of `bounds`) attends the keys in [lo, hi) outside [gap_lo, gap_hi) (no gap: gap_lo >= gap_hi). None
+    when `mask` leaves a query more than two runs of keys or differs over heads. Cached per mask tensor (every layer
+    of a forward reads the same one)."""
     if mask is None:
         if causal and queries != keys:
             return None
-        lo = torch.zeros(1, queries, dtype=torch.int32)
-        hi = torch.arange(1, queries + 1, dtype=torch.int32)[None] if causal else torch.full_like(lo, keys)
-        return lo, hi, 0
+        bounds = torch.zeros(4, 1, queries, dtype=torch.int32)
+        bounds[1] = torch.arange(1, queries + 1, dtype=torch.int32) if causal else keys
+        return bounds, 0
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2:] != (queries, keys):
         return None
     known = getattr(mask, CACHED, None)
     if known is not None and known[0] == mask._version:
         return known[1]
     m = mask[:, 0]
-    runs = m[..., :1].sum(-1) + (m[..., 1:] & ~m[..., :-1]).sum(-1)
-    if bool((runs > 1).any()):
-        found = None
-    else:
-        count = m.sum(-1, dtype=torch.int32)
-        lo = torch.where(count > 0, m.to(torch.uint8).argmax(-1).to(torch.int32), 0).contiguous()
-        found = (lo, (lo + count).contiguous(), queries if mask.shape[0] > 1 else 0)
+    before = torch.nn.functional.pad(m[..., :-1], (1, 0))  # each key's left neighbour (False at the first)
+    after = torch.nn.functional.pad(m[..., 1:], (0, 1))
+    starts, ends = m & ~before, m & ~after  # a run's first and last key
+    found = None
+    if not bool((starts.sum(-1) > 2).any()):
+        last = keys - 1
+
+        def first(flags):
+            return flags.to(torch.uint8).argmax(-1)
+
+        def final(flags):
+            return last - first(flags.flip(-1))
+
+        bounds = torch.stack([first(starts), final(ends) + 1, first(ends) + 1, final(starts)]).to(torch.int32)
+        bounds[:, ~m.any(-1)] = 0  # a query that attends nothing: an empty span
+        found = (bounds.contiguous(), queries if mask.shape[0] > 1 else 0)
     setattr(mask, CACHED, (mask._version, found))
     return found
 
@@ -110,19 +122,18 @@ def _view(x: torch.Tensor) -> _View:
     return _View(x.data_ptr(), x.stride(0), x.stride(1), x.stride(2))
 
 
-def _shape(query, key, lo, hi, span_b, scale) -> _Shape:
+def _shape(query, key, bounds, span_b, scale) -> _Shape:
     batch, heads, queries, dim = query.shape
-    return _Shape(
-        batch, heads, key.shape[1], queries, key.shape[2], dim, scale, lo.data_ptr(), hi.data_ptr(), span_b
-    )
+    ends = (bound.data_ptr() for bound in bounds)
+    return _Shape(batch, heads, key.shape[1], queries, key.shape[2], dim, scale, *ends, span_b)
 
 
-def _forward(query, key, value, lo, hi, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(query, key, value, bounds, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
     batch, heads, queries, dim = query.shape
     out = torch.empty(batch, queries, heads, dim)
     lse = torch.empty(batch, heads, queries)
     fn = _load()[0]
-    code = fn(_view(query), _view(key), _view(value), _shape(query, key, lo, hi, span_b, scale), out.data_ptr(),
+    code = fn(_view(query), _view(key), _view(value), _shape(query, key, bounds, span_b, scale), out.data_ptr(),
               lse.data_ptr())  # fmt: skip
     if code != 0:
         raise MemoryError(
@@ -133,25 +144,25 @@ def _forward(query, key, value, lo, hi, span_b, scale) -> tuple[torch.Tensor, to
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, lo, hi, span_b, scale):
-        out, lse = _forward(query, key, value, lo, hi, span_b, scale)
-        ctx.save_for_backward(query, key, value, out, lse, lo, hi)
+    def forward(ctx, query, key, value, bounds, span_b, scale):
+        out, lse = _forward(query, key, value, bounds, span_b, scale)
+        ctx.save_for_backward(query, key, value, out, lse, bounds)
         ctx.span_b, ctx.scale = span_b, scale
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        query, key, value, out, lse, lo, hi = ctx.saved_tensors
+        query, key, value, out, lse, bounds = ctx.saved_tensors
         grad = grad.contiguous()
         batch, heads, queries, dim = query.shape
         dq = torch.empty(batch, queries, heads, dim)
         dk, dv = torch.empty(key.shape), torch.empty(value.shape)
         fn = _load()[1]
-        code = fn(_view(query), _view(key), _view(value), _shape(query, key, lo, hi, ctx.span_b, ctx.scale),
+        code = fn(_view(query), _view(key), _view(value), _shape(query, key, bounds, ctx.span_b, ctx.scale),
                   out.data_ptr(), grad.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())  # fmt: skip
         if code != 0:
             raise MemoryError(f"training attention kernel's backward failed ({code})")
-        return dq.transpose(1, 2), dk, dv, None, None, None, None
+        return dq.transpose(1, 2), dk, dv, None, None, None
 
 
 def attention(
@@ -185,9 +196,9 @@ def attention(
     found = spans(mask, queries, keys, causal)
     if found is None or _load() is None:
         return None
-    lo, hi, span_b = found
+    bounds, span_b = found
     if mask is not None and mask.shape[0] not in (1, batch):
         return None
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
-        return _Attention.apply(query, key, value, lo, hi, span_b, float(scale))
-    return _forward(query, key, value, lo, hi, span_b, float(scale))[0]
+        return _Attention.apply(query, key, value, bounds, span_b, float(scale))
+    return _forward(query, key, value, bounds, span_b, float(scale))[0]

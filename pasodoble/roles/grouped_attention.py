@@ -4,8 +4,9 @@ What: `use_grouped_attention(model)` switches a Hugging Face model whose attenti
 implementation registered here, `GROUPED_SDPA`, when its query heads share key/value heads and its weights are on
 the CPU, and its architecture is one whose code treats every attention name alike (`ARCHITECTURES`: Llama, Mistral,
 Qwen2, Qwen3 and their mixtures of experts), and returns whether it did. That implementation hands several-token
-attention (the update's forward and backward, a prefill) to `torch.nn.functional.scaled_dot_product_attention` with
-`enable_gqa=True`, and everything else (a decode step's single query, position biases, soft-capping, a causal call
+attention (the update's forward and backward, a prefill) to the compiled kernel of `core.train_attention` where it
+applies (float32 on the CPU with one torch thread, a span of keys per query), else to
+`torch.nn.functional.scaled_dot_product_attention` with `enable_gqa=True`, and everything else (a decode step's single query, position biases, soft-capping, a causal call
 over a longer cache) to transformers' own SDPA function unchanged, as does any call on another device (a model moved
 after loading). A decode step given `shared_prefix=` (the HF engine's own loop) reads each prompt's cached columns
 once for all its samples (`core.prefix_attention`, on any device). The mask is transformers' SDPA mask. The values
