@@ -208,3 +208,12 @@ def test_off_by_environment(fresh_kernel, monkeypatch, one_thread):
     assert train_attention.status() == f"off ({train_attention.ENV})"
     query, key, value = _inputs(2, 4, 2, 5, 5, 24)
     assert train_attention.attention(query, key, value, None, 0.2, True) is None
+
+
+@needs_compiler
+def test_a_second_derivative_is_refused_not_wrong(one_thread):
+    query, key, value = (x.requires_grad_() for x in _inputs(2, 4, 2, 5, 5, 24, transposed_query=False))
+    out = train_attention.attention(query, key, value, None, 0.2, True)
+    (grad,) = torch.autograd.grad(out.square().sum(), query, create_graph=True)
+    with pytest.raises(RuntimeError):
+        grad.sum().backward()
