@@ -578,11 +578,12 @@ def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_pat
 def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 
-    from pasodoble.core import chunked_logprobs
+    from pasodoble.core import chunked_logprobs, train_attention
     from pasodoble.core.embedding_grad import rows_into_grad
     from pasodoble.roles import role as role_module
 
     bench = load_bench("update_layout")
+    train_attention.status()  # loaded (or not) before the arms switch it
     role = types.SimpleNamespace(entry_weight=0.5)
     head, states = torch.nn.Linear(4, 7, bias=False), torch.randn(2, 4)
     switched = {}
@@ -592,11 +593,14 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
                 role.entry_weight is not None,
                 chunked_logprobs.can_fuse(head, states),
                 role_module.rows_into_grad is not rows_into_grad,
+                train_attention._load() is None,
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
+    kernel_off = train_attention._load() is None  # no compiler here: every arm runs SDPA
     assert switched == {
-        "default": (True, True, False),
-        "stock_head": (True, False, False),
-        "cache": (False, True, False),
-        "cache_stock": (False, False, True),
+        "default": (True, True, False, kernel_off),
+        "sdpa": (True, True, False, True),
+        "stock_head": (True, False, False, kernel_off),
+        "cache": (False, True, False, kernel_off),
+        "cache_stock": (False, False, True, kernel_off),
     }

@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import pasodoble.core.segment_attention as seg
+from pasodoble.core import train_attention
 from pasodoble.core.packed import packed_logprobs, segment_mask
 from pasodoble.core.segment_attention import SegmentLayout, segment_attention
 from pasodoble.roles.grouped_attention import use_grouped_attention
@@ -47,7 +48,25 @@ def _segments() -> torch.Tensor:
 @pytest.mark.parametrize(
     "segment", [_segments(), torch.tensor([[0, 0, -1], [0, 0, 0]])], ids=["samples", "none"]
 )
-def test_values_and_gradients_equal_sdpa_under_the_segment_mask(heads, kv, dtype, tolerance, segment):
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-thread", "two-threads"])
+def test_values_and_gradients_equal_sdpa_under_the_segment_mask(
+    heads, kv, dtype, tolerance, segment, threads, monkeypatch
+):
+    """With one thread the float32 calls run through the compiled attention kernel (core.train_attention)."""
+    served = []
+    forward = train_attention._forward
+    monkeypatch.setattr(train_attention, "_forward", lambda *a: served.append(1) or forward(*a))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _compare_with_sdpa(heads, kv, dtype, tolerance, segment)
+    finally:
+        torch.set_num_threads(before)
+    kernel = threads == 1 and dtype == torch.float32 and train_attention.status() == "on"
+    assert bool(served) == kernel
+
+
+def _compare_with_sdpa(heads, kv, dtype, tolerance, segment):
     rows, length = segment.shape
     gen = torch.Generator().manual_seed(0)
     q, k, v = (

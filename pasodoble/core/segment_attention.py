@@ -7,9 +7,9 @@ two attention calls: the prompts as one causal call over the rows' first P colum
 completions as one call of N samples x F queries (F: the longest completion of the micro-batch) over P + F keys
 each, the row's prompt columns and the sample's own ones, masked to the prompt's length and to the causal part of
 its own. Each call runs through the compiled kernel of `core.train_attention` where it applies (float32 on the CPU
-with one torch thread), else SDPA. Inputs and outputs are those of transformers' attention functions ((R, H, L, D) in, (R, L, H, D) out);
-queries, keys and values are gathered per sample with `index_select` and the outputs gathered back into the rows,
-so autograd adds the prompt keys' gradients over their samples. Positions past a row's end (padding) get some
+with one torch thread), else SDPA. Inputs and outputs are those of transformers' attention functions ((R, H, L, D)
+in, (R, L, H, D) out); queries, keys and values are gathered per sample with `index_select` and the outputs
+gathered back into the rows, so autograd adds the prompt keys' gradients over their samples. Positions past a row's end (padding) get some
 finite output that nothing reads.
 
 Why: SDPA with the row's (R, 1, L, L) mask cannot skip the blocks the mask hides, so its work grows with the square

@@ -125,8 +125,8 @@ def _view(x: torch.Tensor) -> _View:
 
 def _shape(query, key, bounds, span_b, scale) -> _Shape:
     batch, heads, queries, dim = query.shape
-    ends = (bound.data_ptr() for bound in bounds)
-    return _Shape(batch, heads, key.shape[1], queries, key.shape[2], dim, scale, *ends, span_b)
+    pointers = (bound.data_ptr() for bound in bounds)  # lo, hi, gap_lo, gap_hi
+    return _Shape(batch, heads, key.shape[1], queries, key.shape[2], dim, scale, *pointers, span_b)
 
 
 def _forward(query, key, value, bounds, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,14 +193,13 @@ def attention(
         or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
         or queries == 0
         or keys == 0
+        or (mask is not None and mask.shape[0] not in (1, batch))
     ):
         return None
     found = spans(mask, queries, keys, causal)
     if found is None or _load() is None:
         return None
     bounds, span_b = found
-    if mask is not None and mask.shape[0] not in (1, batch):
-        return None
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
         return _Attention.apply(query, key, value, bounds, span_b, float(scale))
     return _forward(query, key, value, bounds, span_b, float(scale))[0]
