@@ -1,4 +1,4 @@
-/* Attention's forward and backward for the update on a CPU, each query over one contiguous span of keys.
+/* Attention's forward and backward for the update on a CPU, each query over one or two runs of keys.
  *
  * The reference is torch.nn.functional.scaled_dot_product_attention with a boolean mask (or the causal flag) and
  * grouped key/value heads; this computes the same softmax(q k^T * scale) v, and the gradients of q, k and v, in
@@ -13,7 +13,7 @@
  *   forward   scores of the tile over the 16-column blocks its spans cover, a softmax per row, the values mixed in
  *             registers; the output and each row's log-sum-exp (the backward's softmax without a second max);
  *   backward  the same scores, P = exp(s - lse), dP = dO v^T, dS = P (dP - dO . O), dq = scale dS k; then for
- *             every four key columns, dk += dS^T (q scale) and dv += P^T dO over the rows whose blocks cover them.
+ *             every eight key columns, dk += dS^T (q scale) and dv += P^T dO over the rows whose blocks cover them.
  * Layouts (elements; each position's `dim` values contiguous):
  *   q          View (batch, heads, queries, dim)          k, v   View (batch, kv_heads, keys, dim)
  *   out, dout, dq  (batch, queries, heads, dim) contiguous  lse   (batch, heads, queries)
