@@ -265,14 +265,21 @@ static void tile_blocks(const Scratch *x, int64_t i0, int64_t *c0, int64_t *c1) 
     *c1 = (hi + LANES - 1) / LANES * LANES;
 }
 
-int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v, const Shape *sh, float *out,
-                                    float *lse) {
+/* A call's checks and scratch: 0, or the entry points' error code (the scratch then freed). */
+static int begin(const Shape *sh, Scratch *x) {
     if (!shape_ok(sh)) return -1;
-    Scratch x;
-    if (scratch_of(sh, &x) != 0) {
-        scratch_free(&x);
+    if (scratch_of(sh, x) != 0) {
+        scratch_free(x);
         return -2;
     }
+    return 0;
+}
+
+int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v, const Shape *sh, float *out,
+                                    float *lse) {
+    Scratch x;
+    const int code = begin(sh, &x);
+    if (code != 0) return code;
     const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries;
     float acc[TILE * MAX_DIM];
     for (int64_t b = 0; b < sh->batch; b++)
@@ -309,12 +316,9 @@ int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v,
 int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v, const Shape *sh,
                                      const float *out, const float *dout, const float *lse, float *dq, float *dk,
                                      float *dv) {
-    if (!shape_ok(sh)) return -1;
     Scratch x;
-    if (scratch_of(sh, &x) != 0) {
-        scratch_free(&x);
-        return -2;
-    }
+    const int code = begin(sh, &x);
+    if (code != 0) return code;
     const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries, K = sh->keys;
     float acc[TILE * MAX_DIM];
     for (int64_t b = 0; b < sh->batch; b++)
