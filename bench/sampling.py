@@ -96,14 +96,16 @@ def run_side(side: str, spec: dict) -> dict:
         from transformers import AutoModelForCausalLM
 
         from pasodoble.core.cpu_matmul import use_cpu_matmul
+        from pasodoble.core.fused_layers import use_fused_layers
         from pasodoble.roles.grouped_attention import use_grouped_attention
         from pasodoble.rollout import HFEngine
 
         model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
         # as a Role loads it: grouped-query attention, and so the decode that reads each prompt's columns once;
-        # linear layers on the kernel `cpu_matmul: auto` picks
+        # linear layers on the kernel `cpu_matmul: auto` picks; the fused norms and activations
         use_grouped_attention(model)
         use_cpu_matmul(model, "auto")
+        use_fused_layers(model)
         engine = HFEngine(model, tokenizer, batch_size=batch)
         params = sum(p.numel() for p in model.parameters())
         prefill = sum(len(p) for p in prompts)  # one prefill per distinct prompt

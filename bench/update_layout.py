@@ -9,6 +9,7 @@ for each round times one `Role.update` on those samples in each arm, the first a
   prices that lower), the input embedding's backward adding its rows into the gradient in place
   (`core.embedding_grad`), and the LM head's log-probs as one fused autograd node (`core.fused_head`);
 - `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
+- `stock_layers`: the default with the compiled norm and activation kernels off (`core.fused_layers`);
 - `stock_head`: the same with the stock head expression (`head(h) / T`, `gather`, `logsumexp`);
 - `cache`: the default without packed rows (each distinct prompt once through the KV cache, `core.shared_prefix`);
 - `cache_stock`: that with the stock embedding backward and the stock head as well: the update before the three
@@ -48,13 +49,13 @@ from op_profile import matmul_peak, op_profile, profile_table, summary_line  # n
 from vs_trl import pinned_bench  # noqa: E402
 from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
-ARMS = ("default", "sdpa", "stock_head", "cache", "cache_stock")
+ARMS = ("default", "sdpa", "stock_layers", "stock_head", "cache", "cache_stock")
 
 
 @contextlib.contextmanager
 def arm(role, name: str):
     """The Role as it runs in arm `name` (see module) for the duration."""
-    from pasodoble.core import chunked_logprobs, train_attention
+    from pasodoble.core import chunked_logprobs, fused_layers, train_attention
     from pasodoble.roles import role as role_module
 
     weight, rows_into_grad, can_fuse = (
@@ -62,9 +63,10 @@ def arm(role, name: str):
         role_module.rows_into_grad,
         chunked_logprobs.can_fuse,
     )
-    kernel = dict(train_attention._state)
-    if name == "sdpa":
-        train_attention._state.update(lib=None, why="off (bench arm)")
+    kernels = {module: dict(module._state) for module in (train_attention, fused_layers)}
+    off = {"sdpa": train_attention, "stock_layers": fused_layers}.get(name)
+    if off is not None:
+        off._state.update(lib=None, why="off (bench arm)")
     if name.startswith("cache"):
         role.entry_weight = None  # no cost model: the Role keeps the KV-cache layout
     if name == "cache_stock":
@@ -74,8 +76,9 @@ def arm(role, name: str):
     try:
         yield
     finally:
-        train_attention._state.clear()
-        train_attention._state.update(kernel)
+        for module, state in kernels.items():
+            module._state.clear()
+            module._state.update(state)
         role.entry_weight, role_module.rows_into_grad, chunked_logprobs.can_fuse = (
             weight,
             rows_into_grad,

@@ -201,7 +201,7 @@ def run_project(spec: dict) -> dict:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pasodoble.config import apply_override, from_dict
-    from pasodoble.core import cpu_matmul, decode_kernel, train_attention
+    from pasodoble.core import cpu_matmul, decode_kernel, fused_layers, train_attention
     from pasodoble.core.grpo import group_advantages
     from pasodoble.roles.role import Role, RoleConfig, Sample
 
@@ -276,6 +276,7 @@ def run_project(spec: dict) -> dict:
             "onednn_linear_layers": sum(isinstance(m, cpu_matmul.OneDnnLinear) for m in role.model.modules()),
             "decode_kernel": decode_kernel.status(),  # the compiled shared-prompt decode attention
             "train_attention": train_attention.status(),  # the compiled several-token attention
+            "fused_layers": fused_layers.status(),  # the compiled RMSNorm and SiLU gate
         },
         "peak_rss_mb": peak_rss_mb(),
         "phases": phases,

@@ -97,12 +97,12 @@ def one_thread():
 
 @pytest.fixture
 def fresh_kernel(monkeypatch, tmp_path):
-    """An empty kernel cache and no compiled kernel (`core.decode_kernel`, `core.train_attention`) loaded yet in
-    this process; the process's state is restored after."""
-    from pasodoble.core import decode_kernel, train_attention
+    """An empty kernel cache and no compiled kernel (`core.decode_kernel`, `core.train_attention`,
+    `core.fused_layers`) loaded yet in this process; the process's state is restored after."""
+    from pasodoble.core import decode_kernel, fused_layers, train_attention
 
     monkeypatch.setenv("PASODOBLE_CACHE", str(tmp_path))
-    saved = [(module, dict(module._state)) for module in (decode_kernel, train_attention)]
+    saved = [(module, dict(module._state)) for module in (decode_kernel, train_attention, fused_layers)]
     for module, _ in saved:
         module._state.clear()
     yield tmp_path

@@ -172,10 +172,12 @@ def load_model(path: str, dtype: str, device: str, adapter: Path | None):
         ) from err
     if device == "cpu":
         from pasodoble.core.cpu_matmul import use_cpu_matmul
+        from pasodoble.core.fused_layers import use_fused_layers
         from pasodoble.roles.grouped_attention import use_grouped_attention
 
         use_grouped_attention(model)  # prefills without copies of the key/value heads
         use_cpu_matmul(model, "auto")  # float32 linear layers on the kernel a Role's default picks
+        use_fused_layers(model)  # norms and activations in one pass each
     if adapter is not None:
         from peft import PeftModel
 

@@ -44,6 +44,7 @@ from pasodoble.core import cpu_matmul, grpo, host_memory, lr_schedules, precisio
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_head import reuse_head_casts
+from pasodoble.core.fused_layers import use_fused_layers
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
 from pasodoble.core.packed import can_pack, packed_logprobs
 from pasodoble.core.precision import DTYPES
@@ -360,6 +361,7 @@ class Role:
         model = model.to(resolve_device(cfg.device))
         use_grouped_attention(model)
         cpu_matmul.use_cpu_matmul(model, cfg.cpu_matmul)
+        use_fused_layers(model)
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:

@@ -23,6 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
 from pasodoble.core.cpu_matmul import use_cpu_matmul
+from pasodoble.core.fused_layers import use_fused_layers
 from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.folders import check_folder, claim_folder
@@ -168,10 +169,11 @@ def run_sft(args: argparse.Namespace) -> int:
     else:
         device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
-    # on the CPU only: forward and backward without copies of the key/value heads, and float32 linear layers on the
-    # kernel a Role's default picks
+    # on the CPU only: forward and backward without copies of the key/value heads, float32 linear layers on the
+    # kernel a Role's default picks, and norms and activations in one pass each
     use_grouped_attention(model)
     use_cpu_matmul(model, "auto")
+    use_fused_layers(model)
     out = Path(cfg.out)
     if main:
         print(f"fine-tuning {cfg.model} -> {out} (metrics.jsonl, then the model)", flush=True)

@@ -1,0 +1,115 @@
+/* RMSNorm and the gated MLP's SiLU(gate) * up, forward and backward, each in one pass over its rows, in float32.
+ *
+ * The references are transformers' RMSNorm (Llama, Qwen2, Qwen3: weight * (x * rsqrt(mean(x^2) + eps))) and the
+ * gated MLP's act_fn(gate_proj(x)) * up_proj(x) with act_fn SiLU. In torch each is a chain of elementwise operators,
+ * every one a pass over memory with its own output (about six forward and ten backward for the norm); here each is
+ * one pass forward and one backward, with nothing saved but the inputs (and the norm's 1 / rms per row).
+ *
+ *   rms_norm forward   x (rows, dim) -> y = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) per row, kept in rstd
+ *   rms_norm backward  g = dy * w, xhat = x * r: dx = r * (g - xhat * mean(g * xhat)); dw += sum over rows dy * xhat
+ *                      (summed in double; dw may be NULL when the weight takes no gradient); returns 0, or -2
+ *                      when its scratch row could not be had
+ *   silu_mul forward   out = gate * sigmoid(gate) * up
+ *   silu_mul backward  s = sigmoid(gate): dup = dout * gate * s; dgate = dout * up * s * (1 + gate * (1 - s))
+ * Every array is contiguous. A row's tail (dim not a multiple of 16) goes through a zero-padded block, so every
+ * element takes the same arithmetic.
+ */
+#include <stdlib.h>
+
+#include "native_vec.h"
+
+static inline v16f load_part(const float *p, int64_t n) {
+    float b[LANES] = {0};
+    memcpy(b, p, (size_t)n * sizeof(float));
+    return load16(b);
+}
+
+static inline void store_part(float *p, v16f x, int64_t n) {
+    float b[LANES];
+    store16(b, x);
+    memcpy(p, b, (size_t)n * sizeof(float));
+}
+
+/* x's lanes c..c+15 of a row of n, zero past n */
+static inline v16f lanes(const float *x, int64_t c, int64_t n) {
+    return c + LANES <= n ? load16(x + c) : load_part(x + c, n - c);
+}
+
+static inline void put(float *x, int64_t c, int64_t n, v16f v) {
+    if (c + LANES <= n)
+        store16(x + c, v);
+    else
+        store_part(x + c, v, n - c);
+}
+
+/* The norm's rows are short (a head's 24-128 values, or the hidden size): plain loops, which the compiler turns into
+ * 16-lane vectors with 8-lane and scalar epilogues, beat a padded block per row. */
+void pasodoble_rms_norm_forward_f32(const float *restrict x, const float *restrict w, float *restrict y,
+                                    float *restrict rstd, int64_t rows, int64_t dim, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < dim; c++) ss += xr[c] * xr[c];
+        const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+        rstd[r] = inv;
+#pragma omp simd
+        for (int64_t c = 0; c < dim; c++) yr[c] = w[c] * (xr[c] * inv);
+    }
+}
+
+/* dw's sums run in float over blocks of this many rows, then join a double total */
+#define DW_BLOCK 32
+
+int pasodoble_rms_norm_backward_f32(const float *restrict x, const float *restrict w, const float *restrict rstd,
+                                    const float *restrict dy, float *restrict dx, double *restrict dw, int64_t rows,
+                                    int64_t dim) {
+    float *part = dw ? calloc((size_t)dim, sizeof(float)) : NULL;
+    if (dw && !part) return -2;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim, *dyr = dy + r * dim;
+        float *dxr = dx + r * dim;
+        const float inv = rstd[r];
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t c = 0; c < dim; c++) dot += dyr[c] * w[c] * (xr[c] * inv);
+        const float mean = dot / (float)dim;
+#pragma omp simd
+        for (int64_t c = 0; c < dim; c++) dxr[c] = (dyr[c] * w[c] - xr[c] * inv * mean) * inv;
+        if (part) {
+#pragma omp simd
+            for (int64_t c = 0; c < dim; c++) part[c] += dyr[c] * (xr[c] * inv);
+            if ((r + 1) % DW_BLOCK == 0 || r + 1 == rows) {
+                for (int64_t c = 0; c < dim; c++) dw[c] += (double)part[c];
+                memset(part, 0, (size_t)dim * sizeof(float));
+            }
+        }
+    }
+    free(part);
+    return 0;
+}
+
+/* sigmoid(g) from e^-|g| (never overflows) */
+static inline v16f sigmoid16(v16f g) {
+    const v16i negative = (v16i)(g < splat(0.0f));
+    const v16f e = exp_nonpositive(select16(negative, g, -g)), one = splat(1.0f);
+    return select16(negative, e, one) / (one + e);
+}
+
+void pasodoble_silu_mul_forward_f32(const float *gate, const float *up, float *out, int64_t n) {
+    for (int64_t c = 0; c < n; c += LANES) {
+        const v16f g = lanes(gate, c, n);
+        put(out, c, n, g * sigmoid16(g) * lanes(up, c, n));
+    }
+}
+
+void pasodoble_silu_mul_backward_f32(const float *gate, const float *up, const float *dout, float *dgate, float *dup,
+                                     int64_t n) {
+    const v16f one = splat(1.0f);
+    for (int64_t c = 0; c < n; c += LANES) {
+        const v16f g = lanes(gate, c, n), d = lanes(dout, c, n), s = sigmoid16(g);
+        put(dup, c, n, d * g * s);
+        put(dgate, c, n, d * lanes(up, c, n) * s * (one + g * (one - s)));
+    }
+}

@@ -1,0 +1,188 @@
+"""Compiled CPU kernels for the RMSNorm and the gated MLP's activation of Llama-family models, with their backward.
+
+What: `use_fused_layers(model)` turns each RMSNorm module of transformers' Llama, Qwen2 and Qwen3 (and the models
+built on them, such as SmolLM2) into a subclass whose forward is `rms_norm`, and each gated MLP whose activation is
+SiLU into one whose forward is `down_proj(silu_mul(gate_proj(x), up_proj(x)))`; parameters, state dict and module
+tree are unchanged. It returns how many modules it turned. `rms_norm` and `silu_mul` run the C kernels
+(`fused_layers.c`) with their own backward when the call is float32 on the CPU with one torch thread and the
+inputs contiguous, and the modules' own torch code otherwise, so a model on a GPU, in bfloat16 or on several
+threads computes exactly as before. `status()` says whether the kernels are on, for the start line and benches.
+
+Why: on the tiny bench model the update spent about as long in these modules' elementwise operators as in its
+attention: torch runs the norm as six operators forward and about ten backward, each a pass over memory, and the
+activation as three and five. One pass each saves most of that time, and the activation no longer keeps SiLU(gate)
+for the backward (figures in docs/PERFORMANCE.md).
+
+How it is built: as the other kernels, by `core.native` (the system C compiler, cached under
+`$PASODOBLE_CACHE/native/`); no compiler leaves torch's operators with a one-line warning.
+`PASODOBLE_FUSED_LAYERS=off` turns the kernels off.
+
+Run: `use_fused_layers(model)` once after loading; the Role does it for every model it loads. Tests in
+tests/test_fused_layers.py compare values and gradients with the stock modules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from pasodoble.core import native
+
+SOURCE = Path(__file__).with_name("fused_layers.c")
+ENV = "PASODOBLE_FUSED_LAYERS"  # "off": torch's operators always
+NORMS = (
+    "LlamaRMSNorm",
+    "Qwen2RMSNorm",
+    "Qwen3RMSNorm",
+)  # weight * (x * rsqrt(mean(x^2) + eps)), as these write it
+MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP")  # down_proj(act_fn(gate_proj(x)) * up_proj(x))
+SILU = ("silu", "swish")
+
+_state: dict[str, object] = {}  # "lib": the four C functions or None; "why": the reason it is None
+
+
+def _bind(lib: ctypes.CDLL) -> dict:
+    ptr, n = ctypes.c_void_p, ctypes.c_int64
+    fns = {
+        "norm": (lib.pasodoble_rms_norm_forward_f32, [ptr, ptr, ptr, ptr, n, n, ctypes.c_float]),
+        "norm_backward": (lib.pasodoble_rms_norm_backward_f32, [ptr, ptr, ptr, ptr, ptr, ptr, n, n]),
+        "silu_mul": (lib.pasodoble_silu_mul_forward_f32, [ptr, ptr, ptr, n]),
+        "silu_mul_backward": (lib.pasodoble_silu_mul_backward_f32, [ptr, ptr, ptr, ptr, ptr, n]),
+    }
+    for fn, argtypes in fns.values():
+        fn.argtypes, fn.restype = argtypes, None
+    fns["norm_backward"][0].restype = ctypes.c_int
+    return {name: fn for name, (fn, _) in fns.items()}
+
+
+def _load() -> dict | None:
+    return native.load(
+        _state, SOURCE, ENV, "fused layer kernels", _bind, "norms and activations take torch's operators"
+    )
+
+
+def status() -> str:
+    """'on', or why not ('off (...)', 'unavailable: ...'), building the kernels if they were not tried yet."""
+    return "on" if _load() is not None else str(_state["why"])
+
+
+def _serves(*tensors: torch.Tensor) -> bool:
+    return (
+        torch.get_num_threads() == 1
+        and all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+        and _load() is not None
+    )
+
+
+class _RmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = _norm(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    @once_differentiable  # its backward is the C kernel: no second derivative
+    def backward(ctx, grad):
+        x, weight, rstd = ctx.saved_tensors
+        grad = grad.contiguous()
+        dim = x.shape[-1]
+        dx = torch.empty_like(x)
+        dw = torch.zeros(dim, dtype=torch.float64) if ctx.needs_input_grad[1] else None
+        code = _load()["norm_backward"](x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), grad.data_ptr(),
+                                        dx.data_ptr(), None if dw is None else dw.data_ptr(), x.numel() // dim, dim)  # fmt: skip
+        if code != 0:
+            raise MemoryError(f"RMSNorm kernel's backward failed ({code}) at {tuple(x.shape)}")
+        return dx, None if dw is None else dw.to(weight.dtype), None
+
+
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    dim = x.shape[-1]
+    y = torch.empty_like(x)
+    rstd = torch.empty(x.numel() // dim)
+    _load()["norm"](
+        x.data_ptr(), weight.data_ptr(), y.data_ptr(), rstd.data_ptr(), x.numel() // dim, dim, eps
+    )
+    return y, rstd
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """`weight * (x * rsqrt(mean(x^2, -1) + eps))` through the kernel, or None where it does not apply."""
+    if x.numel() == 0 or weight.shape != x.shape[-1:] or not _serves(x, weight):
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _RmsNorm.apply(x, weight, float(eps))
+    return _norm(x, weight, float(eps))[0]
+
+
+class _SiluMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return _silu_mul(gate, up)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        grad = grad.contiguous()
+        dgate, dup = torch.empty_like(gate), torch.empty_like(up)
+        _load()["silu_mul_backward"](gate.data_ptr(), up.data_ptr(), grad.data_ptr(), dgate.data_ptr(),
+                                     dup.data_ptr(), gate.numel())  # fmt: skip
+        return dgate, dup
+
+
+def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(gate)
+    _load()["silu_mul"](gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel())
+    return out
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor | None:
+    """`silu(gate) * up` through the kernel, or None where it does not apply."""
+    if gate.shape != up.shape or gate.numel() == 0 or not _serves(gate, up):
+        return None
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return _SiluMul.apply(gate, up)
+    return _silu_mul(gate, up)
+
+
+def _norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    out = rms_norm(hidden_states, self.weight, self.variance_epsilon)
+    return out if out is not None else super(type(self), self).forward(hidden_states)
+
+
+def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
+    gate, up = self.gate_proj(x), self.up_proj(x)
+    mixed = silu_mul(gate, up)
+    return self.down_proj(mixed if mixed is not None else self.act_fn(gate) * up)
+
+
+_fused_classes: dict[type, type] = {}
+
+
+def _fused_class(cls: type, forward) -> type:
+    if cls not in _fused_classes:
+        _fused_classes[cls] = type(
+            f"Fused{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__}
+        )
+    return _fused_classes[cls]
+
+
+def use_fused_layers(model: torch.nn.Module) -> int:
+    """Turns `model`'s RMSNorm modules of `NORMS` and its SiLU MLPs of `MLPS` into their fused subclasses; returns
+    how many it turned. A module already turned, or of another class, is left as it is."""
+    turned = 0
+    for module in model.modules():
+        name = type(module).__name__
+        if name in NORMS and isinstance(getattr(module, "weight", None), torch.Tensor):
+            module.__class__ = _fused_class(type(module), _norm_forward)
+        elif name in MLPS and getattr(getattr(module, "config", None), "hidden_act", None) in SILU:
+            module.__class__ = _fused_class(type(module), _mlp_forward)
+        else:
+            continue
+        turned += 1
+    return turned
