@@ -7,8 +7,8 @@ and `--seed` twice, each a fresh process pinned to one core with one thread and 
 off, the first of a round taking turns. `--kernel decode` (default) is the shared-prompt decode attention
 (`core/decode_kernel.py`, off: `PASODOBLE_DECODE_KERNEL=off`, the tensor path); `--kernel attention` is the
 several-token attention of the update and of prefills (`core/train_attention.py`, off:
-`PASODOBLE_TRAIN_ATTENTION=off`, SDPA); `--kernel layers` is the RMSNorm and the MLP's SiLU gate, forward and
-backward (`core/fused_layers.py`, off: `PASODOBLE_FUSED_LAYERS=off`, the modules' torch code). It prints the medians over rounds of each arm's generation, update and step
+`PASODOBLE_TRAIN_ATTENTION=off`, SDPA); `--kernel layers` is the RMSNorm, the rotary embedding and the MLP's SiLU
+gate, forward and backward (`core/fused_layers.py`, off: `PASODOBLE_FUSED_LAYERS=off`, transformers' torch code). It prints the medians over rounds of each arm's generation, update and step
 CPU-seconds, completion tokens and peak resident memory, and the off arm's generation, update and step time over the
 kernel's, paired round by round. The two arms draw the same samples when the kernel's rounding moves no draw; the
 table shows both token counts. Writes `results.json` and `report.md` under --out.
@@ -67,8 +67,8 @@ KERNELS = {
     "layers": (
         "PASODOBLE_FUSED_LAYERS",
         "fused_layers",
-        "core/fused_layers.py serves the RMSNorms and the MLPs' SiLU gates",
-        "the modules' own torch operators",
+        "core/fused_layers.py serves the RMSNorms, the rotary embeddings and the MLPs' SiLU gates",
+        "transformers' own torch operators",
     ),
 }
 RATIOS = ("generate_cpu_s", "update_cpu_s", "step_cpu_s")

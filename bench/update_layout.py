@@ -9,7 +9,7 @@ for each round times one `Role.update` on those samples in each arm, the first a
   prices that lower), the input embedding's backward adding its rows into the gradient in place
   (`core.embedding_grad`), and the LM head's log-probs as one fused autograd node (`core.fused_head`);
 - `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
-- `stock_layers`: the default with the compiled norm and activation kernels off (`core.fused_layers`);
+- `stock_layers`: the default with the compiled norm, rotary and activation kernels off (`core.fused_layers`);
 - `stock_head`: the same with the stock head expression (`head(h) / T`, `gather`, `logsumexp`);
 - `cache`: the default without packed rows (each distinct prompt once through the KV cache, `core.shared_prefix`);
 - `cache_stock`: that with the stock embedding backward and the stock head as well: the update before the three

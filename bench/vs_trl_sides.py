@@ -276,7 +276,7 @@ def run_project(spec: dict) -> dict:
             "onednn_linear_layers": sum(isinstance(m, cpu_matmul.OneDnnLinear) for m in role.model.modules()),
             "decode_kernel": decode_kernel.status(),  # the compiled shared-prompt decode attention
             "train_attention": train_attention.status(),  # the compiled several-token attention
-            "fused_layers": fused_layers.status(),  # the compiled RMSNorm and SiLU gate
+            "fused_layers": fused_layers.status(),  # the compiled RMSNorm, rotary embedding and SiLU gate
         },
         "peak_rss_mb": peak_rss_mb(),
         "phases": phases,

@@ -1,9 +1,11 @@
-/* RMSNorm and the gated MLP's SiLU(gate) * up, forward and backward, each in one pass over its rows, in float32.
+/* RMSNorm, the gated MLP's SiLU(gate) * up and the rotary position embedding, forward and backward, each in one pass
+ * over its rows, in float32.
  *
- * The references are transformers' RMSNorm (Llama, Qwen2, Qwen3: weight * (x * rsqrt(mean(x^2) + eps))) and the
- * gated MLP's act_fn(gate_proj(x)) * up_proj(x) with act_fn SiLU. In torch each is a chain of elementwise operators,
- * every one a pass over memory with its own output (about six forward and ten backward for the norm); here each is
- * one pass forward and one backward, with nothing saved but the inputs (and the norm's 1 / rms per row).
+ * The references are transformers' RMSNorm (Llama, Qwen2, Qwen3: weight * (x * rsqrt(mean(x^2) + eps))), the gated
+ * MLP's act_fn(gate_proj(x)) * up_proj(x) with act_fn SiLU, and apply_rotary_pos_emb (below). In torch each is a
+ * chain of elementwise operators, every one a pass over memory with its own output (about six forward and ten
+ * backward for the norm); here each is one pass forward and one backward, with nothing saved but the inputs (and the
+ * norm's 1 / rms per row).
  *
  *   rms_norm forward   x (rows, dim) -> y = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) per row, kept in rstd
  *   rms_norm backward  g = dy * w, xhat = x * r: dx = r * (g - xhat * mean(g * xhat)); dw += sum over rows dy * xhat
@@ -11,8 +13,8 @@
  *                      when its scratch row could not be had
  *   silu_mul forward   out = gate * sigmoid(gate) * up
  *   silu_mul backward  s = sigmoid(gate): dup = dout * gate * s; dgate = dout * up * s * (1 + gate * (1 - s))
- * Every array is contiguous. A row's tail (dim not a multiple of 16) goes through a zero-padded block, so every
- * element takes the same arithmetic.
+ * The norm's and the activation's arrays are contiguous. The activation's last block (n not a multiple of 16) goes
+ * through a zero-padded block, so every element takes the same arithmetic.
  */
 #include <stdlib.h>
 
@@ -112,4 +114,36 @@ void pasodoble_silu_mul_backward_f32(const float *gate, const float *up, const f
         put(dup, c, n, d * g * s);
         put(dgate, c, n, d * lanes(up, c, n) * s * (one + g * (one - s)));
     }
+}
+
+/* Rotary position embedding of one (batch, heads, positions, dim) tensor, as transformers' apply_rotary_pos_emb
+ * computes it: out = x cos + rotate_half(x) sin, rotate_half(x) = (-x[half:], x[:half]). The backward is its
+ * transpose: dx = dout cos + (dout[half:] sin[half:], -dout[:half] sin[:half]).
+ *   x, out     the tensors' data; strides xs, os (batch, head, position; each position's dim values contiguous)
+ *   cos, sin   (batch or 1, positions, dim) with strides cb (0: one row for every batch row) and ct */
+void pasodoble_rope_f32(const float *x, const int64_t *xs, float *out, const int64_t *os, const float *cos,
+                        const float *sin, int64_t cb, int64_t ct, int64_t batch, int64_t heads, int64_t positions,
+                        int64_t dim, int backward) {
+    const int64_t half = dim / 2;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < positions; t++) {
+            const float *c = cos + b * cb + t * ct, *s = sin + b * cb + t * ct;
+            for (int64_t h = 0; h < heads; h++) {
+                const float *restrict xi = x + b * xs[0] + h * xs[1] + t * xs[2];
+                float *restrict o = out + b * os[0] + h * os[1] + t * os[2];
+                if (backward) {
+#pragma omp simd
+                    for (int64_t d = 0; d < half; d++) {
+                        o[d] = xi[d] * c[d] + xi[d + half] * s[d + half];
+                        o[d + half] = xi[d + half] * c[d + half] - xi[d] * s[d];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t d = 0; d < half; d++) {
+                        o[d] = xi[d] * c[d] - xi[d + half] * s[d];
+                        o[d + half] = xi[d + half] * c[d + half] + xi[d] * s[d + half];
+                    }
+                }
+            }
+        }
 }

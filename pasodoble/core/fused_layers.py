@@ -1,29 +1,34 @@
-"""Compiled CPU kernels for the RMSNorm and the gated MLP's activation of Llama-family models, with their backward.
+"""Compiled CPU kernels for the RMSNorm, the rotary embedding and the gated MLP's activation of Llama-family models,
+with their backward.
 
 What: `use_fused_layers(model)` turns each RMSNorm module of transformers' Llama, Qwen2 and Qwen3 (and the models
 built on them, such as SmolLM2) into a subclass whose forward is `rms_norm`, and each gated MLP whose activation is
 SiLU into one whose forward is `down_proj(silu_mul(gate_proj(x), up_proj(x)))`; parameters, state dict and module
-tree are unchanged. It returns how many modules it turned. `rms_norm` and `silu_mul` run the C kernels
-(`fused_layers.c`) with their own backward when the call is float32 on the CPU with one torch thread and the
-inputs contiguous, and the modules' own torch code otherwise, so a model on a GPU, in bfloat16 or on several
-threads computes exactly as before. `status()` says whether the kernels are on, for the start line and benches.
+tree are unchanged. It also points those architectures' `apply_rotary_pos_emb` (a function of their modeling
+module, which the attention looks up at each call) at `rotary`, once per process. It returns how many modules it
+turned. `rms_norm`, `silu_mul` and `rotary` run the C kernels (`fused_layers.c`) with their own backward when the
+call is float32 on the CPU with one torch thread, and transformers' own code otherwise (another dtype, device or
+thread count, a layout the kernel does not take), so a model on a GPU, in bfloat16 or on several threads computes
+exactly as before. `status()` says whether the kernels are on, for the start line and benches.
 
-Why: on the tiny bench model the update spent about as long in these modules' elementwise operators as in its
-attention: torch runs the norm as six operators forward and about ten backward, each a pass over memory, and the
-activation as three and five. One pass each saves most of that time, and the activation no longer keeps SiLU(gate)
-for the backward (figures in docs/PERFORMANCE.md).
+Why: torch runs the norm as six elementwise operators forward and about ten backward, the activation as three and
+five, the rotary embedding as six a tensor, each a pass over memory with its own output; on the tiny bench model
+these took about as long as the update's attention. One pass each forward and backward made the update 13-15%
+faster there, and the norm and activation no longer keep intermediate tensors for the backward (figures in
+docs/PERFORMANCE.md).
 
 How it is built: as the other kernels, by `core.native` (the system C compiler, cached under
-`$PASODOBLE_CACHE/native/`); no compiler leaves torch's operators with a one-line warning.
+`$PASODOBLE_CACHE/native/`); no compiler leaves transformers' code with a one-line warning.
 `PASODOBLE_FUSED_LAYERS=off` turns the kernels off.
 
 Run: `use_fused_layers(model)` once after loading; the Role does it for every model it loads. Tests in
-tests/test_fused_layers.py compare values and gradients with the stock modules.
+tests/test_fused_layers.py compare values and gradients with transformers' code in float64.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 from pathlib import Path
 
 import torch
@@ -40,6 +45,8 @@ NORMS = (
 )  # weight * (x * rsqrt(mean(x^2) + eps)), as these write it
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP")  # down_proj(act_fn(gate_proj(x)) * up_proj(x))
 SILU = ("silu", "swish")
+# the modeling modules whose apply_rotary_pos_emb is x * cos + rotate_half(x) * sin over the whole head
+ROTARY = tuple(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3"))
 
 _state: dict[str, object] = {}  # "lib": the four C functions or None; "why": the reason it is None
 
@@ -51,6 +58,7 @@ def _bind(lib: ctypes.CDLL) -> dict:
         "norm_backward": (lib.pasodoble_rms_norm_backward_f32, [ptr, ptr, ptr, ptr, ptr, ptr, n, n]),
         "silu_mul": (lib.pasodoble_silu_mul_forward_f32, [ptr, ptr, ptr, n]),
         "silu_mul_backward": (lib.pasodoble_silu_mul_backward_f32, [ptr, ptr, ptr, ptr, ptr, n]),
+        "rope": (lib.pasodoble_rope_f32, [ptr, ptr, ptr, ptr, ptr, ptr, n, n, n, n, n, n, ctypes.c_int]),
     }
     for fn, argtypes in fns.values():
         fn.argtypes, fn.restype = argtypes, None
@@ -150,6 +158,86 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor | None:
     return _silu_mul(gate, up)
 
 
+def _rope(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, like: torch.Tensor, backward: bool
+) -> torch.Tensor:
+    """`x` rotated (or, `backward`, a gradient rotated back) into a tensor laid out as `like`."""
+    out = torch.empty_like(like)
+    batch, heads, positions, dim = x.shape
+    strides = [(ctypes.c_int64 * 3)(*t.stride()[:3]) for t in (x, out)]
+    rows = cos.stride(0) if cos.shape[0] > 1 else 0
+    _load()["rope"](x.data_ptr(), strides[0], out.data_ptr(), strides[1], cos.data_ptr(), sin.data_ptr(), rows,
+                    cos.stride(1), batch, heads, positions, dim, int(backward))  # fmt: skip
+    return out
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _rope(x, cos, sin, x, backward=False)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        if grad.stride(-1) != 1:
+            grad = grad.contiguous()
+        return _rope(grad, cos, sin, grad, backward=True), None, None
+
+
+def _rope_serves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    batch, _, positions, dim = x.shape
+    return (
+        torch.get_num_threads() == 1
+        and dim % 2 == 0
+        and x.numel() > 0
+        and all(
+            t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(-1) == 1 for t in (x, cos, sin)
+        )
+        and cos.dim() == 3
+        and cos.shape[0] in (1, batch)
+        and cos.shape[1:] == (positions, dim)
+        and sin.shape == cos.shape
+        and sin.stride() == cos.stride()
+        and not (cos.requires_grad or sin.requires_grad)
+        and _load() is not None
+    )
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
+    """`x * cos[:, None] + rotate_half(x) * sin[:, None]` for `x` (B, H, T, D) and `cos`, `sin` (B or 1, T, D)
+    through the kernel, or None where it does not apply."""
+    if x.dim() != 4 or not _rope_serves(x, cos, sin):
+        return None
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rope.apply(x, cos, sin)
+    return _rope(x, cos, sin, x, backward=False)
+
+
+def _rotary_function(original):
+    """transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` through `rotary` where it applies."""
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        if unsqueeze_dim == 1:
+            q_out, k_out = rotary(q, cos, sin), rotary(k, cos, sin)
+            if q_out is not None and k_out is not None:
+                return q_out, k_out
+        return original(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb.original = original
+    return apply_rotary_pos_emb
+
+
+def _use_fused_rotary(module_name: str) -> None:
+    """Points the `apply_rotary_pos_emb` of transformers' modeling module `module_name` (of `ROTARY`) at the kernel,
+    once per process: the attention modules look it up there at each call."""
+    module = sys.modules.get(module_name)
+    current = getattr(module, "apply_rotary_pos_emb", None)
+    if module_name in ROTARY and current is not None and not hasattr(current, "original"):
+        module.apply_rotary_pos_emb = _rotary_function(current)
+
+
 def _norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     out = rms_norm(hidden_states, self.weight, self.variance_epsilon)
     return out if out is not None else super(type(self), self).forward(hidden_states)
@@ -179,6 +267,7 @@ def use_fused_layers(model: torch.nn.Module) -> int:
     for module in model.modules():
         name = type(module).__name__
         if name in NORMS and isinstance(getattr(module, "weight", None), torch.Tensor):
+            _use_fused_rotary(type(module).__module__)
             module.__class__ = _fused_class(type(module), _norm_forward)
         elif name in MLPS and getattr(getattr(module, "config", None), "hidden_act", None) in SILU:
             module.__class__ = _fused_class(type(module), _mlp_forward)
