@@ -578,12 +578,13 @@ def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_pat
 def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 
-    from pasodoble.core import chunked_logprobs, train_attention
+    from pasodoble.core import chunked_logprobs, fused_layers, train_attention
     from pasodoble.core.embedding_grad import rows_into_grad
     from pasodoble.roles import role as role_module
 
     bench = load_bench("update_layout")
-    train_attention.status()  # loaded (or not) before the arms switch it
+    train_attention.status()  # loaded (or not) before the arms switch them
+    fused_layers.status()
     role = types.SimpleNamespace(entry_weight=0.5)
     head, states = torch.nn.Linear(4, 7, bias=False), torch.randn(2, 4)
     switched = {}
@@ -594,13 +595,16 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
                 chunked_logprobs.can_fuse(head, states),
                 role_module.rows_into_grad is not rows_into_grad,
                 train_attention._load() is None,
+                fused_layers._load() is None,
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
-    kernel_off = train_attention._load() is None  # no compiler here: every arm runs SDPA
+    # no compiler here: every arm runs SDPA and transformers' layers
+    sdpa, layers = train_attention._load() is None, fused_layers._load() is None
     assert switched == {
-        "default": (True, True, False, kernel_off),
-        "sdpa": (True, True, False, True),
-        "stock_head": (True, False, False, kernel_off),
-        "cache": (False, True, False, kernel_off),
-        "cache_stock": (False, False, True, kernel_off),
+        "default": (True, True, False, sdpa, layers),
+        "sdpa": (True, True, False, True, layers),
+        "stock_layers": (True, True, False, sdpa, True),
+        "stock_head": (True, False, False, sdpa, layers),
+        "cache": (False, True, False, sdpa, layers),
+        "cache_stock": (False, False, True, sdpa, layers),
     }

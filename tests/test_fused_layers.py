@@ -129,20 +129,16 @@ def test_a_turned_model_trains_as_the_stock_one(one_thread, tiny_lm, family, mon
     model = copy.deepcopy(stock)
     turned = fused_layers.use_fused_layers(model)
     modeling = sys.modules[type(stock.model.norm).__module__]
-    fused_rotary = modeling.apply_rotary_pos_emb
-    assert fused_rotary.original is not None  # the rotary embedding runs the kernel too
+    assert modeling.apply_rotary_pos_emb.original is not None  # the rotary embedding runs the kernel too
     layers = stock.config.num_hidden_layers
-    # per layer two norms and the MLP (Qwen3 also normalises queries and keys), and the final norm
-    assert turned == layers * (5 if family == "qwen3" else 3) + 1
+    # per layer two norms and the MLP (Qwen3 also normalises queries and keys), the final norm, the rotary embedding
+    assert turned == layers * (5 if family == "qwen3" else 3) + 2
     assert list(model.state_dict()) == list(stock.state_dict())
     assert type(model.model.norm).__name__.startswith("Fused")
     assert isinstance(model.model.norm, type(stock.model.norm))
     ids = torch.randint(3, stock.config.vocab_size, (2, 11))
     losses, grads = [], []
-    for m in (stock, model):
-        monkeypatch.setattr(
-            modeling, "apply_rotary_pos_emb", fused_rotary.original if m is stock else fused_rotary
-        )
+    for m in (stock, model):  # the stock model's rotary calls take transformers' code (below)
         loss = m(input_ids=ids, labels=ids).loss
         loss.backward()
         losses.append(loss.detach())
@@ -151,6 +147,11 @@ def test_a_turned_model_trains_as_the_stock_one(one_thread, tiny_lm, family, mon
     for name, grad in grads[0].items():  # against each gradient's own scale: the query and key ones are tiny
         assert (grads[1][name] - grad).abs().max() <= 1e-4 * grad.abs().max(), name
     assert fused_layers.use_fused_layers(model) == 0  # already turned
+    calls = []
+    monkeypatch.setattr(fused_layers, "_rope", lambda *a, **k: calls.append(k))
+    with torch.no_grad():
+        stock(input_ids=ids)  # a model that was not turned keeps transformers' rotary code
+    assert calls == []
     twin = copy.deepcopy(model)  # the Role's reference copy
     assert type(twin.model.norm) is type(model.model.norm)
 

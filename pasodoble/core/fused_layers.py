@@ -4,9 +4,10 @@ with their backward.
 What: `use_fused_layers(model)` turns each RMSNorm module of transformers' Llama, Qwen2 and Qwen3 (and the models
 built on them, such as SmolLM2) into a subclass whose forward is `rms_norm`, and each gated MLP whose activation is
 SiLU into one whose forward is `down_proj(silu_mul(gate_proj(x), up_proj(x)))`; parameters, state dict and module
-tree are unchanged. It also points those architectures' `apply_rotary_pos_emb` (a function of their modeling
-module, which the attention looks up at each call) at `rotary`, once per process. It returns how many modules it
-turned. `rms_norm`, `silu_mul` and `rotary` run the C kernels (`fused_layers.c`) with their own backward when the
+tree are unchanged. Their rotary embedding modules are turned too: the cos and sin they make carry a mark, and those
+architectures' `apply_rotary_pos_emb` (a function of their modeling module, which the attention looks up at each
+call) is pointed, once per process, at a wrapper that sends marked calls to `rotary` and every other call, such as
+a model that was not turned, to transformers' function. It returns how many modules it turned. `rms_norm`, `silu_mul` and `rotary` run the C kernels (`fused_layers.c`) with their own backward when the
 call is float32 on the CPU with one torch thread, and transformers' own code otherwise (another dtype, device or
 thread count, a layout the kernel does not take), so a model on a GPU, in bfloat16 or on several threads computes
 exactly as before. `status()` says whether the kernels are on, for the start line and benches.
@@ -45,8 +46,11 @@ NORMS = (
 )  # weight * (x * rsqrt(mean(x^2) + eps)), as these write it
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP")  # down_proj(act_fn(gate_proj(x)) * up_proj(x))
 SILU = ("silu", "swish")
-# the modeling modules whose apply_rotary_pos_emb is x * cos + rotate_half(x) * sin over the whole head
+# the modeling modules whose apply_rotary_pos_emb is x * cos + rotate_half(x) * sin over the whole head, and their
+# rotary embedding modules (which make cos and sin)
 ROTARY = tuple(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3"))
+ROTARY_EMBEDDINGS = ("LlamaRotaryEmbedding", "Qwen2RotaryEmbedding", "Qwen3RotaryEmbedding")
+MARK = "_pasodoble_rotary"  # attribute of the cos and sin tensors of a turned model's rotary embedding
 
 _state: dict[str, object] = {}  # "lib": the four C functions or None; "why": the reason it is None
 
@@ -219,7 +223,7 @@ def _rotary_function(original):
     """transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` through `rotary` where it applies."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if unsqueeze_dim == 1:
+        if unsqueeze_dim == 1 and getattr(cos, MARK, False):  # made by a turned model
             q_out, k_out = rotary(q, cos, sin), rotary(k, cos, sin)
             if q_out is not None and k_out is not None:
                 return q_out, k_out
@@ -231,11 +235,19 @@ def _rotary_function(original):
 
 def _use_fused_rotary(module_name: str) -> None:
     """Points the `apply_rotary_pos_emb` of transformers' modeling module `module_name` (of `ROTARY`) at the kernel,
-    once per process: the attention modules look it up there at each call."""
+    once per process (the attention modules look it up there at each call). It takes the kernel only for the cos and
+    sin of a turned rotary embedding module, so models that were not turned compute as before."""
     module = sys.modules.get(module_name)
     current = getattr(module, "apply_rotary_pos_emb", None)
     if module_name in ROTARY and current is not None and not hasattr(current, "original"):
         module.apply_rotary_pos_emb = _rotary_function(current)
+
+
+def _rotary_embedding_forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+    cos, sin = super(type(self), self).forward(x, position_ids)
+    setattr(cos, MARK, True)
+    setattr(sin, MARK, True)
+    return cos, sin
 
 
 def _norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -267,8 +279,10 @@ def use_fused_layers(model: torch.nn.Module) -> int:
     for module in model.modules():
         name = type(module).__name__
         if name in NORMS and isinstance(getattr(module, "weight", None), torch.Tensor):
-            _use_fused_rotary(type(module).__module__)
             module.__class__ = _fused_class(type(module), _norm_forward)
+        elif name in ROTARY_EMBEDDINGS and type(module).__module__ in ROTARY:
+            _use_fused_rotary(type(module).__module__)
+            module.__class__ = _fused_class(type(module), _rotary_embedding_forward)
         elif name in MLPS and getattr(getattr(module, "config", None), "hidden_act", None) in SILU:
             module.__class__ = _fused_class(type(module), _mlp_forward)
         else:
