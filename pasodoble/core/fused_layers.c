@@ -13,6 +13,7 @@
  *                      when its scratch row could not be had
  *   silu_mul forward   out = gate * sigmoid(gate) * up
  *   silu_mul backward  s = sigmoid(gate): dup = dout * gate * s; dgate = dout * up * s * (1 + gate * (1 - s))
+ *   rope               below
  * The norm's and the activation's arrays are contiguous. The activation's last block (n not a multiple of 16) goes
  * through a zero-padded block, so every element takes the same arithmetic.
  */
@@ -120,14 +121,14 @@ void pasodoble_silu_mul_backward_f32(const float *gate, const float *up, const f
  * computes it: out = x cos + rotate_half(x) sin, rotate_half(x) = (-x[half:], x[:half]). The backward is its
  * transpose: dx = dout cos + (dout[half:] sin[half:], -dout[:half] sin[:half]).
  *   x, out     the tensors' data; strides xs, os (batch, head, position; each position's dim values contiguous)
- *   cos, sin   (batch or 1, positions, dim) with strides cb (0: one row for every batch row) and ct */
-void pasodoble_rope_f32(const float *x, const int64_t *xs, float *out, const int64_t *os, const float *cos,
-                        const float *sin, int64_t cb, int64_t ct, int64_t batch, int64_t heads, int64_t positions,
+ *   cosines, sines   (batch or 1, positions, dim) with strides cb (0: one row for every batch row) and ct */
+void pasodoble_rope_f32(const float *x, const int64_t *xs, float *out, const int64_t *os, const float *cosines,
+                        const float *sines, int64_t cb, int64_t ct, int64_t batch, int64_t heads, int64_t positions,
                         int64_t dim, int backward) {
     const int64_t half = dim / 2;
     for (int64_t b = 0; b < batch; b++)
         for (int64_t t = 0; t < positions; t++) {
-            const float *c = cos + b * cb + t * ct, *s = sin + b * cb + t * ct;
+            const float *c = cosines + b * cb + t * ct, *s = sines + b * cb + t * ct;
             for (int64_t h = 0; h < heads; h++) {
                 const float *restrict xi = x + b * xs[0] + h * xs[1] + t * xs[2];
                 float *restrict o = out + b * os[0] + h * os[1] + t * os[2];

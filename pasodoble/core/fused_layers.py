@@ -7,15 +7,16 @@ SiLU into one whose forward is `down_proj(silu_mul(gate_proj(x), up_proj(x)))`; 
 tree are unchanged. Their rotary embedding modules are turned too: the cos and sin they make carry a mark, and those
 architectures' `apply_rotary_pos_emb` (a function of their modeling module, which the attention looks up at each
 call) is pointed, once per process, at a wrapper that sends marked calls to `rotary` and every other call, such as
-a model that was not turned, to transformers' function. It returns how many modules it turned. `rms_norm`, `silu_mul` and `rotary` run the C kernels (`fused_layers.c`) with their own backward when the
-call is float32 on the CPU with one torch thread, and transformers' own code otherwise (another dtype, device or
-thread count, a layout the kernel does not take), so a model on a GPU, in bfloat16 or on several threads computes
-exactly as before. `status()` says whether the kernels are on, for the start line and benches.
+one from a model that was not turned, to transformers' function. It returns how many modules it turned.
+`rms_norm`, `silu_mul` and `rotary` run the C kernels (`fused_layers.c`) with their own backward when the call is
+float32 on the CPU with one torch thread, and transformers' own code otherwise (another dtype, device or thread
+count, a layout the kernel does not take), so a model on a GPU, in bfloat16 or on several threads computes exactly
+as before. `status()` says whether the kernels are on, for the start line and benches.
 
 Why: torch runs the norm as six elementwise operators forward and about ten backward, the activation as three and
 five, the rotary embedding as six a tensor, each a pass over memory with its own output; on the tiny bench model
-these took about as long as the update's attention. One pass each forward and backward made the update 13-15%
-faster there, and the norm and activation no longer keep intermediate tensors for the backward (figures in
+these took about as long as the update's attention. One pass each forward and backward took 7-15% off that
+model's update, and the norm and activation no longer keep intermediate tensors for the backward (figures in
 docs/PERFORMANCE.md).
 
 How it is built: as the other kernels, by `core.native` (the system C compiler, cached under
@@ -38,12 +39,9 @@ from torch.autograd.function import once_differentiable
 from pasodoble.core import native
 
 SOURCE = Path(__file__).with_name("fused_layers.c")
-ENV = "PASODOBLE_FUSED_LAYERS"  # "off": torch's operators always
-NORMS = (
-    "LlamaRMSNorm",
-    "Qwen2RMSNorm",
-    "Qwen3RMSNorm",
-)  # weight * (x * rsqrt(mean(x^2) + eps)), as these write it
+ENV = "PASODOBLE_FUSED_LAYERS"  # "off": transformers' code always
+# the RMSNorms that compute weight * (x * rsqrt(mean(x^2) + eps)), as these write it
+NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP")  # down_proj(act_fn(gate_proj(x)) * up_proj(x))
 SILU = ("silu", "swish")
 # the modeling modules whose apply_rotary_pos_emb is x * cos + rotate_half(x) * sin over the whole head, and their
@@ -52,7 +50,7 @@ ROTARY = tuple(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2
 ROTARY_EMBEDDINGS = ("LlamaRotaryEmbedding", "Qwen2RotaryEmbedding", "Qwen3RotaryEmbedding")
 MARK = "_pasodoble_rotary"  # attribute of the cos and sin tensors of a turned model's rotary embedding
 
-_state: dict[str, object] = {}  # "lib": the four C functions or None; "why": the reason it is None
+_state: dict[str, object] = {}  # "lib": the C functions by name, or None; "why": the reason it is None
 
 
 def _bind(lib: ctypes.CDLL) -> dict:
@@ -70,10 +68,11 @@ def _bind(lib: ctypes.CDLL) -> dict:
     return {name: fn for name, (fn, _) in fns.items()}
 
 
+INSTEAD = "norms, rotary embeddings and SiLU gates take transformers' code"  # the warning's end, should a build fail
+
+
 def _load() -> dict | None:
-    return native.load(
-        _state, SOURCE, ENV, "fused layer kernels", _bind, "norms and activations take torch's operators"
-    )
+    return native.load(_state, SOURCE, ENV, "fused layer kernels", _bind, INSTEAD)
 
 
 def status() -> str:
@@ -273,8 +272,9 @@ def _fused_class(cls: type, forward) -> type:
 
 
 def use_fused_layers(model: torch.nn.Module) -> int:
-    """Turns `model`'s RMSNorm modules of `NORMS` and its SiLU MLPs of `MLPS` into their fused subclasses; returns
-    how many it turned. A module already turned, or of another class, is left as it is."""
+    """Turns `model`'s RMSNorm modules of `NORMS`, rotary embeddings of `ROTARY_EMBEDDINGS` and SiLU MLPs of `MLPS`
+    into their fused subclasses; returns how many it turned. A module already turned, or of another class, is left as
+    it is."""
     turned = 0
     for module in model.modules():
         name = type(module).__name__
