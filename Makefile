@@ -180,7 +180,7 @@ bench-env: $(TRL_VENV)/.stamp-trl
 # SmolLM2 at batch 64 (vLLM beside HF when its venv is built) and at 512 (HF), the dual-play step's phases and cost model on the tiny world, the
 # decode loop, the grouped-query attention and the update's layouts against the paths they replaced (with where the update's time
 # goes: its operators, and its matrix products' share and rate against the matmul peak), SmolLM2's resident memory
-# between phases with and without the heap trim, the compiled CPU kernels (decode, update attention, norms and SiLU gates) on and off,
+# between phases with and without the heap trim, the compiled CPU kernels (decode, update attention, norms, rotary and SiLU gates) on and off,
 # and the grader against plain math-verify. bench-quick: the tiny anchor against TRL only, a couple of minutes.
 bench: fetch-real bench-env
 	$(BIN)/python bench/vs_trl.py --shapes tiny,tiny200 --seeds 0,1,2 --trl-python $(TRL_PY) --out bench-out $(BENCH_ARGS)

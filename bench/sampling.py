@@ -102,7 +102,7 @@ def run_side(side: str, spec: dict) -> dict:
 
         model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
         # as a Role loads it: grouped-query attention, and so the decode that reads each prompt's columns once;
-        # linear layers on the kernel `cpu_matmul: auto` picks; the fused norms and activations
+        # linear layers on the kernel `cpu_matmul: auto` picks; norms, rotary embeddings and SiLU gates fused
         use_grouped_attention(model)
         use_cpu_matmul(model, "auto")
         use_fused_layers(model)

@@ -177,7 +177,7 @@ def load_model(path: str, dtype: str, device: str, adapter: Path | None):
 
         use_grouped_attention(model)  # prefills without copies of the key/value heads
         use_cpu_matmul(model, "auto")  # float32 linear layers on the kernel a Role's default picks
-        use_fused_layers(model)  # norms and activations in one pass each
+        use_fused_layers(model)  # norms, rotary embeddings and SiLU gates in one pass each
     if adapter is not None:
         from peft import PeftModel
 

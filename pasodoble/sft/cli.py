@@ -170,7 +170,7 @@ def run_sft(args: argparse.Namespace) -> int:
         device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
     # on the CPU only: forward and backward without copies of the key/value heads, float32 linear layers on the
-    # kernel a Role's default picks, and norms and activations in one pass each
+    # kernel a Role's default picks, and norms, rotary embeddings and SiLU gates in one pass each
     use_grouped_attention(model)
     use_cpu_matmul(model, "auto")
     use_fused_layers(model)
