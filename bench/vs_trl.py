@@ -7,7 +7,8 @@ budgets are `auto` (`micro_batch_tokens`, `logprob_chunk_tokens`: from the model
 unless `--project-set` names them. A round runs the
 sides one after another (A B C A B C ...); each process takes a warm-up step, dropped, then the measured step.
 Reported per side: medians over rounds of CPU-seconds (step, generation with rewards, update), completion tokens
-per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`), against a float32 matmul peak of the same core
+per CPU-second, peak RSS and MFU (`bench/vs_trl_stats.py`: 2N and 6N FLOPs a token, and again with attention's own
+FLOPs counted), against a float32 matmul peak of the same core
 measured in the same run (the higher of a measurement before and one after the timed work); then the paired
 ratios TRL / project, and what twice each TRL side's tokens per CPU-second would ask of the project's step (its
 CPU-seconds and step MFU at the same work). With `--seeds 0,1,2` every shape runs its rounds on each seed's

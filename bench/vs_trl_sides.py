@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vs_trl_stats import causal_pairs
+
 SIDES = ("project", "trl", "trl_defaults", "peak")
 
 
@@ -184,6 +187,13 @@ def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3, dtype: str
     }
 
 
+def attention_width(config) -> int:
+    """Layers x query heads x head size of a transformers config: the width that attention's FLOPs scale with."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers * heads * head_dim
+
+
 def distinct_prompt_tokens(prompts: list[list[int]], n: int, batch: int, shared: bool) -> int:
     """Prompt tokens a pass over the step's samples runs when each batch of `batch` samples (a generate() call, an
     update micro-batch) runs each distinct prompt once (`shared`), else every sample's own copy."""
@@ -249,6 +259,7 @@ def run_project(spec: dict) -> dict:
         role.update(samples, advantages)
         done = clock()
         phases.append({"step": step, "after": "update", **memory_mb()})
+    rows = [(i, len(p), len(c.token_ids)) for i, (p, g) in enumerate(zip(prompts, groups)) for c in g]
     return {
         "side": "project",
         "step_cpu_s": done - start,
@@ -263,6 +274,10 @@ def run_project(spec: dict) -> dict:
             prompts, n, cfg.micro_batch_size, cfg.share_prompt_prefill
         ),
         "params": sum(p.numel() for p in role.model.parameters()),
+        # attention's own FLOPs (vs_trl_stats.causal_pairs), for the MFU that counts them
+        "attention_width": attention_width(role.model.config),
+        "generate_attention_pairs": causal_pairs(rows, cfg.generation_batch_size, cfg.share_prompt_prefill),
+        "update_attention_pairs": causal_pairs(rows, cfg.micro_batch_size, cfg.share_prompt_prefill),
         "settings": {
             "gradient_checkpointing": cfg.gradient_checkpointing,
             "micro_batch_size": cfg.micro_batch_size,
@@ -381,6 +396,8 @@ def run_trl(spec: dict, defaults: bool) -> dict:
         marks["generate"][-1],
         marks["batch"][-1],
     )
+    lengths = zip(batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist())
+    rows = [(k, int(p), int(c)) for k, (p, c) in enumerate(lengths)]
     return {
         "side": "trl_defaults" if defaults else "trl",
         "step_cpu_s": step_s,
@@ -389,6 +406,9 @@ def run_trl(spec: dict, defaults: bool) -> dict:
         "prompt_tokens": int(batch["prompt_mask"].sum()),
         "completion_tokens": int(batch["completion_mask"].sum()),
         "params": sum(p.numel() for p in model.parameters()),
+        "attention_width": attention_width(model.config),  # every row runs its own prompt in both phases
+        "generate_attention_pairs": causal_pairs(rows, len(rows), shared=False),
+        "update_attention_pairs": causal_pairs(rows, len(rows), shared=False),
         "settings": {
             "gradient_checkpointing": trainer.args.gradient_checkpointing,
             "optim": getattr(trainer.args.optim, "value", str(trainer.args.optim)),

@@ -62,6 +62,32 @@ def test_flops_and_mfu_count_2n_a_token_for_generation_and_6n_for_the_update():
     assert r["tokens_per_cpu_s"] == 50.0
 
 
+def test_attention_flops_count_causal_pairs_and_shared_prompts_once():
+    # one prompt of 3 tokens, two samples of 2 and 1 tokens: the prompt's 6 pairs, then 4 + 5 and 4 for the
+    # completions (each token attends to the prompt, the tokens before it and itself)
+    rows = [("a", 3, 2), ("a", 3, 1)]
+    assert stats.causal_pairs(rows, batch=2, shared=True) == 6 + 9 + 4
+    assert stats.causal_pairs(rows, batch=2, shared=False) == 2 * 6 + 9 + 4
+    assert stats.causal_pairs(rows, batch=1, shared=True) == 2 * 6 + 9 + 4  # each batch runs its prompt
+    assert (
+        stats.causal_pairs([("a", 3, 0), ("b", 3, 0)], batch=2, shared=True) == 12
+    )  # equal lengths, two prompts
+    assert stats.attention_flops(width=8, pairs=10, backward=False) == 320
+    assert stats.attention_flops(width=8, pairs=10, backward=True) == 960
+    r = run("project", 0, step=2.0, gen=0.5)
+    assert "mfu_update_attention" not in r  # a record without the attention fields
+    with_attention = {k: v for k, v in r.items() if not k.startswith(("mfu", "tokens_per"))}
+    with_attention.update(attention_width=10, generate_attention_pairs=5000, update_attention_pairs=5000)
+    r = stats.derived(with_attention, peak_flops_per_s=1e6)
+    # generation 3e5 + 4 x 10 x 5000 = 5e5 FLOPs in 0.5 s; update 9e5 + 12 x 10 x 5000 = 1.5e6 in 1.5 s
+    assert r["mfu_generate_attention"] == pytest.approx(1.0)
+    assert r["mfu_update_attention"] == pytest.approx(1.0)
+    assert r["mfu_step_attention"] == pytest.approx(1.0)
+    assert r["mfu_update"] == pytest.approx(0.6)
+    table = stats.render_table(stats.summarise([r]))
+    assert "update MFU, attention counted" in table
+
+
 def test_ratios_pair_the_sides_round_by_round():
     runs = [run("project", 0, 2.0, 1.0), run("trl", 0, 4.0, 2.0), run("project", 1, 1.0, 0.5)]
     runs.append(run("trl", 1, 3.0, 1.0))
@@ -84,7 +110,8 @@ def test_table_shows_each_side_its_ratio_to_the_project_and_the_speedup():
     assert lines[0] == (
         "| figure | project | TRL (ckpt off) | TRL (ckpt off) / project | TRL defaults | TRL defaults / project |"
     )
-    assert len(lines) == 2 + len(stats.ROWS) - 1  # CPU runs have no GPU-memory row
+    # CPU runs have no GPU-memory row; records without attention pairs no attention-counted MFU
+    assert len(lines) == 2 + len(stats.ROWS) - 1 - 3
     step = next(line for line in lines if line.startswith("| step (CPU-s)"))
     assert step == "| step (CPU-s) | 2.00 (±0%) | 4.20 (±5%) | 2.10 | 5.00 (±0%) | 2.50 |"
     rss = next(line for line in lines if line.startswith("| peak RSS"))
@@ -105,7 +132,7 @@ def test_gpu_runs_are_titled_in_wall_clock_seconds_and_show_their_gpu_memory():
     summary = stats.summarise(runs)
     assert summary["unit"] == "s"
     lines = stats.render_table(summary).splitlines()
-    assert len(lines) == 2 + len(stats.ROWS)
+    assert len(lines) == 2 + len(stats.ROWS) - 3  # no attention-counted MFU rows without attention pairs
     assert any(line.startswith("| step (s) | 2.00 (±0%) | 4.00 (±0%) | 2.00 |") for line in lines)
     assert any(line.startswith("| completion tokens per s |") for line in lines)
     gpu = next(line for line in lines if line.startswith("| peak GPU memory allocated (MB)"))
@@ -318,6 +345,10 @@ def test_project_only_end_to_end(tmp_path):
     assert r["side"] == "project" and r["completion_tokens"] <= 1 * 8 * 4
     assert r["step_cpu_s"] == pytest.approx(r["generate_cpu_s"] + r["update_cpu_s"])
     assert results["peak_flops_per_s"] > 0 and r["mfu_step"] > 0
+    assert r["attention_width"] == 4 * 4 * 24  # the tiny world's layers x heads x head size
+    assert (
+        r["update_attention_pairs"] >= r["completion_tokens"] and r["mfu_update_attention"] > r["mfu_update"]
+    )
     # the budgets default to auto, resolved from the tiny model's shape
     assert isinstance(r["settings"]["micro_batch_tokens"], int) and r["settings"]["micro_batch_tokens"] >= 64
 
@@ -359,6 +390,11 @@ def test_against_trl_end_to_end(tmp_path):
     assert results["versions"]["trl"]["torch"] == results["versions"]["project"]["torch"]
     assert results["versions"]["trl"]["transformers"] == results["versions"]["project"]["transformers"]
     assert set(results["shapes"]["tiny"]["summary"]["ratios"]) == {"trl", "trl_defaults"}
+    for r in runs:  # TRL's records carry the attention pairs of their own batch too
+        assert (
+            r["update_attention_pairs"] >= r["completion_tokens"]
+            and r["mfu_update_attention"] > r["mfu_update"]
+        )
 
 
 @pytest.mark.slow
