@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+# this file runs as a script in the project's venv and in TRL's; vs_trl_stats is plain arithmetic that both import
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vs_trl_stats import causal_pairs
 

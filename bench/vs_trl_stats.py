@@ -9,7 +9,7 @@ and 6N per token through forward and backward (the update: the prompt tokens it 
 model's parameters with tied weights counted once. TRL runs every sample's own copy of its prompt in both phases; the
 project runs each distinct prompt of a generate() call or an update micro-batch once (`prefill_tokens`,
 `update_prompt_tokens` in its record), so its MFU counts the FLOPs it executes, not the ones it saved. These MFU
-leave attention's own FLOPs out, as the issue's targets count them. A second set (`... MFU, attention counted`) adds
+leave attention's own FLOPs out, as the performance targets count them. A second set (`... MFU, attention counted`) adds
 them where the record carries the model's attention width (layers x heads x head size) and the causal query-key pairs
 of its work: 4 FLOPs a pair and width unit forward (QK^T and AV), 12 forward and backward, the pairs of a prompt
 counted once where its side ran it once (`causal_pairs`). On the tiny model (96 wide) at 200 new tokens they add
