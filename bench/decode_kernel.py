@@ -10,8 +10,8 @@ several-token attention of the update and of prefills (`core/train_attention.py`
 `PASODOBLE_TRAIN_ATTENTION=off`, SDPA); `--kernel layers` is the RMSNorm, the rotary embedding and the MLP's SiLU
 gate, forward and backward (`core/fused_layers.py`, off: `PASODOBLE_FUSED_LAYERS=off`, transformers' torch code).
 It prints the medians over rounds of each arm's generation, update and step CPU-seconds, completion tokens and peak
-resident memory, and the off arm's generation, update and step time over the kernel's, paired round by round. The two arms draw the same samples when the kernel's rounding moves no draw; the
-table shows both token counts. Writes `results.json` and `report.md` under --out.
+resident memory, and the off arm's generation, update and step time over the kernel's, paired round by round. The
+two arms draw the same samples when the kernel's rounding moves no draw; the table shows both token counts. Writes `results.json` and `report.md` under --out.
 
 Why: the kernels are on by default where they apply; this says what each buys on each shape, from one command
 (issue: performance; figures in docs/PERFORMANCE.md).

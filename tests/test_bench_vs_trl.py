@@ -69,9 +69,8 @@ def test_attention_flops_count_causal_pairs_and_shared_prompts_once():
     assert stats.causal_pairs(rows, batch=2, shared=True) == 6 + 9 + 4
     assert stats.causal_pairs(rows, batch=2, shared=False) == 2 * 6 + 9 + 4
     assert stats.causal_pairs(rows, batch=1, shared=True) == 2 * 6 + 9 + 4  # each batch runs its prompt
-    assert (
-        stats.causal_pairs([("a", 3, 0), ("b", 3, 0)], batch=2, shared=True) == 12
-    )  # equal lengths, two prompts
+    # two prompts of equal length: each one's pairs count
+    assert stats.causal_pairs([("a", 3, 0), ("b", 3, 0)], batch=2, shared=True) == 12
     assert stats.attention_flops(width=8, pairs=10, backward=False) == 320
     assert stats.attention_flops(width=8, pairs=10, backward=True) == 960
     r = run("project", 0, step=2.0, gen=0.5)
