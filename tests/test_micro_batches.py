@@ -160,3 +160,35 @@ def test_the_role_packs_short_groups_and_keeps_the_cache_for_long_ones():
     assert not role.micro_batch_layout(short)[1]
     role.entry_weight = None  # a model without the sizes: never packed
     assert not role.micro_batch_layout(short)[1]
+
+
+def test_a_budget_fills_each_micro_batch_as_pricing_it_whole_does():
+    # the running sizes `_fill` prices a sample by against `executed_tokens` over the whole grown micro-batch
+    import random
+
+    from pasodoble.core.micro_batches import _fill
+
+    def by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed):
+        plan = [[]]
+        for i in order:
+            grown = plan[-1] + [i]
+            if (
+                len(grown) > 1
+                and executed_tokens(prompts, lengths, grown, share=share, packed=packed) > max_tokens
+            ):
+                plan.append([i])
+            else:
+                plan[-1] = grown
+        return plan if plan[0] else []
+
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(0, 24)
+        pool = [tuple(rng.randint(1, 9) for _ in range(rng.randint(1, 12))) for _ in range(rng.randint(1, 4))]
+        prompts = [rng.choice(pool) for _ in range(n)]
+        lengths = [rng.randint(0, 40) for _ in range(n)]
+        order = rng.sample(range(n), n)
+        max_tokens = rng.randint(1, 200)
+        for share, packed in ((False, False), (True, False), (True, True)):
+            expected = by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed)
+            assert _fill(order, prompts, lengths, max_tokens, share, packed) == expected

@@ -48,6 +48,15 @@ def test_collate_places_completion_logprobs_on_their_tokens():
     assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
     assert b["completion_mask"].tolist() == [[0, 0, 0, 1, 1], [0, 1, 0, 0, 0]]
     assert b["old_logps"].tolist() == [[0, 0, 0, -0.5, -0.25], [0, -1.0, 0, 0, 0]]
+    dtypes = [b[k].dtype for k in ("input_ids", "attention_mask", "completion_mask", "old_logps")]
+    assert dtypes == [torch.long, torch.long, torch.float32, torch.float32]
+    empty = collate([Sample([], Completion("", [], [], "stop"))], pad_id=0)
+    assert [tuple(v.shape) for v in empty.values()] == [(1, 0)] * 4
+
+
+def test_collate_refuses_a_completion_with_fewer_logprobs_than_tokens():
+    with pytest.raises(ValueError, match="2 tokens carries 1 log-probs"):
+        collate([Sample([5], Completion("ab", [8, 9], [-0.5], "stop"))], pad_id=0)
 
 
 def sampled(role: Role, prompts: list[str], seed: int = 0) -> tuple[list[Sample], list[float]]:

@@ -30,6 +30,13 @@ def test_the_layout_of_two_rows():
     ]
     # outputs: the prompts' (2 rows x 2), then the samples' (3 x 2); padding reads slot 0
     assert layout.inverse.tolist() == [0, 1, 4, 5, 6, 2, 8, 0, 0, 0]
+    # in place in the rows: keys [lo, hi) less [gap_lo, gap_hi); b skips a, padding attends nothing
+    assert layout.bounds.tolist() == [
+        [[0] * 5, [0] * 5],
+        [[1, 2, 3, 4, 5], [1, 2, 0, 0, 0]],
+        [[0, 0, 2, 2, 2], [0, 1, 0, 0, 0]],
+        [[0, 0, 2, 2, 4], [0, 1, 0, 0, 0]],
+    ]
     with pytest.raises(ValueError, match="non-empty prompt"):
         SegmentLayout.of(torch.tensor([[1, 1, -1]]))
 
@@ -88,6 +95,51 @@ def _compare_with_sdpa(heads, kv, dtype, tolerance, segment):
     torch.testing.assert_close(out["segments"][0], out["mask"][0], atol=tolerance, rtol=tolerance * 10)
     for a, b in zip(out["segments"][1], out["mask"][1]):
         torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance * 10)
+
+
+def _long_segments() -> torch.Tensor:
+    """Rows whose samples are long enough that a completion's tile of queries skips whole 16-column blocks of the
+    samples before it: prompts of 7, 20, 3 and 5 columns, then samples of 40, 3, 37 / 50, 1 / 66 / none."""
+    rows = [
+        [0] * 7 + [1] * 40 + [2] * 3 + [3] * 37,
+        [0] * 20 + [4] * 50 + [5],
+        [0] * 3 + [6] * 66,
+        [0] * 5,
+    ]
+    length = max(map(len, rows))
+    return torch.tensor([r + [-1] * (length - len(r)) for r in rows])
+
+
+@pytest.mark.skipif(train_attention.status() != "on", reason="the compiled attention kernel is not available")
+@pytest.mark.parametrize("heads,kv,dim", [(4, 2, 24), (9, 3, 64)], ids=["tiny", "smollm2"])
+def test_the_kernel_attends_packed_rows_in_place_as_float64_sdpa_does(
+    heads, kv, dim, one_thread, monkeypatch
+):
+    """The kernel reads each position's keys in its row (`SegmentLayout.bounds`), skipping the columns of the
+    samples between its prompt and itself, and gives SDPA's values and gradients under the segment mask."""
+    served = []
+    forward = train_attention._forward
+    monkeypatch.setattr(train_attention, "_forward", lambda *a: served.append(a[0].shape) or forward(*a))
+    segment = _long_segments()
+    rows, length = segment.shape
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(rows, length, h, dim, generator=gen).transpose(1, 2) for h in (heads, kv, kv))
+    weights = torch.randn(rows, length, heads, dim, generator=gen) * (segment >= 0)[:, :, None, None]
+    layout = SegmentLayout.of(segment)
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    got = segment_attention(*leaves, layout, dim**-0.5)
+    assert served == [(rows, heads, length, dim)]  # one call over the rows themselves
+    got_grads = torch.autograd.grad((got * weights).sum(), leaves)
+    exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *exact, attn_mask=segment_mask(segment), scale=dim**-0.5, enable_gqa=True
+    ).transpose(1, 2)
+    want_grads = torch.autograd.grad((want * weights.double()).sum(), exact)
+    real = (segment >= 0)[:, :, None, None]
+    torch.testing.assert_close((got * real).double(), want * real, atol=2e-5, rtol=1e-4)
+    assert torch.all(got[~(segment >= 0)] == 0)  # padding attends nothing
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a.double(), b, atol=2e-5, rtol=1e-4)
 
 
 def test_a_layout_of_other_rows_is_refused():

@@ -128,6 +128,7 @@ def plan_micro_batches(
             "plan_micro_batches needs one completion length per prompt, a size of at least 1 and max_tokens "
             "of at least 1 (or None)"
         )
+    prompts = [tuple(p) for p in prompts]  # once: `executed_tokens` keys its groups by the prompts' tuples
     given = list(range(len(prompts)))
     by_length = sorted(given, key=lambda i: completion_lengths[i])
     if max_tokens is None:
@@ -155,13 +156,55 @@ def _fill(
     share: bool,
     packed: bool,
 ) -> list[list[int]]:
-    """`order` cut into consecutive micro-batches of at most `max_tokens` executed positions (one sample at least)."""
-    plan: list[list[int]] = [[]]
+    """`order` cut into consecutive micro-batches of at most `max_tokens` executed positions (one sample at least).
+    The micro-batch being filled keeps its running sizes (`_Filling`), so that each sample is priced in constant
+    time rather than by `executed_tokens` over the whole micro-batch again."""
+    plan: list[list[int]] = []
+    filling = _Filling(share, packed)
     for i in order:
-        grown = plan[-1] + [i]
-        cost = executed_tokens(prompts, completion_lengths, grown, share=share, packed=packed)
-        if len(grown) > 1 and cost > max_tokens:
-            plan.append([i])
+        key, completion = tuple(prompts[i]), completion_lengths[i]
+        if filling.rows and filling.cost_with(key, completion) > max_tokens:
+            plan.append(filling.rows)
+            filling = _Filling(share, packed)
+        filling.add(i, key, completion)
+    if filling.rows:
+        plan.append(filling.rows)
+    return plan
+
+
+class _Filling:
+    """A micro-batch being filled: its rows and the running sizes `executed_tokens` prices it by."""
+
+    def __init__(self, share: bool, packed: bool) -> None:
+        self.share, self.packed = share, packed
+        self.rows: list[int] = []
+        self.groups: dict[
+            tuple[int, ...], int
+        ] = {}  # packed: each prompt row's length; shared: prompt widths
+        self.widest = (
+            0  # packed: the longest row; shared: the widest prompt; else the longest prompt + completion
+        )
+        self.longest = 0  # shared: the longest completion (at least 1)
+
+    def cost_with(self, key: tuple[int, ...], completion: int) -> int:
+        """`executed_tokens` of the rows with one more sample (`key` its prompt's tokens)."""
+        if self.packed:
+            row = self.groups.get(key, len(key)) + max(completion - 1, 0)
+            return (len(self.groups) + (key not in self.groups)) * max(self.widest, row)
+        if self.share:
+            distinct = len(self.groups) + (key not in self.groups)
+            longest = max(self.longest, completion, 1)
+            return distinct * max(self.widest, len(key)) + (len(self.rows) + 1) * longest
+        return (len(self.rows) + 1) * max(self.widest, len(key) + max(completion, 1))
+
+    def add(self, row: int, key: tuple[int, ...], completion: int) -> None:
+        self.rows.append(row)
+        if self.packed:
+            self.groups[key] = self.groups.get(key, len(key)) + max(completion - 1, 0)
+            self.widest = max(self.widest, self.groups[key])
+        elif self.share:
+            self.groups[key] = len(key)
+            self.widest = max(self.widest, len(key))
+            self.longest = max(self.longest, completion, 1)
         else:
-            plan[-1] = grown
-    return plan if plan[0] else []
+            self.widest = max(self.widest, len(key) + max(completion, 1))

@@ -2,20 +2,23 @@
 
 What: a packed row (`core.packed`) holds a prompt and then several of its samples' completions, and each position
 may see its prompt and its own completion only. `SegmentLayout.of(segment)` reads that layout once per
-micro-batch; `segment_attention(query, key, value, layout, scaling)` is the attention of every layer over it, in
-two attention calls: the prompts as one causal call over the rows' first P columns (P: the longest prompt), and the
-completions as one call of N samples x F queries (F: the longest completion of the micro-batch) over P + F keys
-each, the row's prompt columns and the sample's own ones, masked to the prompt's length and to the causal part of
-its own. Each call runs through the compiled kernel of `core.train_attention` where it applies (float32 on the CPU
-with one torch thread), else SDPA. Inputs and outputs are those of transformers' attention functions ((R, H, L, D)
-in, (R, L, H, D) out); queries, keys and values are gathered per sample with `index_select` and the outputs
-gathered back into the rows, so autograd adds the prompt keys' gradients over their samples. Positions past a row's end (padding) get some
-finite output that nothing reads.
+micro-batch; `segment_attention(query, key, value, layout, scaling)` is the attention of every layer over it.
+Where the compiled kernel of `core.train_attention` applies (float32 on the CPU with one torch thread), it is one
+call over the rows themselves: each position attends the columns of its row up to itself less those between its
+prompt and its own completion's first (`SegmentLayout.bounds`), and the kernel skips the 16-column blocks that no
+query of a tile attends. Elsewhere (SDPA) it is two attention calls: the prompts as one causal call over the rows'
+first P columns (P: the longest prompt), and the completions as one call of N samples x F queries (F: the longest
+completion of the micro-batch) over P + F keys each, the row's prompt columns and the sample's own ones, masked to
+the prompt's length and to the causal part of its own; queries, keys and values are gathered per sample with
+`index_select` and the outputs gathered back into the rows, so autograd adds the prompt keys' gradients over their
+samples. Inputs and outputs are those of transformers' attention functions ((R, H, L, D) in, (R, L, H, D) out).
+Positions past a row's end (padding) get some finite output that nothing reads (0 through the kernel).
 
 Why: SDPA with the row's (R, 1, L, L) mask cannot skip the blocks the mask hides, so its work grows with the square
 of the row: a row of 8 samples of 145 tokens after a 30-token prompt costs 1,190^2 per head against 8 x 145 x 175
 here, 7x fewer. In a paired A/B of SmolLM2-135M's update this made it 1.05x faster in float32 and 1.19x in bfloat16,
-where the products are faster and attention a larger share (docs/PERFORMANCE.md).
+where the products are faster and attention a larger share (docs/PERFORMANCE.md). The kernel's call in place saves
+the per-sample gathers, their scatter in the backward and the padding of every sample's queries to the longest.
 
 Run: `layout = SegmentLayout.of(segment)` with `segment` the (R, L) tensor of `core.packed.segment_mask`,
 then `segment_attention(q, k, v, layout, scaling)` inside a layer; the project's grouped SDPA does it when a forward
@@ -54,6 +57,9 @@ class SegmentLayout:
     mask: torch.Tensor  # (N, 1, F, P + F) bool, True: attend
     # (R * L,) each position's output in cat(prompt outputs (R * P), completion outputs (N * F))
     inverse: torch.Tensor
+    # int32 (4, R, L): each position's keys in its own row as `train_attention.spans` gives them (lo, hi, gap_lo,
+    # gap_hi): its row's columns up to itself less those between its prompt and its own first; padding none
+    bounds: torch.Tensor
     # one entry per attention call that read the layout (`core.packed` checks that some did)
     reads: list[int] = field(default_factory=list, compare=False)
 
@@ -102,7 +108,37 @@ class SegmentLayout:
             first = rows * prompt + torch.arange(samples, device=device) * width
             fed = torch.repeat_interleave(start, size) + _ramps(size)  # (sum of sizes,) every fed position
             inverse[fed] = fed + torch.repeat_interleave(first - start, size)
-        return cls(rows, length, prompt, samples, width, query.flatten(), key.flatten(), mask, inverse)
+        return cls(
+            rows,
+            length,
+            prompt,
+            samples,
+            width,
+            query.flatten(),
+            key.flatten(),
+            mask,
+            inverse,
+            _row_bounds(segment),
+        )
+
+
+def _row_bounds(segment: torch.Tensor) -> torch.Tensor:
+    """`SegmentLayout.bounds` from the (R, L) segments."""
+    rows, length = segment.shape
+    column = torch.arange(length, device=segment.device).expand(rows, length)
+    prompt = (segment == 0).sum(1, keepdim=True)  # the prompt is each row's first columns
+    before = torch.nn.functional.pad(segment[:, :-1], (1, 0), value=-2)
+    first = torch.where(segment != before, column, 0).cummax(1).values  # each position's run's first column
+    real, sample = segment >= 0, segment > 0
+    zero = torch.zeros_like(column)
+    return torch.stack(
+        [
+            zero,
+            torch.where(real, column + 1, 0),
+            torch.where(sample, prompt, 0),  # gap_lo == gap_hi for a row's first sample: no gap
+            torch.where(sample, first, 0),
+        ]
+    ).to(torch.int32)
 
 
 def _ramps(size: torch.Tensor) -> torch.Tensor:
@@ -126,6 +162,9 @@ def segment_attention(
             f"packed_segments is for rows {layout.rows} x {layout.length}, got {rows} x {length}"
         )
     layout.reads.append(rows)
+    if train_attention.applies(query, key, value):
+        # the compiled kernel reads each position's keys in place in its row and skips the columns between
+        return train_attention.over_spans(query, key, value, layout.bounds, length, scaling)
     prompt_out = _attend(query[:, :, :prompt], key[:, :, :prompt], value[:, :, :prompt], None, scaling)
     parts = [prompt_out.reshape(rows * prompt, heads, dim)]  # from (R, P, H, D)
     if layout.samples:

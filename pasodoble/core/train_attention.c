@@ -5,8 +5,10 @@
  * float32. Every query row i of batch row b attends the keys [lo, hi) of its span but those of a gap [gap_lo, gap_hi)
  * inside it (empty where gap_lo >= gap_hi), and no other: one or two runs of keys. The update's masks
  * (a prompt's columns past its padding, then the sample's own columns up to the query) are all of that form, and
- * core/train_attention.py checks it before it calls here. The work follows the spans: a causal block costs half a
- * full one, where SDPA's CPU kernel visits every masked column.
+ * core/train_attention.py checks it before it calls here, as are a packed row's (a completion's columns read its
+ * prompt and themselves, not the samples between). The work follows the spans: a causal block costs half a full
+ * one, and the 16-column blocks inside the gaps of all four rows of a tile are skipped, where SDPA's CPU kernel
+ * visits every masked column.
  *
  * Per batch row and key/value head, the keys (and in the backward the values) are laid out by column once; then per
  * query head, four query rows at a time:
@@ -49,6 +51,7 @@ typedef struct { /* one call's scratch, sized for its shape */
     float *s, *w;     /* (rows, n) scores, then weights; dP, then dS */
     int64_t *lo, *hi, *glo, *ghi; /* (rows,) the spans and their gaps; padding rows empty */
     int64_t *wlo, *whi; /* (rows,) the columns the row's tile wrote in s and w */
+    int64_t *wglo, *wghi; /* (rows,) the hole in them its tile skipped (wglo == whi: none) */
     float *delta;     /* (rows,) dO . O */
 } Scratch;
 
@@ -70,15 +73,17 @@ static int scratch_of(const Shape *sh, Scratch *x) {
     x->ghi = grab(x->rows * e);
     x->wlo = grab(x->rows * e);
     x->whi = grab(x->rows * e);
+    x->wglo = grab(x->rows * e);
+    x->wghi = grab(x->rows * e);
     x->delta = grab(x->rows * f);
-    return x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->glo && x->ghi && x->wlo &&
-                   x->whi && x->delta
-               ? 0
-                                                                                                           : -2;
+    const int all = x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->glo && x->ghi &&
+                    x->wlo && x->whi && x->wglo && x->wghi && x->delta;
+    return all ? 0 : -2;
 }
 
 static void scratch_free(Scratch *x) {
-    void *all[] = {x->kt, x->vt, x->qs, x->go, x->s, x->w, x->lo, x->hi, x->glo, x->ghi, x->wlo, x->whi, x->delta};
+    void *all[] = {x->kt,  x->vt,  x->qs,   x->go,   x->s,     x->w,    x->lo,
+                   x->hi,  x->glo, x->ghi,  x->wlo,  x->whi,   x->wglo, x->wghi, x->delta};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
 }
 
@@ -114,6 +119,9 @@ static void tile_products(const float *a, int64_t dim, const float *t, int64_t n
     }
 }
 
+/* The next 16-column block after c of a tile's blocks [c0, c1) less its hole [h0, h1) (h0 == c1: none). */
+static inline int64_t next_block(int64_t c, int64_t h0, int64_t h1) { return c + LANES == h0 ? h1 : c + LANES; }
+
 static inline v16i lanes_from(int64_t c) {
     const v16i iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     return iota + (int32_t)c;
@@ -126,15 +134,17 @@ static inline v16i attended(const Scratch *x, int64_t i, int64_t c) {
     return in & ~((at >= zero + (int32_t)x->glo[i]) & (at < zero + (int32_t)x->ghi[i]));
 }
 
-/* Row i's scores s over [c0, c1): e^(s - m) where attended, 0 elsewhere, m their max; returns the sum, *top = m. */
-static float softmax_row(const Scratch *x, int64_t i, float *s, int64_t c0, int64_t c1, float *top) {
+/* Row i's scores s over [c0, c1) less [h0, h1): e^(s - m) where attended, 0 elsewhere, m their max; returns the
+ * sum, *top = m. */
+static float softmax_row(const Scratch *x, int64_t i, float *s, int64_t c0, int64_t c1, int64_t h0, int64_t h1,
+                         float *top) {
     v16f best = splat(-INFINITY);
-    for (int64_t c = c0; c < c1; c += LANES)
+    for (int64_t c = c0; c < c1; c = next_block(c, h0, h1))
         best = select16(attended(x, i, c), select16(load16(s + c) > best, load16(s + c), best), best);
     const float m = max16(best);
     const v16f mv = splat(m), zero = splat(0.0f);
     v16f total = zero;
-    for (int64_t c = c0; c < c1; c += LANES) {
+    for (int64_t c = c0; c < c1; c = next_block(c, h0, h1)) {
         const v16f p = select16(attended(x, i, c), exp_nonpositive(load16(s + c) - mv), zero);
         store16(s + c, p);
         total += p;
@@ -143,24 +153,26 @@ static float softmax_row(const Scratch *x, int64_t i, float *s, int64_t c0, int6
     return sum16(total);
 }
 
-/* Row i's scores s over [c0, c1): e^(s - lse) where attended, 0 elsewhere. */
-static void weights_row(const Scratch *x, int64_t i, float *s, int64_t c0, int64_t c1, float lse) {
+/* Row i's scores s over [c0, c1) less [h0, h1): e^(s - lse) where attended, 0 elsewhere. */
+static void weights_row(const Scratch *x, int64_t i, float *s, int64_t c0, int64_t c1, int64_t h0, int64_t h1,
+                        float lse) {
     const v16f base = splat(lse), zero = splat(0.0f);
-    for (int64_t c = c0; c < c1; c += LANES) {
+    for (int64_t c = c0; c < c1; c = next_block(c, h0, h1)) {
         const v16f t = load16(s + c) - base;
         store16(s + c, select16(attended(x, i, c), exp_nonpositive(select16(t > zero, zero, t)), zero));
     }
 }
 
-/* acc[r * dim + d0 + d] = sum_c w[r * n + c] x[c * stride + d0 + d] for the tile's rows, c in [c0, c1), NC chunks
- * of 8 dimensions */
+/* acc[r * dim + d0 + d] = sum_c w[r * n + c] x[c * stride + d0 + d] for the tile's rows, c in [c0, c1) less the
+ * hole [h0, h1), NC chunks of 8 dimensions */
 static inline __attribute__((always_inline)) void mix_chunk(const int NC, const float *w, int64_t n,
                                                             const float *x, int64_t stride, int64_t c0,
-                                                            int64_t c1, int64_t d0, float *acc, int64_t dim) {
+                                                            int64_t c1, int64_t h0, int64_t h1, int64_t d0,
+                                                            float *acc, int64_t dim) {
     v8f a[TILE][4];
     for (int r = 0; r < TILE; r++)
         for (int k = 0; k < NC; k++) a[r][k] = splat8(0.0f);
-    for (int64_t c = c0; c < c1; c++) {
+    for (int64_t c = c0; c < c1; c = c + 1 == h0 ? h1 : c + 1) {
         const float *row = x + c * stride + d0;
         v8f v[4];
         for (int k = 0; k < NC; k++) v[k] = load8(row + 8 * k);
@@ -173,21 +185,21 @@ static inline __attribute__((always_inline)) void mix_chunk(const int NC, const 
         for (int k = 0; k < NC; k++) store8(acc + r * dim + d0 + 8 * k, a[r][k]);
 }
 
-static void mix(const float *w, int64_t n, const float *x, int64_t stride, int64_t c0, int64_t c1, float *acc,
-                int64_t dim) {
+static void mix(const float *w, int64_t n, const float *x, int64_t stride, int64_t c0, int64_t c1, int64_t h0,
+                int64_t h1, float *acc, int64_t dim) {
     for (int64_t d0 = 0; d0 < dim; d0 += 32) {
         switch ((dim - d0) / 8 < 4 ? (dim - d0) / 8 : 4) {
-            case 1: mix_chunk(1, w, n, x, stride, c0, c1, d0, acc, dim); break;
-            case 2: mix_chunk(2, w, n, x, stride, c0, c1, d0, acc, dim); break;
-            case 3: mix_chunk(3, w, n, x, stride, c0, c1, d0, acc, dim); break;
-            default: mix_chunk(4, w, n, x, stride, c0, c1, d0, acc, dim);
+            case 1: mix_chunk(1, w, n, x, stride, c0, c1, h0, h1, d0, acc, dim); break;
+            case 2: mix_chunk(2, w, n, x, stride, c0, c1, h0, h1, d0, acc, dim); break;
+            case 3: mix_chunk(3, w, n, x, stride, c0, c1, h0, h1, d0, acc, dim); break;
+            default: mix_chunk(4, w, n, x, stride, c0, c1, h0, h1, d0, acc, dim);
         }
     }
 }
 
 /* out[(c + j) * dim + d0 + d] += sum_i w[i * n + c + j] x[i * dim + d0 + d] for the eight columns c + j < keys,
- * over the rows of the tiles that wrote column c (their weights are 0 outside each row's span); NC chunks of 8
- * dimensions, 8 NC sums in registers */
+ * over the rows of the tiles that wrote column c (their weights are 0 outside each row's span; a tile's hole holds
+ * no weights); NC chunks of 8 dimensions, 8 NC sums in registers */
 static inline __attribute__((always_inline)) void gather_chunk(const int NC, const float *w, int64_t n,
                                                                const float *x, int64_t dim, int64_t d0, int64_t c,
                                                                const Scratch *sc, int64_t rows, int64_t keys,
@@ -196,7 +208,7 @@ static inline __attribute__((always_inline)) void gather_chunk(const int NC, con
     for (int j = 0; j < 8; j++)
         for (int k = 0; k < NC; k++) a[j][k] = splat8(0.0f);
     for (int64_t i0 = 0; i0 < rows; i0 += TILE) {
-        if (c < sc->wlo[i0] || c >= sc->whi[i0]) continue;
+        if (c < sc->wlo[i0] || c >= sc->whi[i0] || (c >= sc->wglo[i0] && c < sc->wghi[i0])) continue;
         for (int64_t i = i0; i < i0 + TILE; i++) {
             v8f v[3];
             for (int k = 0; k < NC; k++) v[k] = load8(x + i * dim + d0 + 8 * k);
@@ -249,20 +261,29 @@ static void head_rows(const View *q, const Shape *sh, int64_t b, int64_t h, Scra
     }
 }
 
-/* The 16-column blocks [c0, c1) that tile i0's spans cover; c0 == c1 when they are all empty. */
-static void tile_blocks(const Scratch *x, int64_t i0, int64_t *c0, int64_t *c1) {
-    int64_t lo = INT64_MAX, hi = 0;
-    for (int r = 0; r < TILE; r++)
-        if (x->lo[i0 + r] < x->hi[i0 + r]) {
-            lo = x->lo[i0 + r] < lo ? x->lo[i0 + r] : lo;
-            hi = x->hi[i0 + r] > hi ? x->hi[i0 + r] : hi;
-        }
+/* The 16-column blocks [c0, c1) that tile i0's spans cover (c0 == c1 when they are all empty), and the hole
+ * [h0, h1) of whole blocks inside every non-empty row's gap, which no row of the tile attends (h0 == h1 == c1:
+ * none). */
+static void tile_blocks(const Scratch *x, int64_t i0, int64_t *c0, int64_t *c1, int64_t *h0, int64_t *h1) {
+    int64_t lo = INT64_MAX, hi = 0, g0 = 0, g1 = INT64_MAX;
+    for (int r = 0; r < TILE; r++) {
+        const int64_t i = i0 + r;
+        if (x->lo[i] >= x->hi[i]) continue;
+        lo = x->lo[i] < lo ? x->lo[i] : lo;
+        hi = x->hi[i] > hi ? x->hi[i] : hi;
+        const int gap = x->glo[i] < x->ghi[i];
+        g0 = gap && x->glo[i] > g0 ? x->glo[i] : g0;
+        g1 = !gap ? 0 : x->ghi[i] < g1 ? x->ghi[i] : g1;
+    }
     if (hi == 0) {
-        *c0 = *c1 = 0;
+        *c0 = *c1 = *h0 = *h1 = 0;
         return;
     }
     *c0 = lo / LANES * LANES;
     *c1 = (hi + LANES - 1) / LANES * LANES;
+    *h0 = (g0 + LANES - 1) / LANES * LANES;
+    *h1 = g1 / LANES * LANES;
+    if (!(*c0 < *h0 && *h0 < *h1 && *h1 < *c1)) *h0 = *h1 = *c1;
 }
 
 /* A call's checks and scratch: 0, or the entry points' error code (the scratch then freed). */
@@ -289,14 +310,15 @@ int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v,
             for (int64_t h = g * group; h < (g + 1) * group; h++) {
                 head_rows(q, sh, b, h, &x);
                 for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
-                    int64_t c0, c1;
-                    tile_blocks(&x, i0, &c0, &c1);
+                    int64_t c0, c1, h0, h1;
+                    tile_blocks(&x, i0, &c0, &c1, &h0, &h1);
                     float total[TILE], top[TILE];
                     if (c0 < c1) {
-                        tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, c1, x.s + i0 * n);
+                        tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, h0, x.s + i0 * n);
+                        tile_products(x.qs + i0 * dim, dim, x.kt, n, h1, c1, x.s + i0 * n);
                         for (int r = 0; r < TILE; r++)
-                            total[r] = softmax_row(&x, i0 + r, x.s + (i0 + r) * n, c0, c1, &top[r]);
-                        mix(x.s + i0 * n, n, values, v->i, c0, c1 < sh->keys ? c1 : sh->keys, acc, dim);
+                            total[r] = softmax_row(&x, i0 + r, x.s + (i0 + r) * n, c0, c1, h0, h1, &top[r]);
+                        mix(x.s + i0 * n, n, values, v->i, c0, c1 < sh->keys ? c1 : sh->keys, h0, h1, acc, dim);
                     }
                     for (int r = 0; r < TILE && i0 + r < Q; r++) {
                         const int64_t i = i0 + r;
@@ -346,11 +368,13 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
                     x.delta[i] = dot;
                 }
                 for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
-                    int64_t c0, c1;
-                    tile_blocks(&x, i0, &c0, &c1);
+                    int64_t c0, c1, h0, h1;
+                    tile_blocks(&x, i0, &c0, &c1, &h0, &h1);
                     for (int r = 0; r < TILE; r++) {
                         x.wlo[i0 + r] = c0;
                         x.whi[i0 + r] = c1;
+                        x.wglo[i0 + r] = h0;
+                        x.wghi[i0 + r] = h1;
                     }
                     if (c0 == c1) {
                         for (int r = 0; r < TILE && i0 + r < Q; r++) {
@@ -360,18 +384,20 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
                         continue;
                     }
                     float *s = x.s + i0 * n, *w = x.w + i0 * n;
-                    tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, c1, s);
-                    tile_products(x.go + i0 * dim, dim, x.vt, n, c0, c1, w);
+                    tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, h0, s);
+                    tile_products(x.qs + i0 * dim, dim, x.kt, n, h1, c1, s);
+                    tile_products(x.go + i0 * dim, dim, x.vt, n, c0, h0, w);
+                    tile_products(x.go + i0 * dim, dim, x.vt, n, h1, c1, w);
                     for (int r = 0; r < TILE; r++) {
                         const int64_t i = i0 + r;
                         const float row_lse = i < Q ? lse[(b * sh->heads + h) * Q + i] : INFINITY;
                         float *sr = s + r * n, *wr = w + r * n;
-                        weights_row(&x, i, sr, c0, c1, row_lse);
+                        weights_row(&x, i, sr, c0, c1, h0, h1, row_lse);
                         const v16f dl = splat(x.delta[i]);
-                        for (int64_t c = c0; c < c1; c += LANES)
+                        for (int64_t c = c0; c < c1; c = next_block(c, h0, h1))
                             store16(wr + c, load16(sr + c) * (load16(wr + c) - dl));
                     }
-                    mix(w, n, keys, k->i, c0, c1 < K ? c1 : K, acc, dim);
+                    mix(w, n, keys, k->i, c0, c1 < K ? c1 : K, h0, h1, acc, dim);
                     for (int r = 0; r < TILE && i0 + r < Q; r++) {
                         float *o = dq + ((b * Q + i0 + r) * sh->heads + h) * dim;
                         for (int64_t d = 0; d < dim; d++) o[d] = acc[r * dim + d] * sh->scale;

@@ -8,7 +8,7 @@ are contiguous, the head dimension is a multiple of 8 up to 256, the mask is boo
 one or two runs of keys per query (or absent, with or without the causal flag), and the kernel could be built.
 `status()` says which, for the start line and benches. The project's grouped SDPA (`roles/grouped_attention.py`)
 and the packed rows' attention (`core.segment_attention`) call it for the update's forward and backward and for a
-prefill.
+prefill; the packed rows, whose spans their layout already knows, through `applies` and `over_spans` (no mask).
 
 Why: the update's masks (a prompt's keys past its padding, then the sample's own up to the query) leave each query
 one span of keys, or two where the prompts are padded on the right, and SDPA's CPU kernel visits every masked column and, at small head dimensions, runs its products
@@ -167,6 +167,29 @@ class _Attention(torch.autograd.Function):
         return dq.transpose(1, 2), dk, dv, None, None, None
 
 
+def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether the kernel serves a call on these tensors (see module), building it if it was not tried yet."""
+    if torch.get_num_threads() != 1:
+        return False
+    if any(
+        x.dtype != torch.float32 or x.device.type != "cpu" or x.stride(3) != 1 for x in (query, key, value)
+    ):
+        return False
+    batch, heads, queries, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    return not (
+        dim % 8
+        or dim > MAX_DIM
+        or heads % kv_heads
+        or key.shape != value.shape
+        or key.shape[0] != batch
+        or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
+        or queries == 0
+        or keys == 0
+        or _load() is None
+    )
+
+
 def attention(
     query: torch.Tensor,  # (B, H, Q, D)
     key: torch.Tensor,  # (B, KV, K, D)
@@ -176,30 +199,26 @@ def attention(
     causal: bool,
 ) -> torch.Tensor | None:
     """SDPA's grouped attention as a (B, Q, H, D) tensor through the kernel, or None where it does not apply."""
-    if torch.get_num_threads() != 1:
+    if mask is not None and mask.shape[0] not in (1, query.shape[0]):
         return None
-    if any(
-        x.dtype != torch.float32 or x.device.type != "cpu" or x.stride(3) != 1 for x in (query, key, value)
-    ):
+    if not applies(query, key, value):
         return None
-    batch, heads, queries, dim = query.shape
-    kv_heads, keys = key.shape[1], key.shape[2]
-    if (
-        dim % 8
-        or dim > MAX_DIM
-        or heads % kv_heads
-        or key.shape != value.shape
-        or key.shape[0] != batch
-        or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
-        or queries == 0
-        or keys == 0
-        or (mask is not None and mask.shape[0] not in (1, batch))
-    ):
+    found = spans(mask, query.shape[2], key.shape[2], causal)
+    if found is None:
         return None
-    found = spans(mask, queries, keys, causal)
-    if found is None or _load() is None:
-        return None
-    bounds, span_b = found
+    return over_spans(query, key, value, *found, scale)
+
+
+def over_spans(
+    query: torch.Tensor,  # (B, H, Q, D)
+    key: torch.Tensor,  # (B, KV, K, D)
+    value: torch.Tensor,  # (B, KV, K, D)
+    bounds: torch.Tensor,  # int32 (4, B or 1, Q): lo, hi, gap_lo, gap_hi (see `spans`)
+    span_b: int,  # Q where `bounds` has a row per batch row, 0 where one row serves all
+    scale: float,
+) -> torch.Tensor:
+    """The kernel's (B, Q, H, D) attention over spans the caller has (`applies` must hold): query i of batch row b
+    attends keys [lo, hi) outside [gap_lo, gap_hi), with lo <= gap_lo and gap_hi < hi where there is a gap."""
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
         return _Attention.apply(query, key, value, bounds, span_b, float(scale))
     return _forward(query, key, value, bounds, span_b, float(scale))[0]

@@ -28,6 +28,7 @@ Departures from the reference code:
 
 from __future__ import annotations
 
+import array
 import contextlib
 import copy
 import time
@@ -503,7 +504,9 @@ class Role:
         when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
         row's masked attention grows with the square of its group's length (long completions, small models),
         unless the model attends per sample (`core.segment_attention`, the project's grouped SDPA on a CPU)."""
-        prompts = [s.prompt_ids for s in samples]
+        prompts = [
+            tuple(s.prompt_ids) for s in samples
+        ]  # tuples: the planners key groups by them, at no copy
         lengths = [len(s.completion.token_ids) for s in samples]
         share = self._shares_cache(self.train_model)
         plan = plan_micro_batches(
@@ -695,22 +698,35 @@ class Role:
 
 def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded (B, T) tensors: prompt + completion ids, attention mask, completion mask and the generating
-    policy's log-probs placed at the completion tokens' positions (0 elsewhere)."""
+    policy's log-probs placed at the completion tokens' positions (0 elsewhere). Built from flat lists and masks
+    over the columns, not per-row slice assignments (four tensor operations a sample)."""
     width = max(len(s.prompt_ids) + len(s.completion.token_ids) for s in samples)
-    shape = (len(samples), width)
-    input_ids = torch.full(shape, pad_id, dtype=torch.long)
-    attention = torch.zeros(shape, dtype=torch.long)
-    completion_mask = torch.zeros(shape, dtype=torch.float32)
-    old_logps = torch.zeros(shape, dtype=torch.float32)
-    for row, s in enumerate(samples):
+    ids, logps, starts, ends = [], [], [], []
+    for s in samples:
         p, c = len(s.prompt_ids), len(s.completion.token_ids)
-        input_ids[row, : p + c] = torch.tensor(list(s.prompt_ids) + list(s.completion.token_ids))
-        attention[row, : p + c] = 1
-        completion_mask[row, p : p + c] = 1.0
-        old_logps[row, p : p + c] = torch.tensor(s.completion.logprobs[:c], dtype=torch.float32)
+        if len(s.completion.logprobs) < c:
+            raise ValueError(
+                f"a completion of {c} tokens carries {len(s.completion.logprobs)} log-probs; the update needs one "
+                "a token"
+            )
+        ids += [*s.prompt_ids, *s.completion.token_ids, *[pad_id] * (width - p - c)]
+        logps += [*[0.0] * p, *s.completion.logprobs[:c], *[0.0] * (width - p - c)]
+        starts.append(p)
+        ends.append(p + c)
+    shape = (len(samples), width)
+    column = torch.arange(width)
+    start, end = torch.tensor(starts)[:, None], torch.tensor(ends)[:, None]
     return {
-        "input_ids": input_ids,
-        "attention_mask": attention,
-        "completion_mask": completion_mask,
-        "old_logps": old_logps,
+        "input_ids": _flat_tensor(ids, "q", torch.long, shape),
+        "attention_mask": (column < end).long(),
+        "completion_mask": ((column >= start) & (column < end)).float(),
+        "old_logps": _flat_tensor(logps, "f", torch.float32, shape),
     }
+
+
+def _flat_tensor(values: list, typecode: str, dtype: torch.dtype, shape: tuple[int, int]) -> torch.Tensor:
+    """`values` as a tensor of `shape`, through one C array (`torch.tensor` of a long list reads it element by
+    element)."""
+    if not values:
+        return torch.zeros(shape, dtype=dtype)
+    return torch.frombuffer(array.array(typecode, values), dtype=dtype).view(shape)
