@@ -8,6 +8,8 @@ for each round times one `Role.update` on those samples in each arm, the first a
 - `default`: the Role's choice (`Role.micro_batch_layout`: a row per prompt, `core.packed`, where its cost model
   prices that lower), the input embedding's backward adding its rows into the gradient in place
   (`core.embedding_grad`), and the LM head's log-probs as one fused autograd node (`core.fused_head`);
+- `gathered`: the default with the packed rows' attention through per-sample gathers, two kernel calls a layer,
+  as before the kernel read the rows in place (`core.segment_attention.attends_in_place`);
 - `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
 - `stock_layers`: the default with the compiled norm, rotary and activation kernels off (`core.fused_layers`);
 - `stock_head`: the same with the stock head expression (`head(h) / T`, `gather`, `logsumexp`);
@@ -49,19 +51,20 @@ from op_profile import matmul_peak, op_profile, profile_table, summary_line  # n
 from vs_trl import pinned_bench  # noqa: E402
 from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
-ARMS = ("default", "sdpa", "stock_layers", "stock_head", "cache", "cache_stock")
+ARMS = ("default", "gathered", "sdpa", "stock_layers", "stock_head", "cache", "cache_stock")
 
 
 @contextlib.contextmanager
 def arm(role, name: str):
     """The Role as it runs in arm `name` (see module) for the duration."""
-    from pasodoble.core import chunked_logprobs, fused_layers, train_attention
+    from pasodoble.core import chunked_logprobs, fused_layers, segment_attention, train_attention
     from pasodoble.roles import role as role_module
 
-    weight, rows_into_grad, can_fuse = (
+    weight, rows_into_grad, can_fuse, in_place = (
         role.entry_weight,
         role_module.rows_into_grad,
         chunked_logprobs.can_fuse,
+        segment_attention.attends_in_place,
     )
     kernels = {module: dict(module._state) for module in (train_attention, fused_layers)}
     off = {"sdpa": train_attention, "stock_layers": fused_layers}.get(name)
@@ -73,6 +76,8 @@ def arm(role, name: str):
         role_module.rows_into_grad = lambda model: contextlib.nullcontext()
     if name in ("stock_head", "cache_stock"):
         chunked_logprobs.can_fuse = lambda head, states: False
+    if name == "gathered":
+        segment_attention.attends_in_place = lambda query, key, value: False
     try:
         yield
     finally:
@@ -84,6 +89,7 @@ def arm(role, name: str):
             rows_into_grad,
             can_fuse,
         )
+        segment_attention.attends_in_place = in_place
 
 
 def token_budget(text: str) -> int | str | None:

@@ -613,7 +613,7 @@ def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_pat
 def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 
-    from pasodoble.core import chunked_logprobs, fused_layers, train_attention
+    from pasodoble.core import chunked_logprobs, fused_layers, segment_attention, train_attention
     from pasodoble.core.embedding_grad import rows_into_grad
     from pasodoble.roles import role as role_module
 
@@ -622,6 +622,7 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
     fused_layers.status()
     role = types.SimpleNamespace(entry_weight=0.5)
     head, states = torch.nn.Linear(4, 7, bias=False), torch.randn(2, 4)
+    in_place = segment_attention.attends_in_place
     switched = {}
     for name in bench.ARMS:
         with bench.arm(role, name):
@@ -631,15 +632,18 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
                 role_module.rows_into_grad is not rows_into_grad,
                 train_attention._load() is None,
                 fused_layers._load() is None,
+                segment_attention.attends_in_place is in_place,
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
-    # no compiler here: every arm runs SDPA and transformers' layers
+        assert segment_attention.attends_in_place is in_place
+    # without a compiler every arm runs SDPA and transformers' layers
     sdpa, layers = train_attention._load() is None, fused_layers._load() is None
     assert switched == {
-        "default": (True, True, False, sdpa, layers),
-        "sdpa": (True, True, False, True, layers),
-        "stock_layers": (True, True, False, sdpa, True),
-        "stock_head": (True, False, False, sdpa, layers),
-        "cache": (False, True, False, sdpa, layers),
-        "cache_stock": (False, False, True, sdpa, layers),
+        "default": (True, True, False, sdpa, layers, True),
+        "gathered": (True, True, False, sdpa, layers, False),
+        "sdpa": (True, True, False, True, layers, True),
+        "stock_layers": (True, True, False, sdpa, True, True),
+        "stock_head": (True, False, False, sdpa, layers, True),
+        "cache": (False, True, False, sdpa, layers, True),
+        "cache_stock": (False, False, True, sdpa, layers, True),
     }

@@ -56,10 +56,14 @@ def _segments() -> torch.Tensor:
     "segment", [_segments(), torch.tensor([[0, 0, -1], [0, 0, 0]])], ids=["samples", "none"]
 )
 @pytest.mark.parametrize("threads", [1, 2], ids=["one-thread", "two-threads"])
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "gathered"])
 def test_values_and_gradients_equal_sdpa_under_the_segment_mask(
-    heads, kv, dtype, tolerance, segment, threads, monkeypatch
+    heads, kv, dtype, tolerance, segment, threads, in_place, monkeypatch
 ):
-    """With one thread the float32 calls run through the compiled attention kernel (core.train_attention)."""
+    """With one thread the float32 calls run through the compiled attention kernel (core.train_attention): over
+    the rows in place, or (as where it does not apply) over per-sample gathers."""
+    if not in_place:
+        monkeypatch.setattr(seg, "attends_in_place", lambda query, key, value: False)
     served = []
     forward = train_attention._forward
     monkeypatch.setattr(train_attention, "_forward", lambda *a: served.append(1) or forward(*a))

@@ -162,8 +162,7 @@ def segment_attention(
             f"packed_segments is for rows {layout.rows} x {layout.length}, got {rows} x {length}"
         )
     layout.reads.append(rows)
-    if train_attention.applies(query, key, value):
-        # the compiled kernel reads each position's keys in place in its row and skips the columns between
+    if attends_in_place(query, key, value):
         return train_attention.over_spans(query, key, value, layout.bounds, length, scaling)
     prompt_out = _attend(query[:, :, :prompt], key[:, :, :prompt], value[:, :, :prompt], None, scaling)
     parts = [prompt_out.reshape(rows * prompt, heads, dim)]  # from (R, P, H, D)
@@ -184,6 +183,12 @@ def segment_attention(
         parts.append(own_out.reshape(n * f, heads, dim))
     out = torch.cat(parts).index_select(0, layout.inverse)  # (R * L, H, D)
     return out.view(rows, length, heads, dim)
+
+
+def attends_in_place(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether `segment_attention` runs as one kernel call over the rows themselves (the compiled kernel applies),
+    rather than two calls over per-sample gathers (see module)."""
+    return train_attention.applies(query, key, value)
 
 
 def _attend(query, key, value, mask, scaling) -> torch.Tensor:
