@@ -178,12 +178,10 @@ class _Filling:
     def __init__(self, share: bool, packed: bool) -> None:
         self.share, self.packed = share, packed
         self.rows: list[int] = []
-        self.groups: dict[
-            tuple[int, ...], int
-        ] = {}  # packed: each prompt row's length; shared: prompt widths
-        self.widest = (
-            0  # packed: the longest row; shared: the widest prompt; else the longest prompt + completion
-        )
+        # packed: each prompt's row length; shared: each prompt's width
+        self.groups: dict[tuple[int, ...], int] = {}
+        # packed: the longest row; shared: the widest prompt; otherwise the longest prompt + completion
+        self.widest = 0
         self.longest = 0  # shared: the longest completion (at least 1)
 
     def cost_with(self, key: tuple[int, ...], completion: int) -> int:

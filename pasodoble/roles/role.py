@@ -504,9 +504,8 @@ class Role:
         when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
         row's masked attention grows with the square of its group's length (long completions, small models),
         unless the model attends per sample (`core.segment_attention`, the project's grouped SDPA on a CPU)."""
-        prompts = [
-            tuple(s.prompt_ids) for s in samples
-        ]  # tuples: the planners key groups by them, at no copy
+        # tuples: the planners key their groups by them, and take a tuple as it is
+        prompts = [tuple(s.prompt_ids) for s in samples]
         lengths = [len(s.completion.token_ids) for s in samples]
         share = self._shares_cache(self.train_model)
         plan = plan_micro_batches(
