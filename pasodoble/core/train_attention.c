@@ -10,8 +10,9 @@
  * one, and the 16-column blocks inside the gaps of all four rows of a tile are skipped, where SDPA's CPU kernel
  * visits every masked column.
  *
- * Per batch row and key/value head, the keys (and in the backward the values) are laid out by column once; then per
- * query head, four query rows at a time:
+ * Per batch row, once: its spans, its queries times scale (and in the backward the output gradient and dO . O) per
+ * head, and its keys (and in the backward the values) by column per key/value head, all read position by position,
+ * each position's heads together. Then per query head, four query rows at a time:
  *   forward   scores of the tile over the 16-column blocks its spans cover, a softmax per row, the values mixed in
  *             registers; the output and each row's log-sum-exp (the backward's softmax without a second max);
  *   backward  the same scores, P = exp(s - lse), dP = dO v^T, dS = P (dP - dO . O), dq = scale dS k; then for
@@ -46,13 +47,13 @@ typedef struct {
 typedef struct { /* one call's scratch, sized for its shape */
     int64_t n;        /* a score row: keys rounded up to 16 */
     int64_t rows;     /* queries rounded up to TILE */
-    float *kt, *vt;   /* (dim, n) keys and values by column */
-    float *qs, *go;   /* (rows, dim) the head's queries times scale; its output gradient */
+    float *kt, *vt;   /* (kv_heads, dim, n) the batch row's keys and values by column */
+    float *qs, *go;   /* (heads, rows, dim) the batch row's queries times scale; their output gradient */
     float *s, *w;     /* (rows, n) scores, then weights; dP, then dS */
     int64_t *lo, *hi, *glo, *ghi; /* (rows,) the spans and their gaps; padding rows empty */
     int64_t *wlo, *whi; /* (rows,) the columns the row's tile wrote in s and w */
     int64_t *wglo, *wghi; /* (rows,) the hole in them its tile skipped (wglo == whi: none) */
-    float *delta;     /* (rows,) dO . O */
+    float *delta;     /* (heads, rows) dO . O */
 } Scratch;
 
 static void *grab(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
@@ -61,10 +62,10 @@ static int scratch_of(const Shape *sh, Scratch *x) {
     x->n = (sh->keys + LANES - 1) / LANES * LANES;
     x->rows = (sh->queries + TILE - 1) / TILE * TILE;
     const size_t f = sizeof(float), e = sizeof(int64_t);
-    x->kt = grab(sh->dim * x->n * f);
-    x->vt = grab(sh->dim * x->n * f);
-    x->qs = grab(x->rows * sh->dim * f);
-    x->go = grab(x->rows * sh->dim * f);
+    x->kt = grab(sh->kv_heads * sh->dim * x->n * f);
+    x->vt = grab(sh->kv_heads * sh->dim * x->n * f);
+    x->qs = grab(sh->heads * x->rows * sh->dim * f);
+    x->go = grab(sh->heads * x->rows * sh->dim * f);
     x->s = grab(x->rows * x->n * f);
     x->w = grab(x->rows * x->n * f);
     x->lo = grab(x->rows * e);
@@ -75,7 +76,7 @@ static int scratch_of(const Shape *sh, Scratch *x) {
     x->whi = grab(x->rows * e);
     x->wglo = grab(x->rows * e);
     x->wghi = grab(x->rows * e);
-    x->delta = grab(x->rows * f);
+    x->delta = grab(sh->heads * x->rows * f);
     const int all = x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->glo && x->ghi &&
                     x->wlo && x->whi && x->wglo && x->wghi && x->delta;
     return all ? 0 : -2;
@@ -87,13 +88,18 @@ static void scratch_free(Scratch *x) {
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
 }
 
-/* (dim, n) by column from (keys, dim) rows at `stride`; columns past `keys` are 0 */
-static void by_column(const float *src, int64_t stride, int64_t keys, int64_t dim, int64_t n, float *t) {
-    for (int64_t d = 0; d < dim; d++) {
-        float *row = t + d * n;
-        for (int64_t c = 0; c < keys; c++) row[c] = src[c * stride + d];
-        for (int64_t c = keys; c < n; c++) row[c] = 0.0f;
-    }
+/* Batch row b of `x` (keys or values) by column, (kv_heads, dim, n); columns past the keys are 0. Position by
+ * position, so that the reads run along memory where the heads of a position are side by side. */
+static void by_column(const View *x, const Shape *sh, int64_t b, int64_t n, float *t) {
+    const int64_t dim = sh->dim, keys = sh->keys;
+    for (int64_t c = 0; c < keys; c++)
+        for (int64_t g = 0; g < sh->kv_heads; g++) {
+            const float *src = x->p + b * x->b + g * x->h + c * x->i;
+            float *col = t + g * dim * n + c;
+            for (int64_t d = 0; d < dim; d++) col[d * n] = src[d];
+        }
+    for (int64_t r = 0; r < sh->kv_heads * dim; r++)
+        for (int64_t c = keys; c < n; c++) t[r * n + c] = 0.0f;
 }
 
 /* s[r * n + c] = sum_d a[r * dim + d] t[d * n + c] for the tile's TILE rows, columns [c0, c1) (multiples of 16) */
@@ -242,23 +248,48 @@ static int shape_ok(const Shape *sh) {
     return sh->dim % 8 == 0 && sh->dim <= MAX_DIM && sh->kv_heads > 0 && sh->heads % sh->kv_heads == 0;
 }
 
-/* The spans of batch row b into the scratch, and the head's scaled queries (padding rows 0, spans empty). */
-static void head_rows(const View *q, const Shape *sh, int64_t b, int64_t h, Scratch *x) {
-    const int64_t dim = sh->dim;
+/* Batch row b's spans into the scratch (padding rows: empty), and its queries times scale, (heads, rows, dim)
+ * (padding rows: 0), read position by position. */
+static void row_queries(const View *q, const Shape *sh, int64_t b, Scratch *x) {
+    const int64_t dim = sh->dim, Q = sh->queries, plane = x->rows * dim;
+    const v8f scale = splat8(sh->scale);
     for (int64_t i = 0; i < x->rows; i++) {
-        float *qs = x->qs + i * dim;
-        if (i < sh->queries) {
-            x->lo[i] = sh->lo[b * sh->span_b + i];
-            x->hi[i] = sh->hi[b * sh->span_b + i];
-            x->glo[i] = sh->gap_lo[b * sh->span_b + i];
-            x->ghi[i] = sh->gap_hi[b * sh->span_b + i];
+        const int64_t at = b * sh->span_b + i;
+        const int real = i < Q;
+        x->lo[i] = real ? sh->lo[at] : 0;
+        x->hi[i] = real ? sh->hi[at] : 0;
+        x->glo[i] = real ? sh->gap_lo[at] : 0;
+        x->ghi[i] = real ? sh->gap_hi[at] : 0;
+        for (int64_t h = 0; h < sh->heads; h++) {
+            float *qs = x->qs + h * plane + i * dim;
             const float *src = q->p + b * q->b + h * q->h + i * q->i;
-            for (int64_t d = 0; d < dim; d += 8) store8(qs + d, load8(src + d) * splat8(sh->scale));
-        } else {
-            x->lo[i] = x->hi[i] = x->glo[i] = x->ghi[i] = 0;
-            for (int64_t d = 0; d < dim; d++) qs[d] = 0.0f;
+            for (int64_t d = 0; d < dim; d += 8) store8(qs + d, real ? load8(src + d) * scale : splat8(0.0f));
         }
     }
+}
+
+/* Batch row b's output gradient, (heads, rows, dim), and dO . O per head and row (padding rows: 0). */
+static void row_grads(const float *out, const float *dout, const Shape *sh, int64_t b, Scratch *x) {
+    const int64_t dim = sh->dim, Q = sh->queries, plane = x->rows * dim;
+    for (int64_t i = 0; i < x->rows; i++)
+        for (int64_t h = 0; h < sh->heads; h++) {
+            float *go = x->go + h * plane + i * dim;
+            v8f dot = splat8(0.0f);
+            if (i < Q) {
+                const float *src = dout + ((b * Q + i) * sh->heads + h) * dim;
+                const float *o = out + ((b * Q + i) * sh->heads + h) * dim;
+                for (int64_t d = 0; d < dim; d += 8) {
+                    const v8f g = load8(src + d);
+                    store8(go + d, g);
+                    dot += g * load8(o + d);
+                }
+            } else {
+                for (int64_t d = 0; d < dim; d += 8) store8(go + d, splat8(0.0f));
+            }
+            float total = 0.0f;
+            for (int k = 0; k < 8; k++) total += dot[k];
+            x->delta[h * x->rows + i] = total;
+        }
 }
 
 /* The 16-column blocks [c0, c1) that tile i0's spans cover (c0 == c1 when they are all empty), and the hole
@@ -303,19 +334,20 @@ int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v,
     if (code != 0) return code;
     const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries;
     float acc[TILE * MAX_DIM];
-    for (int64_t b = 0; b < sh->batch; b++)
+    for (int64_t b = 0; b < sh->batch; b++) {
+        row_queries(q, sh, b, &x);
+        by_column(k, sh, b, n, x.kt);
         for (int64_t g = 0; g < sh->kv_heads; g++) {
-            by_column(k->p + b * k->b + g * k->h, k->i, sh->keys, dim, n, x.kt);
-            const float *values = v->p + b * v->b + g * v->h;
+            const float *values = v->p + b * v->b + g * v->h, *kt = x.kt + g * dim * n;
             for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                head_rows(q, sh, b, h, &x);
+                const float *qs = x.qs + h * x.rows * dim;
                 for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
                     int64_t c0, c1, h0, h1;
                     tile_blocks(&x, i0, &c0, &c1, &h0, &h1);
                     float total[TILE], top[TILE];
                     if (c0 < c1) {
-                        tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, h0, x.s + i0 * n);
-                        tile_products(x.qs + i0 * dim, dim, x.kt, n, h1, c1, x.s + i0 * n);
+                        tile_products(qs + i0 * dim, dim, kt, n, c0, h0, x.s + i0 * n);
+                        tile_products(qs + i0 * dim, dim, kt, n, h1, c1, x.s + i0 * n);
                         for (int r = 0; r < TILE; r++)
                             total[r] = softmax_row(&x, i0 + r, x.s + (i0 + r) * n, c0, c1, h0, h1, &top[r]);
                         mix(x.s + i0 * n, n, values, v->i, c0, c1 < sh->keys ? c1 : sh->keys, h0, h1, acc, dim);
@@ -331,6 +363,7 @@ int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v,
                 }
             }
         }
+    }
     scratch_free(&x);
     return 0;
 }
@@ -343,30 +376,19 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
     if (code != 0) return code;
     const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries, K = sh->keys;
     float acc[TILE * MAX_DIM];
-    for (int64_t b = 0; b < sh->batch; b++)
+    for (int64_t b = 0; b < sh->batch; b++) {
+        row_queries(q, sh, b, &x);
+        row_grads(out, dout, sh, b, &x);
+        by_column(k, sh, b, n, x.kt);
+        by_column(v, sh, b, n, x.vt);
         for (int64_t g = 0; g < sh->kv_heads; g++) {
-            const float *keys = k->p + b * k->b + g * k->h;
-            by_column(keys, k->i, K, dim, n, x.kt);
-            by_column(v->p + b * v->b + g * v->h, v->i, K, dim, n, x.vt);
+            const float *keys = k->p + b * k->b + g * k->h, *kt = x.kt + g * dim * n, *vt = x.vt + g * dim * n;
             float *gk = dk + (b * sh->kv_heads + g) * K * dim, *gv = dv + (b * sh->kv_heads + g) * K * dim;
-            for (int64_t e = 0; e < K * dim; e++) gk[e] = gv[e] = 0.0f;
+            memset(gk, 0, K * dim * sizeof(float));
+            memset(gv, 0, K * dim * sizeof(float));
             for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                head_rows(q, sh, b, h, &x);
-                for (int64_t i = 0; i < x.rows; i++) {
-                    float *go = x.go + i * dim;
-                    float dot = 0.0f;
-                    if (i < Q) {
-                        const float *src = dout + ((b * Q + i) * sh->heads + h) * dim;
-                        const float *o = out + ((b * Q + i) * sh->heads + h) * dim;
-                        for (int64_t d = 0; d < dim; d++) {
-                            go[d] = src[d];
-                            dot += src[d] * o[d];
-                        }
-                    } else {
-                        for (int64_t d = 0; d < dim; d++) go[d] = 0.0f;
-                    }
-                    x.delta[i] = dot;
-                }
+                const float *qs = x.qs + h * x.rows * dim, *go = x.go + h * x.rows * dim;
+                const float *delta = x.delta + h * x.rows;
                 for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
                     int64_t c0, c1, h0, h1;
                     tile_blocks(&x, i0, &c0, &c1, &h0, &h1);
@@ -384,16 +406,16 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
                         continue;
                     }
                     float *s = x.s + i0 * n, *w = x.w + i0 * n;
-                    tile_products(x.qs + i0 * dim, dim, x.kt, n, c0, h0, s);
-                    tile_products(x.qs + i0 * dim, dim, x.kt, n, h1, c1, s);
-                    tile_products(x.go + i0 * dim, dim, x.vt, n, c0, h0, w);
-                    tile_products(x.go + i0 * dim, dim, x.vt, n, h1, c1, w);
+                    tile_products(qs + i0 * dim, dim, kt, n, c0, h0, s);
+                    tile_products(qs + i0 * dim, dim, kt, n, h1, c1, s);
+                    tile_products(go + i0 * dim, dim, vt, n, c0, h0, w);
+                    tile_products(go + i0 * dim, dim, vt, n, h1, c1, w);
                     for (int r = 0; r < TILE; r++) {
                         const int64_t i = i0 + r;
                         const float row_lse = i < Q ? lse[(b * sh->heads + h) * Q + i] : INFINITY;
                         float *sr = s + r * n, *wr = w + r * n;
                         weights_row(&x, i, sr, c0, c1, h0, h1, row_lse);
-                        const v16f dl = splat(x.delta[i]);
+                        const v16f dl = splat(delta[i]);
                         for (int64_t c = c0; c < c1; c = next_block(c, h0, h1))
                             store16(wr + c, load16(sr + c) * (load16(wr + c) - dl));
                     }
@@ -403,10 +425,11 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
                         for (int64_t d = 0; d < dim; d++) o[d] = acc[r * dim + d] * sh->scale;
                     }
                 }
-                gather(x.w, n, x.qs, dim, &x, x.rows, K, gk);
-                gather(x.s, n, x.go, dim, &x, x.rows, K, gv);
+                gather(x.w, n, qs, dim, &x, x.rows, K, gk);
+                gather(x.s, n, go, dim, &x, x.rows, K, gv);
             }
         }
+    }
     scratch_free(&x);
     return 0;
 }
