@@ -155,6 +155,21 @@ def test_it_declines_what_it_does_not_serve(one_thread):
     assert train_attention.attention(query, key, value, None, 0.2, True) is None
 
 
+def test_a_call_past_the_scratch_limit_is_declined(one_thread, monkeypatch):
+    """The scratch holds two (queries x keys) score arrays, and a batch row's queries and their gradients over every
+    head: past the limit in either, SDPA serves the call."""
+    query, key, value = _inputs(
+        1, 4, 2, 5, 5, 24
+    )  # scores 2 x 8 x 16 = 256 floats, queries 2 x 4 x 8 x 24 = 1,536
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 1536)
+    assert train_attention.attention(query, key, value, None, 0.2, True) is not None
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 1535)
+    assert train_attention.attention(query, key, value, None, 0.2, True) is None
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 255)
+    wide = _inputs(1, 1, 1, 5, 5, 8)  # queries 2 x 1 x 8 x 8 = 128 floats: the scores alone are past it
+    assert train_attention.attention(*wide, None, 0.2, True) is None
+
+
 @needs_compiler
 def test_the_models_update_gradients_match_sdpa(one_thread, tiny_lm, monkeypatch):
     """A tiny Qwen3 through the project's grouped SDPA: the loss's gradients with the kernel and with it off."""

@@ -36,7 +36,9 @@ from pasodoble.core import native
 SOURCE = Path(__file__).with_name("train_attention.c")
 ENV = "PASODOBLE_TRAIN_ATTENTION"  # "off": SDPA always
 MAX_DIM = 256
-MAX_SCRATCH_FLOATS = 1 << 24  # two (queries x keys) score arrays a call; past this SDPA, which tiles them
+# a call's scratch: two (queries x keys) score arrays, and a batch row's queries and their gradients over every head;
+# past this SDPA, which tiles them
+MAX_SCRATCH_FLOATS = 1 << 24
 
 _state: dict[str, object] = {}  # "lib": (forward, backward) or None; "why": the reason it is None
 
@@ -184,6 +186,7 @@ def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool
         or key.shape != value.shape
         or key.shape[0] != batch
         or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
+        or 2 * heads * (-(-queries // 4) * 4) * dim > MAX_SCRATCH_FLOATS
         or queries == 0
         or keys == 0
         or _load() is None
