@@ -262,8 +262,12 @@ static void row_queries(const View *q, const Shape *sh, int64_t b, Scratch *x) {
         x->ghi[i] = real ? sh->gap_hi[at] : 0;
         for (int64_t h = 0; h < sh->heads; h++) {
             float *qs = x->qs + h * plane + i * dim;
+            if (!real) {
+                for (int64_t d = 0; d < dim; d += 8) store8(qs + d, splat8(0.0f));
+                continue;
+            }
             const float *src = q->p + b * q->b + h * q->h + i * q->i;
-            for (int64_t d = 0; d < dim; d += 8) store8(qs + d, real ? load8(src + d) * scale : splat8(0.0f));
+            for (int64_t d = 0; d < dim; d += 8) store8(qs + d, load8(src + d) * scale);
         }
     }
 }
