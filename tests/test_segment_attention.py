@@ -116,11 +116,14 @@ def _long_segments() -> torch.Tensor:
 
 @pytest.mark.skipif(train_attention.status() != "on", reason="the compiled attention kernel is not available")
 @pytest.mark.parametrize("heads,kv,dim", [(4, 2, 24), (9, 3, 64)], ids=["tiny", "smollm2"])
+@pytest.mark.parametrize("whole", [True, False], ids=["heads-at-once", "head-by-head"])
 def test_the_kernel_attends_packed_rows_in_place_as_float64_sdpa_does(
-    heads, kv, dim, one_thread, monkeypatch
+    heads, kv, dim, whole, one_thread, monkeypatch
 ):
     """The kernel reads each position's keys in its row (`SegmentLayout.bounds`), skipping the columns of the
-    samples between its prompt and itself, and gives SDPA's values and gradients under the segment mask."""
+    samples between its prompt and itself, and gives SDPA's values and gradients under the segment mask, reading a
+    batch row's heads at once or one at a time (`train_attention.WHOLE_ROW_FLOATS`)."""
+    monkeypatch.setattr(train_attention, "WHOLE_ROW_FLOATS", train_attention.WHOLE_ROW_FLOATS if whole else 0)
     served = []
     forward = train_attention._forward
     monkeypatch.setattr(train_attention, "_forward", lambda *a: served.append(a[0].shape) or forward(*a))

@@ -66,7 +66,11 @@ def _both(query, key, value, mask, causal, scale):
     ids=["tiny", "smollm2", "qwen3", "no-groups"],
 )
 @pytest.mark.parametrize("left", [True, False], ids=["left-padded", "right-padded"])
-def test_the_update_layout_matches_sdpa(heads, kv, dim, left, one_thread):
+@pytest.mark.parametrize("whole", [True, False], ids=["heads-at-once", "head-by-head"])
+def test_the_update_layout_matches_sdpa(heads, kv, dim, left, whole, one_thread, monkeypatch):
+    """Both ways of reading a batch row: every head's planes in one pass (they fit `WHOLE_ROW_FLOATS` at these
+    shapes), and one head at a time."""
+    monkeypatch.setattr(train_attention, "WHOLE_ROW_FLOATS", train_attention.WHOLE_ROW_FLOATS if whole else 0)
     torch.manual_seed(0)
     prompts, own, width = [7, 3, 12, 12, 1], [21, 5, 17, 1, 9], 12
     mask = _update_mask(prompts, width, own, left)
@@ -156,17 +160,17 @@ def test_it_declines_what_it_does_not_serve(one_thread):
 
 
 def test_a_call_past_the_scratch_limit_is_declined(one_thread, monkeypatch):
-    """The scratch holds two (queries x keys) score arrays, and a batch row's queries and their gradients over every
-    head: past the limit in either, SDPA serves the call."""
+    """The scratch holds two (queries x keys) score arrays, and a head's queries and their gradients: past the limit
+    in either, SDPA serves the call."""
     query, key, value = _inputs(
         1, 4, 2, 5, 5, 24
-    )  # scores 2 x 8 x 16 = 256 floats, queries 2 x 4 x 8 x 24 = 1,536
-    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 1536)
+    )  # scores 2 x 8 x 16 = 256 floats, a head's queries 2 x 8 x 24 = 384
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 384)
     assert train_attention.attention(query, key, value, None, 0.2, True) is not None
-    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 1535)
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 383)
     assert train_attention.attention(query, key, value, None, 0.2, True) is None
     monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 255)
-    wide = _inputs(1, 1, 1, 5, 5, 8)  # queries 2 x 1 x 8 x 8 = 128 floats: the scores alone are past it
+    wide = _inputs(1, 1, 1, 5, 5, 8)  # a head's queries 2 x 8 x 8 = 128 floats: the scores alone are past it
     assert train_attention.attention(*wide, None, 0.2, True) is None
 
 

@@ -12,7 +12,9 @@
  *
  * Per batch row, once: its spans, its queries times scale (and in the backward the output gradient and dO . O) per
  * head, and its keys (and in the backward the values) by column per key/value head, all read position by position,
- * each position's heads together. Then per query head, four query rows at a time:
+ * each position's heads together, while those planes fit in `whole_floats` (small heads: one pass along memory
+ * rather than one strided pass a head); past it the same one head (key/value head) at a time, just before its
+ * tiles, so that they read it from cache. Then per query head, four query rows at a time:
  *   forward   scores of the tile over the 16-column blocks its spans cover, a softmax per row, the values mixed in
  *             registers; the output and each row's log-sum-exp (the backward's softmax without a second max);
  *   backward  the same scores, P = exp(s - lse), dP = dO v^T, dS = P (dP - dO . O), dq = scale dS k; then for
@@ -42,18 +44,20 @@ typedef struct {
     float scale;
     const int32_t *lo, *hi, *gap_lo, *gap_hi;
     int64_t span_b; /* stride of the spans over batch rows (0: one span row for all) */
+    int64_t whole_floats; /* a batch row's heads are read at once while their planes fit in this many floats */
 } Shape;
 
 typedef struct { /* one call's scratch, sized for its shape */
     int64_t n;        /* a score row: keys rounded up to 16 */
     int64_t rows;     /* queries rounded up to TILE */
-    float *kt, *vt;   /* (kv_heads, dim, n) the batch row's keys and values by column */
-    float *qs, *go;   /* (heads, rows, dim) the batch row's queries times scale; their output gradient */
+    int whole;        /* 1: a batch row's heads at once (the planes below hold every head), 0: one at a time */
+    float *kt, *vt;   /* (kv_heads or 1, dim, n) the batch row's keys and values by column */
+    float *qs, *go;   /* (heads or 1, rows, dim) the batch row's queries times scale; their output gradient */
     float *s, *w;     /* (rows, n) scores, then weights; dP, then dS */
     int64_t *lo, *hi, *glo, *ghi; /* (rows,) the spans and their gaps; padding rows empty */
     int64_t *wlo, *whi; /* (rows,) the columns the row's tile wrote in s and w */
     int64_t *wglo, *wghi; /* (rows,) the hole in them its tile skipped (wglo == whi: none) */
-    float *delta;     /* (heads, rows) dO . O */
+    float *delta;     /* (heads or 1, rows) dO . O */
 } Scratch;
 
 static void *grab(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
@@ -62,10 +66,12 @@ static int scratch_of(const Shape *sh, Scratch *x) {
     x->n = (sh->keys + LANES - 1) / LANES * LANES;
     x->rows = (sh->queries + TILE - 1) / TILE * TILE;
     const size_t f = sizeof(float), e = sizeof(int64_t);
-    x->kt = grab(sh->kv_heads * sh->dim * x->n * f);
-    x->vt = grab(sh->kv_heads * sh->dim * x->n * f);
-    x->qs = grab(sh->heads * x->rows * sh->dim * f);
-    x->go = grab(sh->heads * x->rows * sh->dim * f);
+    x->whole = 2 * (sh->heads * x->rows + sh->kv_heads * x->n) * sh->dim <= sh->whole_floats;
+    const int64_t heads = x->whole ? sh->heads : 1, kv_heads = x->whole ? sh->kv_heads : 1;
+    x->kt = grab(kv_heads * sh->dim * x->n * f);
+    x->vt = grab(kv_heads * sh->dim * x->n * f);
+    x->qs = grab(heads * x->rows * sh->dim * f);
+    x->go = grab(heads * x->rows * sh->dim * f);
     x->s = grab(x->rows * x->n * f);
     x->w = grab(x->rows * x->n * f);
     x->lo = grab(x->rows * e);
@@ -76,7 +82,7 @@ static int scratch_of(const Shape *sh, Scratch *x) {
     x->whi = grab(x->rows * e);
     x->wglo = grab(x->rows * e);
     x->wghi = grab(x->rows * e);
-    x->delta = grab(sh->heads * x->rows * f);
+    x->delta = grab(heads * x->rows * f);
     const int all = x->kt && x->vt && x->qs && x->go && x->s && x->w && x->lo && x->hi && x->glo && x->ghi &&
                     x->wlo && x->whi && x->wglo && x->wghi && x->delta;
     return all ? 0 : -2;
@@ -88,17 +94,18 @@ static void scratch_free(Scratch *x) {
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
 }
 
-/* Batch row b of `x` (keys or values) by column, (kv_heads, dim, n); columns past the keys are 0. Position by
- * position, so that the reads run along memory where the heads of a position are side by side. */
-static void by_column(const View *x, const Shape *sh, int64_t b, int64_t n, float *t) {
+/* Key/value heads [g0, g1) of batch row b of `x` (keys or values) by column, (g1 - g0, dim, n); columns past the
+ * keys are 0. Position by position, so that the reads run along memory where the heads of a position are side by
+ * side. */
+static void by_column(const View *x, const Shape *sh, int64_t b, int64_t g0, int64_t g1, int64_t n, float *t) {
     const int64_t dim = sh->dim, keys = sh->keys;
     for (int64_t c = 0; c < keys; c++)
-        for (int64_t g = 0; g < sh->kv_heads; g++) {
+        for (int64_t g = g0; g < g1; g++) {
             const float *src = x->p + b * x->b + g * x->h + c * x->i;
-            float *col = t + g * dim * n + c;
+            float *col = t + (g - g0) * dim * n + c;
             for (int64_t d = 0; d < dim; d++) col[d * n] = src[d];
         }
-    for (int64_t r = 0; r < sh->kv_heads * dim; r++)
+    for (int64_t r = 0; r < (g1 - g0) * dim; r++)
         for (int64_t c = keys; c < n; c++) t[r * n + c] = 0.0f;
 }
 
@@ -248,9 +255,9 @@ static int shape_ok(const Shape *sh) {
     return sh->dim % 8 == 0 && sh->dim <= MAX_DIM && sh->kv_heads > 0 && sh->heads % sh->kv_heads == 0;
 }
 
-/* Batch row b's spans into the scratch (padding rows: empty), and its queries times scale, (heads, rows, dim)
- * (padding rows: 0), read position by position. */
-static void row_queries(const View *q, const Shape *sh, int64_t b, Scratch *x) {
+/* Batch row b's spans into the scratch (padding rows: empty), and the queries of heads [h0, h1) times scale,
+ * (h1 - h0, rows, dim) (padding rows: 0), read position by position. */
+static void row_queries(const View *q, const Shape *sh, int64_t b, int64_t h0, int64_t h1, Scratch *x) {
     const int64_t dim = sh->dim, Q = sh->queries, plane = x->rows * dim;
     const v8f scale = splat8(sh->scale);
     for (int64_t i = 0; i < x->rows; i++) {
@@ -260,8 +267,8 @@ static void row_queries(const View *q, const Shape *sh, int64_t b, Scratch *x) {
         x->hi[i] = real ? sh->hi[at] : 0;
         x->glo[i] = real ? sh->gap_lo[at] : 0;
         x->ghi[i] = real ? sh->gap_hi[at] : 0;
-        for (int64_t h = 0; h < sh->heads; h++) {
-            float *qs = x->qs + h * plane + i * dim;
+        for (int64_t h = h0; h < h1; h++) {
+            float *qs = x->qs + (h - h0) * plane + i * dim;
             if (!real) {
                 for (int64_t d = 0; d < dim; d += 8) store8(qs + d, splat8(0.0f));
                 continue;
@@ -272,12 +279,14 @@ static void row_queries(const View *q, const Shape *sh, int64_t b, Scratch *x) {
     }
 }
 
-/* Batch row b's output gradient, (heads, rows, dim), and dO . O per head and row (padding rows: 0). */
-static void row_grads(const float *out, const float *dout, const Shape *sh, int64_t b, Scratch *x) {
+/* Batch row b's output gradient of heads [h0, h1), (h1 - h0, rows, dim), and dO . O per head and row (padding
+ * rows: 0). */
+static void row_grads(const float *out, const float *dout, const Shape *sh, int64_t b, int64_t h0, int64_t h1,
+                      Scratch *x) {
     const int64_t dim = sh->dim, Q = sh->queries, plane = x->rows * dim;
     for (int64_t i = 0; i < x->rows; i++)
-        for (int64_t h = 0; h < sh->heads; h++) {
-            float *go = x->go + h * plane + i * dim;
+        for (int64_t h = h0; h < h1; h++) {
+            float *go = x->go + (h - h0) * plane + i * dim;
             v8f dot = splat8(0.0f);
             if (i < Q) {
                 const float *src = dout + ((b * Q + i) * sh->heads + h) * dim;
@@ -292,7 +301,7 @@ static void row_grads(const float *out, const float *dout, const Shape *sh, int6
             }
             float total = 0.0f;
             for (int k = 0; k < 8; k++) total += dot[k];
-            x->delta[h * x->rows + i] = total;
+            x->delta[(h - h0) * x->rows + i] = total;
         }
 }
 
@@ -339,12 +348,16 @@ int pasodoble_attention_forward_f32(const View *q, const View *k, const View *v,
     const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries;
     float acc[TILE * MAX_DIM];
     for (int64_t b = 0; b < sh->batch; b++) {
-        row_queries(q, sh, b, &x);
-        by_column(k, sh, b, n, x.kt);
+        if (x.whole) {
+            row_queries(q, sh, b, 0, sh->heads, &x);
+            by_column(k, sh, b, 0, sh->kv_heads, n, x.kt);
+        }
         for (int64_t g = 0; g < sh->kv_heads; g++) {
-            const float *values = v->p + b * v->b + g * v->h, *kt = x.kt + g * dim * n;
+            if (!x.whole) by_column(k, sh, b, g, g + 1, n, x.kt);
+            const float *values = v->p + b * v->b + g * v->h, *kt = x.kt + (x.whole ? g : 0) * dim * n;
             for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                const float *qs = x.qs + h * x.rows * dim;
+                if (!x.whole) row_queries(q, sh, b, h, h + 1, &x);
+                const float *qs = x.qs + (x.whole ? h : 0) * x.rows * dim;
                 for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
                     int64_t c0, c1, h0, h1;
                     tile_blocks(&x, i0, &c0, &c1, &h0, &h1);
@@ -381,18 +394,29 @@ int pasodoble_attention_backward_f32(const View *q, const View *k, const View *v
     const int64_t dim = sh->dim, n = x.n, group = sh->heads / sh->kv_heads, Q = sh->queries, K = sh->keys;
     float acc[TILE * MAX_DIM];
     for (int64_t b = 0; b < sh->batch; b++) {
-        row_queries(q, sh, b, &x);
-        row_grads(out, dout, sh, b, &x);
-        by_column(k, sh, b, n, x.kt);
-        by_column(v, sh, b, n, x.vt);
+        if (x.whole) {
+            row_queries(q, sh, b, 0, sh->heads, &x);
+            row_grads(out, dout, sh, b, 0, sh->heads, &x);
+            by_column(k, sh, b, 0, sh->kv_heads, n, x.kt);
+            by_column(v, sh, b, 0, sh->kv_heads, n, x.vt);
+        }
         for (int64_t g = 0; g < sh->kv_heads; g++) {
-            const float *keys = k->p + b * k->b + g * k->h, *kt = x.kt + g * dim * n, *vt = x.vt + g * dim * n;
+            if (!x.whole) {
+                by_column(k, sh, b, g, g + 1, n, x.kt);
+                by_column(v, sh, b, g, g + 1, n, x.vt);
+            }
+            const int64_t at = x.whole ? g : 0;
+            const float *keys = k->p + b * k->b + g * k->h, *kt = x.kt + at * dim * n, *vt = x.vt + at * dim * n;
             float *gk = dk + (b * sh->kv_heads + g) * K * dim, *gv = dv + (b * sh->kv_heads + g) * K * dim;
             memset(gk, 0, K * dim * sizeof(float));
             memset(gv, 0, K * dim * sizeof(float));
             for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                const float *qs = x.qs + h * x.rows * dim, *go = x.go + h * x.rows * dim;
-                const float *delta = x.delta + h * x.rows;
+                if (!x.whole) {
+                    row_queries(q, sh, b, h, h + 1, &x);
+                    row_grads(out, dout, sh, b, h, h + 1, &x);
+                }
+                const int64_t plane = (x.whole ? h : 0) * x.rows;
+                const float *qs = x.qs + plane * dim, *go = x.go + plane * dim, *delta = x.delta + plane;
                 for (int64_t i0 = 0; i0 < x.rows; i0 += TILE) {
                     int64_t c0, c1, h0, h1;
                     tile_blocks(&x, i0, &c0, &c1, &h0, &h1);

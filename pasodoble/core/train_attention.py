@@ -5,7 +5,8 @@ What: `attention(query, key, value, mask, scale, causal)` returns what
 transformers' attention functions return, with autograd through the kernel's own backward. It returns None, and
 the caller keeps SDPA, unless the call is float32 on the CPU with one torch thread, each position's head dimensions
 are contiguous, the head dimension is a multiple of 8 up to 256, the mask is boolean, the same for every head and
-one or two runs of keys per query (or absent, with or without the causal flag), and the kernel could be built.
+one or two runs of keys per query (or absent, with or without the causal flag), the call's scratch (two score
+arrays, a head's queries and their gradients) fits `MAX_SCRATCH_FLOATS`, and the kernel could be built.
 `status()` says which, for the start line and benches. The project's grouped SDPA (`roles/grouped_attention.py`)
 and the packed rows' attention (`core.segment_attention`) call it for the update's forward and backward and for a
 prefill; the packed rows, whose spans their layout already knows, through `applies` and `over_spans` (no mask).
@@ -36,9 +37,15 @@ from pasodoble.core import native
 SOURCE = Path(__file__).with_name("train_attention.c")
 ENV = "PASODOBLE_TRAIN_ATTENTION"  # "off": SDPA always
 MAX_DIM = 256
-# a call's scratch: two (queries x keys) score arrays, and a batch row's queries and their gradients over every head;
-# past this SDPA, which tiles them
+# a call's scratch: two (queries x keys) score arrays, and a head's queries and their gradients (or every head's, within
+# WHOLE_ROW_FLOATS); past this SDPA, which tiles them
 MAX_SCRATCH_FLOATS = 1 << 24
+# The kernel reads a batch row's queries and output gradients over every head, and its keys and values over every
+# key/value head, in one pass along memory while those planes fit in this many floats (1 MB, a core's L2 on the
+# machines measured), and one head at a time past it, so that the planes its tiles read stay in cache: on the tiny
+# anchor's heads the first took 7-9% off the attention's time, on SmolLM2's it was 19-32% slower than the second
+# (docs/PERFORMANCE.md).
+WHOLE_ROW_FLOATS = 1 << 18
 
 _state: dict[str, object] = {}  # "lib": (forward, backward) or None; "why": the reason it is None
 
@@ -57,6 +64,7 @@ class _Shape(ctypes.Structure):
         ("scale", ctypes.c_float),
         *((name, ctypes.c_void_p) for name in ("lo", "hi", "gap_lo", "gap_hi")),
         ("span_b", ctypes.c_int64),
+        ("whole_floats", ctypes.c_int64),
     ]
 
 
@@ -128,7 +136,9 @@ def _view(x: torch.Tensor) -> _View:
 def _shape(query, key, bounds, span_b, scale) -> _Shape:
     batch, heads, queries, dim = query.shape
     pointers = (bound.data_ptr() for bound in bounds)  # lo, hi, gap_lo, gap_hi
-    return _Shape(batch, heads, key.shape[1], queries, key.shape[2], dim, scale, *pointers, span_b)
+    return _Shape(
+        batch, heads, key.shape[1], queries, key.shape[2], dim, scale, *pointers, span_b, WHOLE_ROW_FLOATS
+    )
 
 
 def _forward(query, key, value, bounds, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,7 +196,7 @@ def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool
         or key.shape != value.shape
         or key.shape[0] != batch
         or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
-        or 2 * heads * (-(-queries // 4) * 4) * dim > MAX_SCRATCH_FLOATS
+        or 2 * (-(-queries // 4) * 4) * dim > MAX_SCRATCH_FLOATS
         or queries == 0
         or keys == 0
         or _load() is None
