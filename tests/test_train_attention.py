@@ -162,9 +162,8 @@ def test_it_declines_what_it_does_not_serve(one_thread):
 def test_a_call_past_the_scratch_limit_is_declined(one_thread, monkeypatch):
     """The scratch holds two (queries x keys) score arrays, and a head's queries and their gradients: past the limit
     in either, SDPA serves the call."""
-    query, key, value = _inputs(
-        1, 4, 2, 5, 5, 24
-    )  # scores 2 x 8 x 16 = 256 floats, a head's queries 2 x 8 x 24 = 384
+    # scores 2 x 8 x 16 = 256 floats, a head's queries and their gradients 2 x 8 x 24 = 384
+    query, key, value = _inputs(1, 4, 2, 5, 5, 24)
     monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 384)
     assert train_attention.attention(query, key, value, None, 0.2, True) is not None
     monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 383)
