@@ -159,6 +159,7 @@ def test_it_declines_what_it_does_not_serve(one_thread):
     assert train_attention.attention(query, key, value, None, 0.2, True) is None
 
 
+@needs_compiler
 def test_a_call_past_the_scratch_limit_is_declined(one_thread, monkeypatch):
     """The scratch holds two (queries x keys) score arrays, and a head's queries and their gradients: past the limit
     in either, SDPA serves the call."""
