@@ -42,7 +42,7 @@ MAX_DIM = 256
 MAX_SCRATCH_FLOATS = 1 << 24
 # The kernel reads a batch row's queries and output gradients over every head, and its keys and values over every
 # key/value head, in one pass along memory while those planes fit in this many floats (1 MB, a core's L2 on the
-# machines measured), and one head at a time past it, so that the planes its tiles read stay in cache: on the tiny
+# Zen 4 host measured), and one head at a time past it, so that the planes its tiles read stay in cache: on the tiny
 # anchor's heads the first took 7-11% off the attention's time, on SmolLM2's it was 19-32% slower than the second
 # (docs/PERFORMANCE.md).
 WHOLE_ROW_FLOATS = 1 << 18
