@@ -195,6 +195,7 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/grouped_attention.py --model tiny --out bench-out/grouped_attention
 	$(BIN)/python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 2 --profile 15 --out bench-out/update_layout
 	$(BIN)/python bench/update_layout.py --model tiny --new-tokens 200 --rounds 3 --profile 15 --out bench-out/update_layout-tiny200
+	$(BIN)/python bench/update_layout.py --model tiny --rounds 5 --budgets 1024,1536,3072,4224 --product-rates 12 --out bench-out/update_layout-tiny
 	$(BIN)/python bench/update_ops.py --out bench-out/update_ops.json
 	$(BIN)/python bench/host_memory.py --shape smollm2 --out bench-out/host_memory
 	$(BIN)/python bench/decode_kernel.py --shape tiny200 --out bench-out/decode_kernel-tiny200

@@ -18,7 +18,7 @@ for each round times one `Role.update` on those samples in each arm, the first a
   changes.
 
 It prints the CPU-seconds of each arm (median and every round), the paired ratios to `default`, the layout the Role
-chose, and the peak RSS of the process (all arms share it).
+chose, and the peak RSS of the process (all arms share it; read before the options below run).
 
 Why: the changes are measured apart from generation and from TRL, on the same samples in the same run, which
 the whole-step comparison's noise (±7-10% a phase) cannot resolve.
@@ -29,6 +29,10 @@ seconds after a CUDA synchronise, and the record adds the peak GPU memory alloca
 costliest operators of one more update in the default arm (`torch.profiler`; self CUDA time on a GPU; on a CPU self
 CPU time with the matrix products' FLOP rate, and their share of the time and rate against the matmul peak measured
 after it, `bench/op_profile.py`), the view that places an update's time. `--micro-batch-tokens` replaces the `auto` budget.
+On a CPU, `--product-rates N` lists the N costliest matrix-product shapes of one more default-arm update with the rate
+each ran at there and alone, its operands in cache and from memory (`bench/product_rates.py`). `--budgets LIST` times
+the default arm again at each token budget of LIST (and the Role's own), paired rounds in the same process, the
+first budget of a round taking turns: the update's time against its micro-batch size on the same samples.
 
 Run: `python bench/update_layout.py --model smollm2 --prompts 16 --samples 4 --new-tokens 128 --rounds 3 --cpu 1`;
 on a GPU: `python bench/update_layout.py --model qwen3-0.6b --device cuda --prompts 16 --samples 8 --new-tokens 256
@@ -48,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from op_profile import matmul_peak, op_profile, profile_table, summary_line  # noqa: E402
+from product_rates import product_rates, rates_line, rates_table  # noqa: E402
 from vs_trl import pinned_bench  # noqa: E402
 from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
@@ -101,6 +106,58 @@ def token_budget(text: str) -> int | str | None:
     raise argparse.ArgumentTypeError(f"{text!r}: use auto, none or a positive number of tokens")
 
 
+def budget_list(text: str) -> list[int]:
+    """--budgets: comma-separated positive numbers of tokens."""
+    try:
+        budgets = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or min(budgets) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use positive token counts separated by commas, e.g. 1024,2112"
+        )
+    return budgets
+
+
+def budget_sweep(role, samples, advantages, budgets: list[int], rounds: int, tick) -> dict:
+    """The default arm's update at each budget of `budgets` (the Role's own first): {budget: {"seconds": [...],
+    "micro_batches": n}}, `rounds` paired rounds after one warm-up each, the first budget of a round taking turns."""
+    own = role.micro_batch_tokens
+    order = list(dict.fromkeys([own, *budgets]))
+    sweep = {}
+    try:
+        for budget in order:
+            role.micro_batch_tokens = budget
+            role.update(samples, advantages)  # warm-up
+            sweep[budget] = {"seconds": [], "micro_batches": len(role.micro_batch_layout(samples)[0])}
+        for k in range(rounds):
+            for budget in order[k % len(order) :] + order[: k % len(order)]:
+                role.micro_batch_tokens = budget
+                start = tick()
+                role.update(samples, advantages)
+                sweep[budget]["seconds"].append(tick() - start)
+    finally:
+        role.micro_batch_tokens = own
+    return sweep
+
+
+def budget_table(sweep: dict, clock_unit: str = "CPU-s") -> str:
+    """Markdown: each budget's micro-batches and time, and its time over the first budget's (paired median)."""
+    items = list(sweep.items())
+    base = items[0][1]["seconds"]
+    lines = [
+        f"| micro_batch_tokens | micro-batches | {clock_unit} (median) | every round | over {items[0][0]} (paired median) |",
+        "|---|---|---|---|---|",
+    ]
+    for budget, row in items:
+        ratio = statistics.median(a / b for a, b in zip(row["seconds"], base))
+        lines.append(
+            f"| {budget} | {row['micro_batches']} | {statistics.median(row['seconds']):.3f} "
+            f"| {[round(x, 3) for x in row['seconds']]} | {ratio:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def gpu_profile(role, samples, advantages, top: int) -> str:
     """On a GPU: the `top` costliest operators of one default-arm update by self CUDA time, as torch prints them."""
     import torch
@@ -148,7 +205,7 @@ def measure(args) -> dict:
                 start = tick()
                 role.update(samples, advantages)
                 seconds[name].append(tick() - start)
-    peak_mb = peak_rss_mb()  # this process's own (VmHWM; see vs_trl_sides)
+    peak_mb = peak_rss_mb()  # this process's own (VmHWM; see vs_trl_sides), before other budgets raise it
     record = {
         "model": args.model, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
         "samples": len(samples), "new_tokens": args.new_tokens,
@@ -164,6 +221,13 @@ def measure(args) -> dict:
     elif args.profile:
         rows, products = op_profile(lambda: role.update(samples, advantages), args.profile)
         record.update(profile=rows, profile_products=products, matmul_peak_flops_per_s=matmul_peak())
+    if args.budgets:  # JSON keys are strings; the first is the Role's own budget
+        sweep = budget_sweep(role, samples, advantages, args.budgets, args.rounds, tick)
+        record["budgets"] = {str(budget): row for budget, row in sweep.items()}
+    if args.product_rates and not on_gpu:
+        rows, summary = product_rates(lambda: role.update(samples, advantages), args.product_rates)
+        record.update(product_rates=rows, product_rates_summary=summary)
+        record.setdefault("matmul_peak_flops_per_s", matmul_peak())
     return record
 
 
@@ -191,6 +255,17 @@ def report(record: dict) -> str:
         lines += ["", "the default arm's update under torch.profiler, its costliest operators:", ""]
         lines += [profile_table(record["profile"]), ""]
         lines.append(summary_line(record["profile_products"], record["matmul_peak_flops_per_s"]))
+    if record.get("budgets"):
+        lines += ["", "the default arm at each micro-batch budget (the Role's own first):", ""]
+        lines.append(budget_table(record["budgets"], "s" if on_gpu else "CPU-s"))
+    if record.get("product_rates"):
+        peak = record["matmul_peak_flops_per_s"]
+        lines += [
+            "",
+            f"the costliest matrix-product shapes of one more update (matmul peak {peak / 1e9:.1f} GFLOP/s):",
+            "",
+        ]
+        lines += [rates_table(record["product_rates"], peak), "", rates_line(record["product_rates_summary"])]
     return "\n".join(lines)
 
 
@@ -216,6 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--profile", type=int, default=0, help="also list the N costliest operators of one update"
+    )
+    ap.add_argument(
+        "--product-rates",
+        type=int,
+        default=0,
+        help="on a CPU, also list the N costliest matrix-product shapes of one update, each at its rate there and "
+        "alone (default: 0, off)",
+    )
+    ap.add_argument(
+        "--budgets",
+        type=budget_list,
+        default=None,
+        help="also time the default arm at each of these micro-batch token budgets, e.g. 1024,2112,4224 (default: off)",
     )
     ap.add_argument("--prompts", type=int, default=32, help="default: 32")
     ap.add_argument("--samples", type=int, default=8, help="completions per prompt (default: 8)")

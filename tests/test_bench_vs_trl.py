@@ -583,6 +583,68 @@ def test_update_layout_bench_takes_a_budget_and_profiles_one_more_update(tmp_pat
     assert "| operator | calls |" in printed and "of the matmul peak" in printed
 
 
+def test_update_layout_bench_sweeps_budgets_and_rates_the_products(tmp_path, capsys):
+    bench = load_bench("update_layout")
+    assert bench.budget_list("64, 4096") == [64, 4096]
+    for bad in ("", "lots", "64,0"):
+        with pytest.raises(argparse.ArgumentTypeError, match="positive token counts"):
+            bench.budget_list(bad)
+    out = tmp_path / "ul"
+    argv = ["--child", "--model", "qwen3-tiny", "--new-tokens", "4", "--prompts", "2", "--samples", "2"]
+    argv += ["--rounds", "2", "--micro-batch-tokens", "64", "--budgets", "16,64", "--product-rates", "2"]
+    assert bench.main([*argv, "--out", str(out)]) == 0
+    record = json.loads((out / "result.json").read_text())
+    # the Role's own budget first, each listed one once, every round timed
+    assert list(record["budgets"]) == ["64", "16"]
+    small, own = record["budgets"]["16"], record["budgets"]["64"]
+    assert small["micro_batches"] > own["micro_batches"] >= 1
+    assert all(len(row["seconds"]) == 2 and min(row["seconds"]) > 0 for row in (small, own))
+    rows, summary = record["product_rates"], record["product_rates_summary"]
+    assert len(rows) == 2 and rows[0]["seconds"] >= rows[1]["seconds"]
+    assert all(r["in_call"] > 0 and r["alone_cached"] > 0 and r["alone_cold"] > 0 for r in rows)
+    assert summary["calls"] >= sum(r["calls"] for r in rows) and summary["flops"] > 0
+    printed = capsys.readouterr().out
+    assert "| micro_batch_tokens | micro-batches |" in printed and "over 64 (paired median)" in printed
+    assert "alone, operands in cache" in printed and "aten.mm:" in printed
+
+
+def test_product_rates_group_the_products_by_shape_and_layout():
+    import torch
+
+    bench = load_bench("product_rates")
+    a, b = torch.randn(8, 4), torch.randn(4, 3)
+    x, w = torch.randn(5, 4, requires_grad=True), torch.randn(6, 4, requires_grad=True)
+    weights = torch.randn(5, 6)  # the output's gradient g, a (5, 6) tensor stored by rows
+
+    def work():
+        torch.mm(a, b)
+        torch.mm(a, b)
+        (torch.nn.functional.linear(x, w) * weights).sum().backward()  # x w^T; then dx = g w, dw = g^T x
+
+    groups = {(g["m"], g["k"], g["n"], g["a"], g["b"]): g for g in bench.product_calls(work)}
+    assert groups[(8, 4, 3, "", "")]["calls"] == 2
+    assert groups[(8, 4, 3, "", "")]["flops"] == 2 * 2 * 8 * 4 * 3
+    assert (5, 4, 6, "", "T") in groups and (5, 6, 4, "", "") in groups and (6, 5, 4, "T", "") in groups
+    assert all(g["seconds"] >= 0 for g in groups.values())
+    assert bench.alone_rate(16, 8, 4) > 0 and bench.alone_rate(16, 8, 4, "T", "T", cold_bytes=4096) > 0
+    assert bench.last_level_cache_bytes() > 0
+
+
+def test_product_rates_print_every_rate():
+    bench = load_bench("product_rates")
+    row = {"m": 2050, "k": 96, "n": 256, "a": "", "b": "T", "calls": 24, "seconds": 0.03, "flops": 2.4e9}
+    row.update(in_call=8e10, alone_cached=1e11, alone_cold=9e10)
+    table = bench.rates_table([row], peak=1e11).splitlines()
+    assert table[2] == "| 2050 x 96 x 256 T | 24 | 0.0300 | 80.0 (0.80 of peak) | 100.0 | 90.0 | 0.80 |"
+    summary = {"calls": 48, "seconds": 0.06, "flops": 4.8e9, "listed_seconds": 0.03}
+    summary.update(listed_at_cached=0.024, listed_at_cold=0.0267, cold_bytes=128 << 20)
+    line = bench.rates_line(summary)
+    assert line.startswith(
+        "aten.mm: 48 calls, 0.060 CPU-s, 4.8 GFLOP at 80.0 GFLOP/s; the listed shapes (50%"
+    )
+    assert "would take 0.024 at their rates alone" in line and "(128 MiB of them)" in line
+
+
 def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_path, capsys):
     bench = load_bench("update_ops")
     out = tmp_path / "ops.json"
