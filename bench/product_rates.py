@@ -43,7 +43,7 @@ def last_level_cache_bytes(cpu: int = 0) -> int:
 
 
 def _layout(t) -> str:
-    """ "T" for a 2-D operand stored transposed (its rows are strided), "" for one stored by rows."""
+    """An operand's layout mark: "T" for a 2-D operand stored transposed (its rows strided), else ""."""
     return "T" if t.dim() == 2 and t.stride(0) == 1 and t.stride(1) != 1 else ""
 
 
