@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from op_profile import product_flops
+
 DEFAULT_CACHE_BYTES = 32 << 20  # where /sys does not say
 
 
@@ -65,10 +67,14 @@ def product_calls(fn) -> list[dict]:
             seconds = time.process_time() - start
             (m, k), n = a.shape, b.shape[1]
             key = (m, k, n, _layout(a), _layout(b))
-            group = groups.setdefault(key, {"m": m, "k": k, "n": n, "a": key[3], "b": key[4], "calls": 0})
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = dict(
+                    zip(("m", "k", "n", "a", "b"), key), calls=0, seconds=0.0, flops=0.0
+                )
             group["calls"] += 1
-            group["seconds"] = group.get("seconds", 0.0) + seconds
-            group["flops"] = group.get("flops", 0.0) + 2.0 * m * k * n
+            group["seconds"] += seconds
+            group["flops"] += product_flops("aten::mm", [[m, k], [k, n]])
             return out
 
     with Timed():
