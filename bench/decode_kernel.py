@@ -8,7 +8,9 @@ off, the first of a round taking turns. `--kernel decode` (default) is the share
 (`core/decode_kernel.py`, off: `PASODOBLE_DECODE_KERNEL=off`, the tensor path); `--kernel attention` is the
 several-token attention of the update and of prefills (`core/train_attention.py`, off:
 `PASODOBLE_TRAIN_ATTENTION=off`, SDPA); `--kernel layers` is the RMSNorm, the rotary embedding and the MLP's SiLU
-gate, forward and backward (`core/fused_layers.py`, off: `PASODOBLE_FUSED_LAYERS=off`, transformers' torch code).
+gate, forward and backward (`core/fused_layers.py`, off: `PASODOBLE_FUSED_LAYERS=off`, transformers' torch code);
+`--kernel narrow` is the products of the narrow linear layers (`core/narrow_matmul.py`, off:
+`PASODOBLE_NARROW_MATMUL=off`, torch's BLAS).
 It prints the medians over rounds of each arm's generation, update and step CPU-seconds, completion tokens and peak
 resident memory, and the off arm's generation, update and step time over the kernel's, paired round by round. The
 two arms draw the same samples when the kernel's rounding moves no draw; the table shows both token counts. Writes `results.json` and `report.md` under --out.
@@ -63,6 +65,12 @@ KERNELS = {
         "train_attention",
         "core/train_attention.py serves the update's attention and the prefills",
         "torch's SDPA",
+    ),
+    "narrow": (
+        "PASODOBLE_NARROW_MATMUL",
+        "narrow_matmul",
+        "core/narrow_matmul.py serves the products of the linear layers cpu_matmul turned onto it",
+        "torch's BLAS (MKL)",
     ),
     "layers": (
         "PASODOBLE_FUSED_LAYERS",

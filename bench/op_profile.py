@@ -2,9 +2,9 @@
 
 What: `op_profile(fn, top)` runs `fn()` under torch.profiler (CPU) and returns the `top` operators by self CPU
 time, each with its calls, self CPU-seconds, share of all operator time and, for the matrix products
-(`MATMUL_OPS`: torch's BLAS `aten::mm` / `addmm` / `bmm`, and oneDNN's `mkldnn::_linear_pointwise`, which
-`core.cpu_matmul` runs), the FLOP rate they ran at, counted from their operand shapes (`product_flops`) in a second
-call that records them; with it, `product_summary` of the call: the products' FLOPs, CPU-seconds and share of the
+(`MATMUL_OPS`: torch's BLAS `aten::mm` / `addmm` / `bmm`, oneDNN's `mkldnn::_linear_pointwise`, which
+`core.cpu_matmul` runs, and the project's narrow kernel, `core.narrow_matmul`, whose calls name their sizes), the FLOP
+rate they ran at, counted from their operand shapes (`product_flops`) in a second call that records them; with it, `product_summary` of the call: the products' FLOPs, CPU-seconds and share of the
 operator time. `profile_table(rows)` and `summary_line(summary, peak)` print them; `matmul_peak()` measures the
 peak they are read against, from `kernel_rates` (each kernel's rate; `bench/vs_trl_sides.py --side peak` records
 them).
@@ -24,7 +24,19 @@ from __future__ import annotations
 import math
 import time
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise")
+NARROW = "pasodoble::narrow_mm"  # core.narrow_matmul's events, "NARROW(m,k,n)" a call
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise", NARROW)
+
+
+def _op_and_sizes(key: str) -> tuple[str, float]:
+    """An event's operator, and for the narrow kernel's events (named with their sizes) the FLOPs of one call."""
+    if not key.startswith(NARROW + "("):
+        return key, 0.0
+    try:
+        m, k, n = (int(x) for x in key[len(NARROW) + 1 : -1].split(","))
+    except ValueError:
+        return key, 0.0
+    return NARROW, 2.0 * m * k * n
 
 
 def product_flops(op: str, shapes: list[list[int]]) -> float:
@@ -59,9 +71,11 @@ def _events(fn, shapes: bool):
 def _per_op(timed, shaped) -> dict[str, dict]:
     ops: dict[str, dict] = {}
     for e in timed:
-        row = ops.setdefault(e.key, {"op": e.key, "calls": 0, "self_cpu_s": 0.0, "flops": 0.0})
+        op, flops = _op_and_sizes(e.key)
+        row = ops.setdefault(op, {"op": op, "calls": 0, "self_cpu_s": 0.0, "flops": 0.0})
         row["calls"] += e.count
         row["self_cpu_s"] += e.self_cpu_time_total / 1e6
+        row["flops"] += e.count * flops  # the narrow kernel's: from the timed events' names
     for e in shaped:
         if e.key in ops:
             ops[e.key]["flops"] += e.count * product_flops(e.key, e.input_shapes or [])
@@ -119,17 +133,19 @@ def summary_line(summary: dict, peak: float | None = None) -> str:
 
 def kernel_rates(dtype: str = "float32", seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
     """Best of `trials` rates (FLOPs per CPU-second) of a `size` x `size` product in `dtype`, per kernel: torch's
-    BLAS (`torch.mm`) and, in float32 where this build has it, oneDNN (`core.cpu_matmul.mm`). The caller sets the
-    thread count."""
+    BLAS (`torch.mm`) and, in float32, oneDNN (`core.cpu_matmul.mm`) where this build has it and the project's narrow
+    kernel (`core.narrow_matmul.nn`) on one thread where it builds. The caller sets the thread count."""
     import torch
 
-    from pasodoble.core import cpu_matmul
+    from pasodoble.core import cpu_matmul, narrow_matmul
 
     a = torch.randn(size, size, dtype=getattr(torch, dtype))
     b = torch.randn(size, size, dtype=getattr(torch, dtype))
     kernels = {"blas": torch.mm}
     if dtype == "float32" and cpu_matmul.available():
         kernels["onednn"] = cpu_matmul.mm
+    if dtype == "float32" and torch.get_num_threads() == 1 and narrow_matmul.status() == "on":
+        kernels["narrow"] = narrow_matmul.nn  # the narrow layers' kernel, whatever its rate at this size
     rates = {}
     for name, product in kernels.items():
         for _ in range(3):

@@ -7,7 +7,9 @@ for each round times one `Role.update` on those samples in each arm, the first a
 
 - `default`: the Role's choice (`Role.micro_batch_layout`: a row per prompt, `core.packed`, where its cost model
   prices that lower), the input embedding's backward adding its rows into the gradient in place
-  (`core.embedding_grad`), and the LM head's log-probs as one fused autograd node (`core.fused_head`);
+  (`core.embedding_grad`), the LM head's log-probs as one fused autograd node (`core.fused_head`), and the narrow
+  linear layers' products on the project's kernel where `cpu_matmul: auto` puts them (`core.narrow_matmul`);
+- `blas_products`: the default with the narrow kernel off (those layers' products on torch's BLAS, MKL);
 - `gathered`: the default with the packed rows' attention through per-sample gathers, two kernel calls a layer,
   as before the kernel read the rows in place (`core.segment_attention.attends_in_place`);
 - `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
@@ -29,8 +31,9 @@ seconds after a CUDA synchronise, and the record adds the peak GPU memory alloca
 costliest operators of one more update in the default arm (`torch.profiler`; self CUDA time on a GPU; on a CPU self
 CPU time with the matrix products' FLOP rate, and their share of the time and rate against the matmul peak measured
 after it, `bench/op_profile.py`), the view that places an update's time. `--micro-batch-tokens` replaces the `auto` budget.
-On a CPU, `--product-rates N` lists the N costliest matrix-product shapes of one more default-arm update with the rate
-each ran at there and alone, its operands in cache and from memory (`bench/product_rates.py`). `--budgets LIST` times
+On a CPU, `--product-rates N` lists the N costliest matrix-product shapes of one more update in the `blas_products`
+arm (the products it times are torch's) with the rate each ran at there and alone, its operands in cache and from
+memory (`bench/product_rates.py`). `--budgets LIST` times
 the default arm again at each token budget of LIST (and the Role's own), paired rounds in the same process, the
 first budget of a round taking turns: the update's time against its micro-batch size on the same samples.
 
@@ -56,13 +59,19 @@ from product_rates import product_rates, rates_line, rates_table  # noqa: E402
 from vs_trl import pinned_bench  # noqa: E402
 from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
-ARMS = ("default", "gathered", "sdpa", "stock_layers", "stock_head", "cache", "cache_stock")
+ARMS = ("default", "blas_products", "gathered", "sdpa", "stock_layers", "stock_head", "cache", "cache_stock")
 
 
 @contextlib.contextmanager
 def arm(role, name: str):
     """The Role as it runs in arm `name` (see module) for the duration."""
-    from pasodoble.core import chunked_logprobs, fused_layers, segment_attention, train_attention
+    from pasodoble.core import (
+        chunked_logprobs,
+        fused_layers,
+        narrow_matmul,
+        segment_attention,
+        train_attention,
+    )
     from pasodoble.roles import role as role_module
 
     weight, rows_into_grad, can_fuse, in_place = (
@@ -71,8 +80,8 @@ def arm(role, name: str):
         chunked_logprobs.can_fuse,
         segment_attention.attends_in_place,
     )
-    kernels = {module: dict(module._state) for module in (train_attention, fused_layers)}
-    off = {"sdpa": train_attention, "stock_layers": fused_layers}.get(name)
+    kernels = {module: dict(module._state) for module in (train_attention, fused_layers, narrow_matmul)}
+    off = {"sdpa": train_attention, "stock_layers": fused_layers, "blas_products": narrow_matmul}.get(name)
     if off is not None:
         off._state.update(lib=None, why="off (bench arm)")
     if name.startswith("cache"):
@@ -225,7 +234,8 @@ def measure(args) -> dict:
         sweep = budget_sweep(role, samples, advantages, args.budgets, args.rounds, tick)
         record["budgets"] = {str(budget): row for budget, row in sweep.items()}
     if args.product_rates and not on_gpu:
-        rows, summary = product_rates(lambda: role.update(samples, advantages), args.product_rates)
+        with arm(role, "blas_products"):  # torch's products, the ones a dispatch mode can time
+            rows, summary = product_rates(lambda: role.update(samples, advantages), args.product_rates)
         record.update(product_rates=rows, product_rates_summary=summary)
         record.setdefault("matmul_peak_flops_per_s", matmul_peak())
     return record
@@ -262,7 +272,8 @@ def report(record: dict) -> str:
         peak = record["matmul_peak_flops_per_s"]
         lines += [
             "",
-            f"the costliest matrix-product shapes of one more update (matmul peak {peak / 1e9:.1f} GFLOP/s):",
+            f"the costliest matrix-product shapes of one more update in the blas_products arm (matmul peak "
+            f"{peak / 1e9:.1f} GFLOP/s):",
             "",
         ]
         lines += [rates_table(record["product_rates"], peak), "", rates_line(record["product_rates_summary"])]

@@ -448,7 +448,7 @@ def parse_args(argv: list[str] | None = None):
 
 def measure_peak(args, name: str) -> tuple[float, str | None, dict]:
     """The matmul peak (FLOPs per second) of the pinned core, or of the GPU with --device cuda, the GPU's name and
-    the rate of each kernel measured ({"blas": ..., "onednn": ...} on a CPU)."""
+    the rate of each kernel measured ({"blas": ..., "onednn": ..., "narrow": ...} on a CPU)."""
     record = run_child(
         sys.executable, "peak", None, args.out / "runs" / name, args.cpu, args.device, dtype=args.dtype
     )

@@ -170,8 +170,9 @@ def run_peak_gpu(size: int = 8192, reps: int = 10, trials: int = 3) -> dict:
 
 def run_peak(seconds: float = 1.0, size: int = 1024, trials: int = 3, dtype: str = "float32") -> dict:
     """Best of `trials` matmul rates of one thread in `dtype` (FLOPs per CPU-second): the MFU's denominator. In
-    float32 both torch's BLAS (`torch.mm`) and oneDNN (the kernel `cpu_matmul: auto` may pick) run, where the build
-    has oneDNN: the core's limit is the faster one's, and each kernel's rate is recorded."""
+    float32 torch's BLAS (`torch.mm`), oneDNN (the kernel `cpu_matmul: auto` may pick) where the build has it and the
+    project's narrow kernel where it builds all run: the core's limit is the fastest one's, and each kernel's rate is
+    recorded."""
     here = Path(__file__).resolve()
     sys.path[:0] = [str(here.parents[1]), str(here.parent)]
     from op_profile import kernel_rates
@@ -212,7 +213,7 @@ def run_project(spec: dict) -> dict:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pasodoble.config import apply_override, from_dict
-    from pasodoble.core import cpu_matmul, decode_kernel, fused_layers, train_attention
+    from pasodoble.core import cpu_matmul, decode_kernel, fused_layers, narrow_matmul, train_attention
     from pasodoble.core.grpo import group_advantages
     from pasodoble.roles.role import Role, RoleConfig, Sample
 
@@ -290,6 +291,11 @@ def run_project(spec: dict) -> dict:
             "cpu_matmul": cfg.cpu_matmul,
             # how many linear layers `cpu_matmul` turned (on a Zen 4 core "auto" turns the wide ones only)
             "onednn_linear_layers": sum(isinstance(m, cpu_matmul.OneDnnLinear) for m in role.model.modules()),
+            # and how many it turned onto the project's narrow kernel (on a Zen 4 core: the ones oneDNN leaves)
+            "narrow_linear_layers": sum(
+                isinstance(m, narrow_matmul.NarrowLinear) for m in role.model.modules()
+            ),
+            "narrow_matmul": narrow_matmul.status(),  # the compiled products of narrow linear layers
             "decode_kernel": decode_kernel.status(),  # the compiled shared-prompt decode attention
             "train_attention": train_attention.status(),  # the compiled several-token attention
             "fused_layers": fused_layers.status(),  # the compiled RMSNorm, rotary embedding and SiLU gate

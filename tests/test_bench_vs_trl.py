@@ -675,13 +675,20 @@ def test_update_ops_bench_counts_fewer_operators_for_fewer_micro_batches(tmp_pat
 def test_update_layout_arms_switch_the_changes_off_and_back():
     import torch
 
-    from pasodoble.core import chunked_logprobs, fused_layers, segment_attention, train_attention
+    from pasodoble.core import (
+        chunked_logprobs,
+        fused_layers,
+        narrow_matmul,
+        segment_attention,
+        train_attention,
+    )
     from pasodoble.core.embedding_grad import rows_into_grad
     from pasodoble.roles import role as role_module
 
     bench = load_bench("update_layout")
     train_attention.status()  # loaded (or not) before the arms switch them
     fused_layers.status()
+    narrow_matmul.status()
     role = types.SimpleNamespace(entry_weight=0.5)
     head, states = torch.nn.Linear(4, 7, bias=False), torch.randn(2, 4)
     in_place = segment_attention.attends_in_place
@@ -695,17 +702,20 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
                 train_attention._load() is None,
                 fused_layers._load() is None,
                 segment_attention.attends_in_place is in_place,
+                narrow_matmul._load() is None,
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
         assert segment_attention.attends_in_place is in_place
     # without a compiler every arm runs SDPA and transformers' layers
     sdpa, layers = train_attention._load() is None, fused_layers._load() is None
+    blas = narrow_matmul._load() is None
     assert switched == {
-        "default": (True, True, False, sdpa, layers, True),
-        "gathered": (True, True, False, sdpa, layers, False),
-        "sdpa": (True, True, False, True, layers, True),
-        "stock_layers": (True, True, False, sdpa, True, True),
-        "stock_head": (True, False, False, sdpa, layers, True),
-        "cache": (False, True, False, sdpa, layers, True),
-        "cache_stock": (False, False, True, sdpa, layers, True),
+        "default": (True, True, False, sdpa, layers, True, blas),
+        "blas_products": (True, True, False, sdpa, layers, True, True),
+        "gathered": (True, True, False, sdpa, layers, False, blas),
+        "sdpa": (True, True, False, True, layers, True, blas),
+        "stock_layers": (True, True, False, sdpa, True, True, blas),
+        "stock_head": (True, False, False, sdpa, layers, True, blas),
+        "cache": (False, True, False, sdpa, layers, True, blas),
+        "cache_stock": (False, False, True, sdpa, layers, True, blas),
     }

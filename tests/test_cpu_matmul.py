@@ -94,7 +94,7 @@ def test_choices_by_name_and_by_cpu():
         min_layer_size("auto", Cpu("AuthenticAMD", 25, {"avx2"})) is None
     )  # Zen 3: no wider path for oneDNN
     assert min_layer_size("auto", Cpu("", 0, set())) is None  # an unreadable /proc/cpuinfo
-    with pytest.raises(ValueError, match="auto, onednn, blas"):
+    with pytest.raises(ValueError, match="auto, onednn, blas, native"):
         min_layer_size("mkl")
 
 
@@ -113,8 +113,10 @@ def test_cpu_flags_read_the_first_core_and_survive_a_missing_file(tmp_path):
 @needs_onednn
 @pytest.mark.parametrize(("family", "turned"), [(26, {"head", "narrow", "wide"}), (25, {"head", "wide"})])
 def test_auto_turns_the_layers_its_core_runs_faster_on_onednn(monkeypatch, family, turned):
-    """Zen 5: every layer; Zen 4: layers of at least HALF_WIDTH_MIN_WEIGHTS weights (the head is tied or not)."""
+    """Zen 5: every layer; Zen 4: layers of at least HALF_WIDTH_MIN_WEIGHTS weights (the head is tied or not); the
+    narrower ones take the project's kernel there (tests/test_narrow_matmul.py), off here."""
     monkeypatch.setattr(cpu_matmul, "_cpu_flags", lambda: Cpu("AuthenticAMD", family, {"avx512f"}))
+    monkeypatch.setattr(cpu_matmul, "narrow_below", lambda choice: 0)
     least = cpu_matmul.HALF_WIDTH_MIN_WEIGHTS
     model = torch.nn.ModuleDict(
         {
@@ -135,10 +137,10 @@ def test_fused_head_products_through_onednn_match_torch_mm():
     states = torch.randn(11, 16) * 3
     targets = torch.randint(0, 300, (11,))
     results = []
-    for onednn in (False, True):
+    for products in ("blas", "onednn"):
         weight.grad = None
         s = states.clone().requires_grad_(True)
-        out = head_logprobs(s, weight, targets, 0.7, onednn)
+        out = head_logprobs(s, weight, targets, 0.7, products)
         (out * torch.arange(11.0)).sum().backward()
         results.append((out.detach(), s.grad, weight.grad.clone()))
     for got, want in zip(results[1], results[0], strict=True):

@@ -23,8 +23,7 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from pasodoble.core.cpu_matmul import OneDnnLinear
-from pasodoble.core.fused_head import can_fuse, head_logprobs
+from pasodoble.core.fused_head import can_fuse, head_logprobs, products_of
 from pasodoble.core.grpo import entropy_from_logits
 
 CHUNK_TOKENS = 2048  # completion tokens per head application: 2048 x 49k float32 logits is 400 MB
@@ -57,7 +56,7 @@ def head_skipped(head: torch.nn.Module):
 def _chunk_logps(head: torch.nn.Module, temperature: float, hidden: torch.Tensor, targets: torch.Tensor):
     if can_fuse(head, hidden):
         # one (N, V) buffer, not six
-        return head_logprobs(hidden, head.weight, targets, temperature, isinstance(head, OneDnnLinear))
+        return head_logprobs(hidden, head.weight, targets, temperature, products_of(head))
     logits = (
         head(hidden).float() / temperature
     )  # (N, V): the only vocabulary-sized tensor, one chunk at a time

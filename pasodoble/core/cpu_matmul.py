@@ -7,10 +7,11 @@ differs), and returns how many it turned. `OneDnnLinear.forward` computes `x @ w
 way; anything else (another dtype, autocast, a sharded or offloaded weight, another device) takes the stock
 `nn.Linear` path. `mm(a, b)` is the same product for callers that multiply directly (`core.fused_head`).
 `min_layer_size(choice)`: the least weights (in x out features) a layer needs to be turned (None: no layer is).
-"blas" keeps torch's default; "onednn" turns every layer; "auto" picks oneDNN on AMD cores with AVX-512, where MKL
+"blas" keeps torch's default; "onednn" turns every layer; "native" turns every layer whose sizes fit the project's
+own kernel into a `core.narrow_matmul.NarrowLinear`; "auto" picks oneDNN on AMD cores with AVX-512, where MKL
 (torch's BLAS on x86) takes its AVX2 path: every layer on a core that runs 512-bit vectors at full width (Zen 5, CPU
 family 26 and later), and layers of at least `HALF_WIDTH_MIN_WEIGHTS` weights on one that splits them into two
-256-bit halves (Zen 4, family 25).
+256-bit halves (Zen 4, family 25), whose narrower layers take the project's kernel (`narrow_below`).
 
 Why: on a Zen 5 core MKL's float32 products ran at 88-112 GFLOP/s at the bench models' shapes and oneDNN's at
 198-256, a linear layer's forward and backward 1.65-2.13x faster, SmolLM2-135M's GRPO step 1.66x (docs/PERFORMANCE.md).
@@ -32,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-CHOICES = ("auto", "onednn", "blas")
+CHOICES = ("auto", "onednn", "blas", "native")
 # On a core that splits 512-bit vectors in two (Zen 4), "auto" turns layers of at least this many weights (2^18:
 # SmolLM2's 576 x 576 and up, not its 576 x 192 or the tiny anchor's 96 x 256; docs/PERFORMANCE.md).
 HALF_WIDTH_MIN_WEIGHTS = 1 << 18
@@ -85,7 +86,7 @@ def min_layer_size(choice: str, cpu: Cpu | None = None) -> int | None:
     ("auto" | "onednn" | "blas") on this machine; None: no layer does (`cpu`: read from /proc/cpuinfo when None)."""
     if choice not in CHOICES:
         raise ValueError(f"unknown cpu_matmul {choice!r}; use one of {', '.join(CHOICES)}")
-    if choice == "blas" or not available():
+    if choice in ("blas", "native") or not available():
         return None
     if choice == "onednn":
         return 0
@@ -145,19 +146,45 @@ class OneDnnLinear(torch.nn.Linear):
         return out.view(*x.shape[:-1], out.shape[-1])
 
 
-def use_cpu_matmul(model: torch.nn.Module, choice: str) -> int:
-    """Turns the plain `nn.Linear` modules of `model` whose weights are on the CPU and number at least
-    `min_layer_size(choice)` into `OneDnnLinear`; returns how many it turned (0 when it keeps the stock path)."""
-    least = min_layer_size(choice)
-    if least is None:
+def narrow_below(choice: str, cpu: Cpu | None = None) -> int:
+    """The weights (in x out features) under which a float32 linear layer runs on the project's narrow kernel
+    (`core.narrow_matmul`) under `choice`, where its sizes fit it; 0: no layer does. "native": every layer; "auto": on
+    a core that splits 512-bit vectors in two (Zen 4), the layers oneDNN does not take, where the kernel measured
+    faster than MKL; elsewhere none (not measured there)."""
+    if choice not in CHOICES:
+        raise ValueError(f"unknown cpu_matmul {choice!r}; use one of {', '.join(CHOICES)}")
+    if choice == "native":
+        return 1 << 62
+    if choice != "auto":
         return 0
+    vendor, family, flags = _cpu_flags() if cpu is None else cpu
+    if vendor != "AuthenticAMD" or "avx512f" not in flags or family >= FULL_WIDTH_AMD_FAMILY:
+        return 0
+    return HALF_WIDTH_MIN_WEIGHTS
+
+
+def use_cpu_matmul(model: torch.nn.Module, choice: str) -> int:
+    """Turns the plain `nn.Linear` modules of `model` whose weights are on the CPU into `OneDnnLinear` where they
+    number at least `min_layer_size(choice)`, and into `core.narrow_matmul.NarrowLinear` where they number fewer than
+    `narrow_below(choice)` and their sizes fit that kernel (when it builds); returns how many it turned (0 when every
+    layer keeps the stock path)."""
+    from pasodoble.core import narrow_matmul
+
+    least, below = min_layer_size(choice), narrow_below(choice)
     turned = 0
     for module in model.modules():
-        if (
-            type(module) is torch.nn.Linear
-            and module.weight.device.type == "cpu"
-            and module.in_features * module.out_features >= least
-        ):
+        if type(module) is not torch.nn.Linear or module.weight.device.type != "cpu":
+            continue
+        weights = module.in_features * module.out_features
+        if least is not None and weights >= least:
             module.__class__ = OneDnnLinear
-            turned += 1
+        elif (
+            weights < below
+            and narrow_matmul.takes(module.in_features, module.out_features)
+            and narrow_matmul.status() == "on"
+        ):
+            module.__class__ = narrow_matmul.NarrowLinear
+        else:
+            continue
+        turned += 1
     return turned

@@ -27,13 +27,18 @@ import threading
 
 import torch
 
+from pasodoble.core import narrow_matmul
 from pasodoble.core.cpu_matmul import OneDnnLinear, mm
 
 
 class _HeadLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, states, weight, targets, temperature, compute_dtype, onednn):
-        product = mm if onednn and compute_dtype is None else torch.mm
+    def forward(ctx, states, weight, targets, temperature, compute_dtype, products):
+        product = (
+            {"onednn": mm, "narrow": narrow_matmul.mm}.get(products, torch.mm)
+            if compute_dtype is None
+            else torch.mm
+        )
         with torch.autocast(states.device.type, enabled=False):
             if compute_dtype is None:
                 logits = product(states, weight.t())  # (N, V): the one vocabulary-sized buffer
@@ -92,7 +97,10 @@ def reuse_head_casts():
     outer = getattr(_scope, "casts", None)
     _scope.casts = {} if outer is None else outer
     try:
-        yield
+        with (
+            narrow_matmul.reuse_transposes()
+        ):  # the narrow kernel's transposed weights, under the same promise
+            yield
     finally:
         _scope.casts = outer
 
@@ -121,7 +129,7 @@ def _autocast_dtype(device_type: str) -> torch.dtype | None:
 def can_fuse(head: torch.nn.Module, states: torch.Tensor) -> bool:
     """True when `head(states)` is exactly `states @ head.weight.T` with nothing around the call: float32 weights and
     states, in float32 or under autocast to bfloat16 / float16 (then the product runs in that dtype, as autocast's)."""
-    if type(head) not in (torch.nn.Linear, OneDnnLinear) or head.bias is not None:
+    if type(head) not in (torch.nn.Linear, OneDnnLinear, narrow_matmul.NarrowLinear) or head.bias is not None:
         return False
     weight = head.weight
     plain = type(weight) is torch.nn.Parameter and type(weight.data) is torch.Tensor  # not a DTensor shard
@@ -140,12 +148,20 @@ def head_logprobs(
     weight: torch.Tensor,
     targets: torch.Tensor,
     temperature: float,
-    onednn: bool = False,
+    products: str = "blas",
 ) -> torch.Tensor:
     """(N,) float32 log p(targets[i] | states[i]) under logits `states @ weight.T / temperature`; under autocast the
-    product runs in autocast's dtype (the softmax and the result stay float32). `onednn`: float32 products through
-    `core.cpu_matmul.mm`, as the head module's own (an `OneDnnLinear`) would run them."""
+    product runs in autocast's dtype (the softmax and the result stay float32). `products`: where the float32 products
+    run, as the head module's own would (`products_of`): "blas" (`torch.mm`), "onednn" (`core.cpu_matmul.mm`, an
+    `OneDnnLinear` head) or "narrow" (`core.narrow_matmul.mm`, a `NarrowLinear` head)."""
     low = _autocast_dtype(states.device.type)
     return _HeadLogprobs.apply(
-        states, weight, targets, float(temperature), low if low in LOW_PRECISION else None, onednn
+        states, weight, targets, float(temperature), low if low in LOW_PRECISION else None, products
     )
+
+
+def products_of(head: torch.nn.Module) -> str:
+    """Which products `head`'s own forward runs in float32: "onednn", "narrow" or "blas"."""
+    if isinstance(head, OneDnnLinear):
+        return "onednn"
+    return "narrow" if isinstance(head, narrow_matmul.NarrowLinear) else "blas"

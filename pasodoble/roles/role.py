@@ -113,7 +113,8 @@ class RoleConfig:
     # LM-head tokens per chunk of the loss (None: whole logits; "auto": from the vocabulary and the model's size)
     logprob_chunk_tokens: int | Literal["auto"] | None = 2048
     share_prompt_prefill: bool = True  # each distinct prompt of a generate() call / micro-batch runs once
-    # float32 linear layers on a CPU: "auto" (oneDNN on AMD AVX-512 cores; Zen 4: layers of 2^18+ weights) | "onednn" | "blas"
+    # float32 linear layers on a CPU: "auto" (oneDNN on AMD AVX-512 cores; Zen 4: layers of 2^18+ weights, the
+    # narrower ones on the project's kernel) | "onednn" | "blas" | "native" (the project's kernel wherever it fits)
     cpu_matmul: str = "auto"
 
     def validate(self) -> None:

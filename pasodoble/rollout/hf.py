@@ -35,6 +35,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from pasodoble.core.grpo import token_logprobs
+from pasodoble.core.narrow_matmul import reuse_transposes
 from pasodoble.core.precision import autocast
 from pasodoble.core.prefix_attention import PREFIX_AWARE, SharedPrefix
 from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, gather_cache, quiet_cache_rename
@@ -157,6 +158,7 @@ class HFEngine:
                 torch.no_grad(),
                 autocast(device, self.autocast_dtype),
                 _bare_generation_config(self.model),
+                reuse_transposes(),  # the weights are fixed for the call: narrow layers transpose theirs once
             ):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
