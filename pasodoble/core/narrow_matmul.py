@@ -4,15 +4,16 @@ What: `NarrowLinear` is an `nn.Linear` (same parameters and state dict) whose fo
 with the kernel's products (`narrow_matmul.c`) in a float32 autograd node whose backward makes its two products the
 same way. It applies where `applies(x, weight)` holds: float32 on the CPU, plain tensors, one torch thread, no
 autocast, in and out features multiples of 16, and the kernel built; anything else takes the stock `nn.Linear`
-path. The forward reads the weight transposed, made once per update pass or generate call
-(`reuse_transposes`). `mm(a, b)` is the same
-product for callers that multiply directly (`core.fused_head`), torch's where the layout does not fit.
+path. The forward reads the weight transposed, made once per update pass or generate call (`reuse_transposes`).
+`mm(a, b)` is the same product for callers that multiply directly (`core.fused_head`), torch's where the layout does
+not fit.
 `core.cpu_matmul.use_cpu_matmul` turns layers into `NarrowLinear` (`cpu_matmul: auto` on a Zen 4 core for layers
 under its oneDNN threshold, `cpu_matmul: native` for every layer it `takes`).
 
 Why: at the tiny anchor's shapes (2,112 rows of 96 to 256 features) torch's BLAS (MKL) packs both operands and
 zeroes its output before each product; the kernel reads the activations where they are and writes each output once.
-On a Zen 4 core it ran the update's products 1.04-1.27x faster than `torch.mm` (docs/PERFORMANCE.md). The sums
+On a Zen 4 core it ran the update's product shapes 1.17x faster than `torch.mm`, and the tiny anchor's update 1.13-1.18x
+(docs/PERFORMANCE.md). The sums
 are float32 in both; they differ in order only (relative differences around 1e-6, tested).
 
 How it is built: as `core.train_attention`, by `core.native` (the system C compiler, `-O3 -march=native`, cached
