@@ -97,9 +97,8 @@ def reuse_head_casts():
     outer = getattr(_scope, "casts", None)
     _scope.casts = {} if outer is None else outer
     try:
-        with (
-            narrow_matmul.reuse_transposes()
-        ):  # the narrow kernel's transposed weights, under the same promise
+        # the narrow kernel's transposed weights (`core.narrow_matmul`), under the same promise
+        with narrow_matmul.reuse_transposes():
             yield
     finally:
         _scope.casts = outer
