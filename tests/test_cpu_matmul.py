@@ -12,47 +12,26 @@ from pasodoble.core.cpu_matmul import Cpu, OneDnnLinear, min_layer_size, use_cpu
 from pasodoble.core.fused_head import head_logprobs
 from pasodoble.errors import ConfigError
 from pasodoble.roles.role import Role, RoleConfig, Sample
+from tests.linear_helpers import assert_same_as, assert_stock_path_off_float32, inputs, run, twins
 from tests.loop_helpers import save_tiny
 
 needs_onednn = pytest.mark.skipif(not cpu_matmul.available(), reason="this torch build has no oneDNN linear")
-
-
-def twins(bias: bool, out_features: int = 33) -> tuple[torch.nn.Linear, torch.nn.Linear]:
-    torch.manual_seed(0)
-    stock = torch.nn.Linear(96, out_features, bias=bias)
-    turned = torch.nn.Linear(96, out_features, bias=bias)
-    turned.load_state_dict(stock.state_dict())
-    assert use_cpu_matmul(turned, "onednn") == 1
-    return stock, turned
-
-
-def run(layer: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor):
-    layer.zero_grad()
-    x = x.detach().clone().requires_grad_(True)
-    out = layer(x)
-    out.backward(grad)
-    grads = [p.grad.clone() for p in layer.parameters()]
-    return out.detach(), x.grad, grads
 
 
 @needs_onednn
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(300, 96), (5, 7, 96), "transposed"])
 def test_values_and_gradients_equal_the_stock_layer(bias, shape):
-    stock, turned = twins(bias)
+    stock, turned = twins("onednn", bias, out_features=33)
     assert type(turned) is OneDnnLinear and isinstance(turned, torch.nn.Linear)
-    x = torch.randn(96, 40).t() if shape == "transposed" else torch.randn(*shape)  # a non-contiguous input
+    x = inputs(shape)
     grad = torch.randn(*x.shape[:-1], 33)
-    want, got = run(stock, x, grad), run(turned, x, grad)
-    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
-    for g, w in zip(got[2], want[2], strict=True):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-4)
+    assert_same_as(run(turned, x, grad), run(stock, x, grad))
 
 
 @needs_onednn
 def test_the_layer_differs_from_stock_only_in_summation_order_and_runs_oneDNN():
-    stock, turned = twins(bias=True, out_features=512)
+    stock, turned = twins("onednn", bias=True, out_features=512)
     x = torch.randn(64, 96)
     with torch.profiler.profile() as prof:
         out = turned(x)
@@ -63,18 +42,7 @@ def test_the_layer_differs_from_stock_only_in_summation_order_and_runs_oneDNN():
 
 @needs_onednn
 def test_other_dtypes_autocast_empty_inputs_and_no_grad_keep_or_match_the_stock_path():
-    stock, turned = twins(bias=True)
-    x = torch.randn(6, 96)
-    with torch.no_grad():
-        torch.testing.assert_close(turned(x), stock(x), rtol=1e-5, atol=1e-5)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        low, want = turned(x), stock(x)
-    assert low.dtype == torch.bfloat16
-    torch.testing.assert_close(low, want, rtol=0, atol=0)  # the stock path: autocast's own product
-    assert turned(torch.randn(0, 96)).shape == (0, 33)
-    stock.to(torch.bfloat16), turned.to(torch.bfloat16)
-    xb = x.to(torch.bfloat16)
-    torch.testing.assert_close(turned(xb), stock(xb), rtol=0, atol=0)
+    assert_stock_path_off_float32(*twins("onednn", bias=True, out_features=33))
 
 
 def test_choices_by_name_and_by_cpu():

@@ -12,8 +12,8 @@ from pasodoble.core.cpu_matmul import Cpu, OneDnnLinear, narrow_below, use_cpu_m
 from pasodoble.core.fused_head import head_logprobs, products_of
 from pasodoble.core.narrow_matmul import NarrowLinear, reuse_transposes, transposed
 from pasodoble.roles.role import Role, RoleConfig, Sample
+from tests.linear_helpers import assert_same_as, assert_stock_path_off_float32, inputs, run, twins
 from tests.loop_helpers import save_tiny
-from tests.test_cpu_matmul import run
 
 needs_kernel = pytest.mark.skipif(
     narrow_matmul.status() != "on", reason="the narrow kernel could not be built"
@@ -72,54 +72,29 @@ def test_mm_takes_each_layout_of_the_head_products(vocab):
         torch.testing.assert_close(narrow_matmul.mm(a, b), a @ b, rtol=1e-5, atol=1e-4)
 
 
-def twins(
-    bias: bool, in_features: int = 96, out_features: int = 48
-) -> tuple[torch.nn.Linear, torch.nn.Linear]:
-    torch.manual_seed(0)
-    stock = torch.nn.Linear(in_features, out_features, bias=bias)
-    turned = torch.nn.Linear(in_features, out_features, bias=bias)
-    turned.load_state_dict(stock.state_dict())
-    assert use_cpu_matmul(turned, "native") == 1
-    return stock, turned
-
-
 @needs_kernel
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(300, 96), (5, 7, 96), "transposed"])
 def test_values_and_gradients_equal_the_stock_layer(bias, shape):
-    stock, turned = twins(bias)
+    stock, turned = twins("native", bias)
     assert type(turned) is NarrowLinear and isinstance(turned, torch.nn.Linear)
-    x = torch.randn(96, 40).t() if shape == "transposed" else torch.randn(*shape)  # a non-contiguous input
+    x = inputs(shape)
     grad = torch.randn(*x.shape[:-1], 48)
     with torch.profiler.profile() as prof:
         got = run(turned, x, grad)
     assert not {"aten::mm", "aten::addmm", "aten::linear"} & {e.name for e in prof.events()}  # the kernel's
-    want = run(stock, x, grad)
-    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
-    for g, w in zip(got[2], want[2], strict=True):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-4)
+    assert_same_as(got, run(stock, x, grad))
 
 
 @needs_kernel
 def test_other_dtypes_autocast_threads_and_empty_inputs_keep_or_match_the_stock_path():
-    stock, turned = twins(bias=True)
-    x = torch.randn(6, 96)
-    with torch.no_grad():
-        torch.testing.assert_close(turned(x), stock(x), rtol=1e-5, atol=1e-5)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        low, want = turned(x), stock(x)
-    assert low.dtype == torch.bfloat16
-    torch.testing.assert_close(low, want, rtol=0, atol=0)  # the stock path: autocast's own product
-    assert turned(torch.randn(0, 96)).shape == (0, 48)
+    stock, turned = twins("native", bias=True)
     torch.set_num_threads(2)  # torch's BLAS would use both threads; the kernel has one
     with torch.profiler.profile() as prof:
-        turned(x)
+        turned(torch.randn(6, 96))
     assert "aten::linear" in {e.name for e in prof.events()}
     torch.set_num_threads(1)
-    stock.to(torch.bfloat16), turned.to(torch.bfloat16)
-    xb = x.to(torch.bfloat16)
-    torch.testing.assert_close(turned(xb), stock(xb), rtol=0, atol=0)
+    assert_stock_path_off_float32(stock, turned)
 
 
 @needs_kernel
