@@ -84,7 +84,8 @@ def _cpu_flags(path: Path = Path("/proc/cpuinfo")) -> Cpu:
 
 def min_layer_size(choice: str, cpu: Cpu | None = None) -> int | None:
     """The least weights (in x out features) a float32 linear layer needs to run through oneDNN under `choice`
-    ("auto" | "onednn" | "blas" | "native") on this machine; None: no layer does (`cpu`: read from /proc/cpuinfo when None)."""
+    ("auto" | "onednn" | "blas" | "native") on this machine; None: no layer does (`cpu`: read from /proc/cpuinfo when
+    None)."""
     if choice not in CHOICES:
         raise ValueError(f"unknown cpu_matmul {choice!r}; use one of {', '.join(CHOICES)}")
     if choice in ("blas", "native") or not available():
