@@ -10,6 +10,8 @@ for each round times one `Role.update` on those samples in each arm, the first a
   (`core.embedding_grad`), the LM head's log-probs as one fused autograd node (`core.fused_head`), and the narrow
   linear layers' products on the project's kernel where `cpu_matmul: auto` puts them (`core.narrow_matmul`);
 - `blas_products`: the default with the narrow kernel off (those layers' products on torch's BLAS, MKL);
+- `separate_layers`: the default with each of a block's layers on one input (q, k, v; gate, up) in its own kernel
+  call, as before they shared one (`core.narrow_matmul.InputGroup`);
 - `gathered`: the default with the packed rows' attention through per-sample gathers, two kernel calls a layer,
   as before the kernel read the rows in place (`core.segment_attention.attends_in_place`);
 - `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
@@ -59,7 +61,17 @@ from product_rates import product_rates, rates_line, rates_table  # noqa: E402
 from vs_trl import pinned_bench  # noqa: E402
 from vs_trl_sides import device_clock, peak_rss_mb  # noqa: E402
 
-ARMS = ("default", "blas_products", "gathered", "sdpa", "stock_layers", "stock_head", "cache", "cache_stock")
+ARMS = (
+    "default",
+    "blas_products",
+    "separate_layers",
+    "gathered",
+    "sdpa",
+    "stock_layers",
+    "stock_head",
+    "cache",
+    "cache_stock",
+)
 
 
 @contextlib.contextmanager
@@ -92,6 +104,8 @@ def arm(role, name: str):
         chunked_logprobs.can_fuse = lambda head, states: False
     if name == "gathered":
         segment_attention.attends_in_place = lambda query, key, value: False
+    if name == "separate_layers":
+        narrow_matmul._grouping["on"] = False
     try:
         yield
     finally:
@@ -104,6 +118,7 @@ def arm(role, name: str):
             can_fuse,
         )
         segment_attention.attends_in_place = in_place
+        narrow_matmul._grouping["on"] = True
 
 
 def token_budget(text: str) -> int | str | None:

@@ -703,19 +703,22 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
                 fused_layers._load() is None,
                 segment_attention.attends_in_place is in_place,
                 narrow_matmul._load() is None,
+                not narrow_matmul._grouping["on"],
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
+        assert narrow_matmul._grouping["on"]
         assert segment_attention.attends_in_place is in_place
     # without a compiler every arm runs SDPA and transformers' layers
     sdpa, layers = train_attention._load() is None, fused_layers._load() is None
     blas = narrow_matmul._load() is None
     assert switched == {
-        "default": (True, True, False, sdpa, layers, True, blas),
-        "blas_products": (True, True, False, sdpa, layers, True, True),
-        "gathered": (True, True, False, sdpa, layers, False, blas),
-        "sdpa": (True, True, False, True, layers, True, blas),
-        "stock_layers": (True, True, False, sdpa, True, True, blas),
-        "stock_head": (True, False, False, sdpa, layers, True, blas),
-        "cache": (False, True, False, sdpa, layers, True, blas),
-        "cache_stock": (False, False, True, sdpa, layers, True, blas),
+        "default": (True, True, False, sdpa, layers, True, blas, False),
+        "blas_products": (True, True, False, sdpa, layers, True, True, False),
+        "separate_layers": (True, True, False, sdpa, layers, True, blas, True),
+        "gathered": (True, True, False, sdpa, layers, False, blas, False),
+        "sdpa": (True, True, False, True, layers, True, blas, False),
+        "stock_layers": (True, True, False, sdpa, True, True, blas, False),
+        "stock_head": (True, False, False, sdpa, layers, True, blas, False),
+        "cache": (False, True, False, sdpa, layers, True, blas, False),
+        "cache_stock": (False, False, True, sdpa, layers, True, blas, False),
     }

@@ -18,14 +18,7 @@ from tests.loop_helpers import save_tiny
 needs_kernel = pytest.mark.skipif(
     narrow_matmul.status() != "on", reason="the narrow kernel could not be built"
 )
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @needs_kernel
@@ -197,6 +190,7 @@ def test_roles_on_either_kernel_take_the_same_update(tmp_path):
     }
     assert not any(isinstance(m, NarrowLinear) for m in roles["blas"].model.modules())
     assert any(isinstance(m, NarrowLinear) for m in roles["native"].model.modules())
+    assert any("input_group" in vars(m) for m in roles["native"].model.modules())  # q, k, v and gate, up
     ids = [roles["blas"].prompt_ids([{"role": "user", "content": p}]) for p in ("1+1", "2+3")]
     groups = {c: role.generate(ids, 0) for c, role in roles.items()}
     for a, b in zip(

@@ -168,7 +168,8 @@ def narrow_below(choice: str, cpu: Cpu | None = None) -> int:
 def use_cpu_matmul(model: torch.nn.Module, choice: str) -> int:
     """Turns the plain `nn.Linear` modules of `model` whose weights are on the CPU into `OneDnnLinear` where they
     number at least `min_layer_size(choice)`, and into `core.narrow_matmul.NarrowLinear` where they number fewer than
-    `narrow_below(choice)` and their sizes fit that kernel (when it builds); returns how many it turned (0 when every
+    `narrow_below(choice)` and their sizes fit that kernel (when it builds), those of one input in a block (q, k and
+    v; gate and up) grouped into one call (`narrow_matmul.group_layers`); returns how many it turned (0 when every
     layer keeps the stock path)."""
     from pasodoble.core import narrow_matmul
 
@@ -189,4 +190,5 @@ def use_cpu_matmul(model: torch.nn.Module, choice: str) -> int:
         else:
             continue
         turned += 1
+    narrow_matmul.group_layers(model)
     return turned

@@ -1,45 +1,59 @@
 /* Float32 matrix products for narrow linear layers (in and out features multiples of 16) on one CPU thread.
  *
  * The three products of a linear layer's forward and backward, each written straight into its output with no
- * packing of the activations and no zeroing pass first:
- *   nn   C (M x N) = A (M x K) . B (K x N)      the forward over the weight transposed (x W^T, W^T kept by the
- *                                               caller), and the input gradient (g W)
- *   tn   C (N x K) = A^T . B, A (M x N), B (M x K)  the weight gradient (g^T x), summed over M in blocks of rows
+ * packing of the activations and no zeroing pass first, for one layer or for several that read the same input
+ * (a block's q, k and v projections; its MLP's gate and up), parts p = 0 .. P - 1:
+ *   nn      C (M x N) = sum_p A_p (M x K_p) . B_p (K_p x N)   the input gradient (sum_p g_p W_p); one part: the
+ *                                                              forward over a weight transposed (x W^T)
+ *   nn_out  C_p (M x N_p) = A (M x K) . B_p (K x N_p)          the forward of layers on one input, each row tile of A
+ *                                                              read once for every layer while it is in cache
+ *   tn      C_p (N_p x K) = A_p^T . B, A_p (M x N_p), B (M x K)  the weight gradients (g_p^T x), summed over M in
+ *                                                              blocks of rows, each block of B read for every part
  * Every matrix is row-major with its own row stride (elements); rows of 16 * k floats are read as vectors.
  * A register tile is MR (8) rows by 32 (or a last 16) columns: per step of the sum, one or two vectors of B, MR
- * broadcasts of A, 2 MR fused multiply-adds into sums that stay in registers for the whole sum (on a Zen 4 core 8
- * rows ran the tiny anchor's products 1.17x faster than MKL, 6 rows 1.11x, 4 rows 0.88x, 10 rows 1.17x).
+ * broadcasts of A, 2 MR fused multiply-adds into sums that stay in registers for the whole sum, over every part
+ * (on a Zen 4 core 8 rows ran the tiny anchor's products 1.17x faster than MKL, 6 rows 1.11x, 4 rows 0.88x, 10 rows
+ * 1.17x).
  *
  * Why: at the tiny anchor's shapes (2,112 rows of 96 to 256 features) the BLAS library packs both operands and
  * zeroes the output before each product; those passes took about a fifth of the products' time in an update
- * (docs/PERFORMANCE.md).
+ * (docs/PERFORMANCE.md). One call for the layers that share an input reads it once, and its input gradient is
+ * one sum with no separate additions of the parts' gradients.
  *
- * Returns 0; -1 when N (nn) or K (tn) is not a multiple of 16.
+ * Returns 0; -1 when an N (nn, nn_out) or K (tn) is not a multiple of 16, or P is not in 1 .. MAX_PARTS.
  */
 #include "native_vec.h"
 
 #define MR 8 /* rows of a register tile: 16 sums, 2 vectors of B and a broadcast in 19 registers */
+#define MAX_PARTS 8
 
-/* C rows [0, R), columns [0, 16 NB) = A (R x K) . B (K x 16 NB) */
-static inline __attribute__((always_inline)) void nn_tile(const int R, const int NB, const float *a, int64_t lda,
-                                                          const float *b, int64_t ldb, int64_t K, float *c,
+/* C rows [0, R), columns [0, 16 NB) = sum_p A_p (R x K_p) . B_p (K_p x 16 NB), A_p at row `row`, B_p at column
+ * `col` */
+static inline __attribute__((always_inline)) void nn_tile(const int R, const int NB, int64_t parts,
+                                                          const float *const *a, const int64_t *lda,
+                                                          const float *const *b, const int64_t *ldb,
+                                                          const int64_t *K, int64_t row, int64_t col, float *c,
                                                           int64_t ldc) {
     v16f acc[MR][2];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < NB; j++) acc[r][j] = splat(0.0f);
-    for (int64_t k = 0; k < K; k++) {
-        v16f bv[2];
-        for (int j = 0; j < NB; j++) bv[j] = load16(b + k * ldb + LANES * j);
-        for (int r = 0; r < R; r++) {
-            const v16f x = splat(a[r * lda + k]);
-            for (int j = 0; j < NB; j++) acc[r][j] += x * bv[j];
+    for (int64_t p = 0; p < parts; p++) {
+        const float *ap = a[p] + row * lda[p], *bp = b[p] + col;
+        const int64_t la = lda[p], lb = ldb[p];
+        for (int64_t k = 0; k < K[p]; k++) {
+            v16f bv[2];
+            for (int j = 0; j < NB; j++) bv[j] = load16(bp + k * lb + LANES * j);
+            for (int r = 0; r < R; r++) {
+                const v16f x = splat(ap[r * la + k]);
+                for (int j = 0; j < NB; j++) acc[r][j] += x * bv[j];
+            }
         }
     }
     for (int r = 0; r < R; r++)
-        for (int j = 0; j < NB; j++) store16(c + r * ldc + LANES * j, acc[r][j]);
+        for (int j = 0; j < NB; j++) store16(c + r * ldc + col + LANES * j, acc[r][j]);
 }
 
-#define NN_TILE(R, NB) nn_tile(R, NB, a, lda, b + n, ldb, K, c + n, ldc)
+#define NN_TILE(R, NB) nn_tile(R, NB, parts, a, lda, b, ldb, K, row, n, c, ldc)
 #define BY_ROWS(CASE, NB) \
     switch (R) {          \
         case 8: CASE(8, NB); break; \
@@ -52,20 +66,38 @@ static inline __attribute__((always_inline)) void nn_tile(const int R, const int
         default: CASE(1, NB);       \
     }
 
-/* R (<= MR) rows of C, every column */
-static void nn_rows(const int R, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t K, int64_t N,
-                    float *c, int64_t ldc) {
+/* R (<= MR) rows of C from row `row` of the A_p, every column */
+static void nn_rows(const int R, int64_t parts, const float *const *a, const int64_t *lda, const float *const *b,
+                    const int64_t *ldb, const int64_t *K, int64_t row, int64_t N, float *c, int64_t ldc) {
     int64_t n = 0;
     for (; n + 2 * LANES <= N; n += 2 * LANES) BY_ROWS(NN_TILE, 2)
     if (n < N) BY_ROWS(NN_TILE, 1)
 }
 
-int pasodoble_narrow_nn(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int64_t M,
-                        int64_t K, int64_t N) {
-    if (N % LANES) return -1;
+static int parts_ok(int64_t parts, const int64_t *n) {
+    if (parts < 1 || parts > MAX_PARTS) return 0;
+    for (int64_t p = 0; p < parts; p++)
+        if (n[p] % LANES) return 0;
+    return 1;
+}
+
+int pasodoble_narrow_nn(int64_t parts, const float *const *a, const int64_t *lda, const float *const *b,
+                        const int64_t *ldb, const int64_t *K, float *c, int64_t ldc, int64_t M, int64_t N) {
+    if (N % LANES || parts < 1 || parts > MAX_PARTS) return -1;
     int64_t m = 0;
-    for (; m + MR <= M; m += MR) nn_rows(MR, a + m * lda, lda, b, ldb, K, N, c + m * ldc, ldc);
-    if (m < M) nn_rows((int)(M - m), a + m * lda, lda, b, ldb, K, N, c + m * ldc, ldc);
+    for (; m + MR <= M; m += MR) nn_rows(MR, parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
+    if (m < M) nn_rows((int)(M - m), parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
+    return 0;
+}
+
+int pasodoble_narrow_nn_out(const float *a, int64_t lda, int64_t K, int64_t parts, const float *const *b,
+                            const int64_t *ldb, float *const *c, const int64_t *ldc, const int64_t *N, int64_t M) {
+    if (!parts_ok(parts, N)) return -1;
+    for (int64_t m = 0; m < M; m += MR) {
+        const int R = M - m < MR ? (int)(M - m) : MR;
+        for (int64_t p = 0; p < parts; p++)
+            nn_rows(R, 1, &a, &lda, &b[p], &ldb[p], &K, m, N[p], c[p] + m * ldc[p], ldc[p]);
+    }
     return 0;
 }
 
@@ -88,23 +120,25 @@ static inline __attribute__((always_inline)) void tn_tile(const int R, const int
         for (int j = 0; j < KB; j++) store16(c + r * ldc + LANES * j, acc[r][j]);
 }
 
-#define TN_TILE(R, KB) tn_tile(R, KB, a + n, lda, b + k, ldb, m0, m1, c + n * ldc + k, ldc, first)
+#define TN_TILE(R, KB) tn_tile(R, KB, a[p] + n, lda[p], b + k, ldb, m0, m1, c[p] + n * ldc[p] + k, ldc[p], first)
 
-/* Rows of A and B are summed `block` at a time (both blocks stay in cache while every tile of C reads them). */
-int pasodoble_narrow_tn(const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int64_t M,
-                        int64_t N, int64_t K, int64_t block) {
-    if (K % LANES) return -1;
+/* Rows of the A_p and B are summed `block` at a time (the block of B stays in cache while every tile of every C_p
+ * reads it). */
+int pasodoble_narrow_tn(int64_t parts, const float *const *a, const int64_t *lda, const int64_t *N, const float *b,
+                        int64_t ldb, float *const *c, const int64_t *ldc, int64_t M, int64_t K, int64_t block) {
+    if (K % LANES || parts < 1 || parts > MAX_PARTS) return -1;
     if (block < 1) block = 1;
     int64_t m0 = 0;
     do {
         const int64_t m1 = m0 + block < M ? m0 + block : M;
         const int first = m0 == 0;
-        for (int64_t n = 0; n < N; n += MR) {
-            const int R = N - n < MR ? (int)(N - n) : MR;
-            int64_t k = 0;
-            for (; k + 2 * LANES <= K; k += 2 * LANES) BY_ROWS(TN_TILE, 2)
-            if (k < K) BY_ROWS(TN_TILE, 1)
-        }
+        for (int64_t p = 0; p < parts; p++)
+            for (int64_t n = 0; n < N[p]; n += MR) {
+                const int R = N[p] - n < MR ? (int)(N[p] - n) : MR;
+                int64_t k = 0;
+                for (; k + 2 * LANES <= K; k += 2 * LANES) BY_ROWS(TN_TILE, 2)
+                if (k < K) BY_ROWS(TN_TILE, 1)
+            }
         m0 = m1;
     } while (m0 < M);
     return 0;

@@ -6,7 +6,10 @@ same way. It applies where `applies(x, weight)` holds: float32 on the CPU, plain
 autocast, in and out features multiples of 16, and the kernel built; anything else takes the stock `nn.Linear`
 path. The forward reads the weight transposed, made once per update pass or generate call (`reuse_transposes`).
 `mm(a, b)` is the same product for callers that multiply directly (`core.fused_head`), torch's where the layout does
-not fit.
+not fit. Layers that a block calls one after another on the same input (q, k and v; gate and up) share an
+`InputGroup` (`group_layers`, which `use_cpu_matmul` calls): the first call runs them all as one autograd node, one
+kernel call for the forward, one for the input gradient (a sum over the layers, with no separate additions) and one
+for the weight gradients, and the others' calls take their outputs from it.
 `core.cpu_matmul.use_cpu_matmul` turns layers into `NarrowLinear` (`cpu_matmul: auto` on a Zen 4 core for layers
 under its oneDNN threshold, `cpu_matmul: native` for every layer it `takes`).
 
@@ -18,15 +21,16 @@ are float32 in both; they differ in order only (relative differences around 1e-6
 
 How it is built: as `core.train_attention`, by `core.native` (the system C compiler, `-O3 -march=native`, cached
 under `$PASODOBLE_CACHE/native/`). No compiler, or a failed build, leaves torch's products with a one-line warning.
-`PASODOBLE_NARROW_MATMUL=off` turns the kernel off.
+`PASODOBLE_NARROW_MATMUL=off` turns the kernel off; `PASODOBLE_LAYER_GROUPS=off` leaves every layer its own call.
 
-Run: `use_cpu_matmul(model, "native")`; tests in tests/test_narrow_matmul.py.
+Run: `use_cpu_matmul(model, "native")`; tests in tests/test_narrow_matmul.py and tests/test_layer_groups.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from pathlib import Path
 
@@ -36,6 +40,8 @@ from pasodoble.core import native
 
 SOURCE = Path(__file__).with_name("narrow_matmul.c")
 ENV = "PASODOBLE_NARROW_MATMUL"  # "off": torch's products always
+GROUPS_ENV = "PASODOBLE_LAYER_GROUPS"  # "off": every layer its own call, also within a group
+MAX_PARTS = 8  # layers one kernel call takes
 LANES = 16  # the kernel's vector width: output rows are read and written 16 floats at a time
 TN_BLOCK = 128  # rows of A and B the weight gradient sums at a time (both stay in cache across C's tiles)
 
@@ -44,15 +50,25 @@ _state: dict[str, object] = {}  # "lib": (nn, tn) or None; "why": the reason it 
 
 def _bind(lib: ctypes.CDLL):
     p, i = ctypes.c_void_p, ctypes.c_int64
-    nn, tn = lib.pasodoble_narrow_nn, lib.pasodoble_narrow_tn
-    nn.argtypes = [p, i, p, i, p, i, i, i, i]
-    tn.argtypes = [p, i, p, i, p, i, i, i, i, i]
-    nn.restype = tn.restype = ctypes.c_int
-    return nn, tn
+    ps, ins = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)
+    nn, nn_out, tn = lib.pasodoble_narrow_nn, lib.pasodoble_narrow_nn_out, lib.pasodoble_narrow_tn
+    nn.argtypes = [i, ps, ins, ps, ins, ins, p, i, i, i]
+    nn_out.argtypes = [p, i, i, i, ps, ins, ps, ins, ins, i]
+    tn.argtypes = [i, ps, ins, ins, p, i, ps, ins, i, i, i]
+    nn.restype = nn_out.restype = tn.restype = ctypes.c_int
+    return {"nn": nn, "nn_out": nn_out, "tn": tn}
+
+
+def _pointers(tensors) -> ctypes.Array:
+    return (ctypes.c_void_p * len(tensors))(*(t.data_ptr() for t in tensors))
+
+
+def _ints(values) -> ctypes.Array:
+    return (ctypes.c_int64 * len(values))(*values)
 
 
 def _load():
-    """The kernel's (nn, tn) C functions, built and loaded once per process, or None."""
+    """The kernel's C functions by name ("nn", "nn_out", "tn"), built and loaded once per process, or None."""
     return native.load(
         _state, SOURCE, ENV, "narrow matmul kernel", _bind, "linear layers take torch's products"
     )
@@ -94,28 +110,64 @@ def _seen(m: int, k: int, n: int):
 
 def nn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a (M, K) @ b (K, N), rows contiguous in both, N a multiple of 16."""
-    (m, k), n = a.shape, b.shape[1]
+    return nn_sum([(a, b)])
+
+
+def nn_sum(pairs) -> torch.Tensor:
+    """sum of a_p (M, K_p) @ b_p (K_p, N) over the pairs (a_p, b_p) of `pairs` (1 to MAX_PARTS), rows contiguous in
+    every operand, N a multiple of 16: the input gradient of layers that read one input, in one pass."""
+    m, n = pairs[0][0].shape[0], pairs[0][1].shape[1]
     out = torch.empty(m, n)
-    with _seen(m, k, n):
-        code = m and _load()[0](
-            a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), out.data_ptr(), n, m, k, n
-        )
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    with _seen(m, sum(x.shape[1] for x in a), n):
+        code = m and _load()["nn"](
+            len(pairs), _pointers(a), _ints([x.stride(0) for x in a]), _pointers(b),
+            _ints([y.stride(0) for y in b]), _ints([x.shape[1] for x in a]), out.data_ptr(), n, m, n,
+        )  # fmt: skip
     if code:
-        raise ValueError(f"narrow matmul: {n} output columns are not a multiple of {LANES}")
+        raise ValueError(
+            f"narrow matmul: {n} output columns are not a multiple of {LANES}, or too many parts"
+        )
     return out
+
+
+def nn_out(a: torch.Tensor, bs) -> list[torch.Tensor]:
+    """[a (M, K) @ b (K, N_p) for b in bs]: the forwards of layers that read `a`, each row tile of it read once for
+    all; rows contiguous in every operand, each N_p a multiple of 16."""
+    (m, k), widths = a.shape, [b.shape[1] for b in bs]
+    outs = [torch.empty(m, w) for w in widths]
+    with _seen(m, k, sum(widths)):
+        code = m and _load()["nn_out"](
+            a.data_ptr(), a.stride(0), k, len(bs), _pointers(bs), _ints([b.stride(0) for b in bs]),
+            _pointers(outs), _ints(widths), _ints(widths), m,
+        )  # fmt: skip
+    if code:
+        raise ValueError(
+            f"narrow matmul: output widths {widths} are not multiples of {LANES}, or too many parts"
+        )
+    return outs
 
 
 def tn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a.T @ b for a (M, N) and b (M, K), rows contiguous in both, K a multiple of 16: (N, K)."""
-    (m, n), k = a.shape, b.shape[1]
-    out = torch.empty(n, k)
-    with _seen(n, m, k):
-        code = _load()[1](
-            a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), out.data_ptr(), k, m, n, k, TN_BLOCK
-        )
+    return tn_parts([a], b)[0]
+
+
+def tn_parts(grads, b: torch.Tensor) -> list[torch.Tensor]:
+    """[g.T @ b for g in grads], g (M, N_p) and b (M, K), rows contiguous, K a multiple of 16: the weight gradients
+    of layers that read `b`, each block of its rows read once for all."""
+    (m, k), widths = b.shape, [g.shape[1] for g in grads]
+    outs = [torch.empty(w, k) for w in widths]
+    with _seen(sum(widths), m, k):
+        code = _load()["tn"](
+            len(grads), _pointers(grads), _ints([g.stride(0) for g in grads]), _ints(widths), b.data_ptr(),
+            b.stride(0), _pointers(outs), _ints([k] * len(grads)), m, k, TN_BLOCK,
+        )  # fmt: skip
     if code:
-        raise ValueError(f"narrow matmul: {k} output columns are not a multiple of {LANES}")
-    return out
+        raise ValueError(
+            f"narrow matmul: {k} output columns are not a multiple of {LANES}, or too many parts"
+        )
+    return outs
 
 
 # per thread, `made`: inside `reuse_transposes()`, {key of a weight: (an alias of it, its transpose)}
@@ -172,23 +224,54 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.mm(a, b)
 
 
-class _NarrowLinear(torch.autograd.Function):
+class _Layers(torch.autograd.Function):
+    """Linear layers on one input: forward(x, count, *weights, *biases, *transposed weights) -> one output a layer;
+    a bias may be None."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, weight_t):
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        out = nn(x, weight_t)
-        return out.add_(bias) if bias is not None else out
+    def forward(ctx, x, count, *tensors):
+        weights, biases, transposes = tensors[:count], tensors[count : 2 * count], tensors[2 * count :]
+        ctx.save_for_backward(x, *weights)
+        ctx.has_bias = [b is not None for b in biases]
+        ctx.set_materialize_grads(False)  # an output nothing used: None, and its layer no gradient, as apart
+        outs = nn_out(x, transposes)
+        for out, bias in zip(outs, biases, strict=True):
+            if bias is not None:
+                out.add_(bias)
+        return tuple(outs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad = grad.contiguous()  # (M, N)
-        grad_x = nn(grad, weight.detach()) if ctx.needs_input_grad[0] else None  # (M, K)
-        grad_weight = tn(grad, x) if ctx.needs_input_grad[1] else None  # (N, K)
-        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, grad_weight, grad_bias, None
+    def backward(ctx, *grads):
+        x, *weights = ctx.saved_tensors
+        count, need = len(weights), ctx.needs_input_grad
+        grads = [g if g is None else g.contiguous() for g in grads]  # (M, N_p) each
+        used = [p for p in range(count) if grads[p] is not None]
+        grad_x = nn_sum([(grads[p], weights[p].detach()) for p in used]) if need[0] else None  # (M, K)
+        wanted = [p for p in used if need[2 + p]]
+        grad_w = [None] * count
+        for p, grad in zip(wanted, tn_parts([grads[p] for p in wanted], x) if wanted else []):
+            grad_w[p] = grad  # (N_p, K)
+        grad_b = [
+            grads[p].sum(0) if p in used and ctx.has_bias[p] and need[2 + count + p] else None
+            for p in range(count)
+        ]
+        return grad_x, None, *grad_w, *grad_b, *([None] * count)
+
+
+def linears(x: torch.Tensor, layers) -> tuple[torch.Tensor, ...]:
+    """Each layer of `layers` on the 2-D `x`, through one autograd node (see module); every layer must apply."""
+    weights = [layer.weight for layer in layers]
+    biases = [layer.bias for layer in layers]
+    if torch.is_grad_enabled() and (
+        x.requires_grad or any(t is not None and t.requires_grad for t in (*weights, *biases))
+    ):
+        return _Layers.apply(x, len(layers), *weights, *biases, *(transposed(w) for w in weights))
+    outs = nn_out(x, [transposed(w) for w in weights])
+    for out, bias in zip(outs, biases, strict=True):
+        if bias is not None:
+            out.add_(bias)
+    return tuple(outs)
 
 
 def _plain(t: torch.Tensor | None) -> bool:
@@ -217,18 +300,74 @@ class NarrowLinear(torch.nn.Linear):
     """An `nn.Linear` whose float32 products run on the project's kernel where it applies (see module)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
-        if not applies(x, weight, bias):
+        group = self.__dict__.get("input_group")
+        out = group.output(self, x) if group is not None else None
+        if out is not None:
+            return out
+        if not applies(x, self.weight, self.bias):
             return super().forward(x)
-        flat = x.reshape(-1, x.shape[-1])  # (M, K)
-        if flat.stride(1) != 1:
-            flat = flat.contiguous()
-        if torch.is_grad_enabled() and (
-            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-        ):
-            out = _NarrowLinear.apply(flat, weight, bias, transposed(weight))
-        else:
-            out = nn(flat, transposed(weight))
-            if bias is not None:
-                out.add_(bias)
-        return out.view(*x.shape[:-1], out.shape[-1])
+        return linears(_flat(x), (self,))[0].view(*x.shape[:-1], self.out_features)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """`x` as (M, K) with contiguous rows."""
+    flat = x.reshape(-1, x.shape[-1])
+    return flat if flat.stride(1) == 1 else flat.contiguous()
+
+
+class InputGroup:
+    """Layers of one block that its forward calls one after another on the same tensor (q, k and v; gate and up):
+    the first one's call runs them all in one kernel call (`linears`) and keeps the others' outputs until each of
+    them is called on that same tensor (same object, version and grad mode), per thread. Any other call, or one on
+    which a layer of the group does not apply, runs that layer alone, so a forward that calls them otherwise still
+    computes exactly what it asks for."""
+
+    def __init__(self, layers):
+        self.layers = tuple(layers)
+        self._held = threading.local()  # .outputs: (x, version, grad mode, {layer index: output}) or None
+
+    def output(self, layer: NarrowLinear, x: torch.Tensor) -> torch.Tensor | None:
+        """`layer`'s output on `x` from the group's shared call, or None: run it alone."""
+        if not _grouping["on"]:
+            return None
+        if layer is self.layers[0]:
+            self._held.outputs = None
+            if not all(applies(x, other.weight, other.bias) for other in self.layers):
+                return None
+            shape = x.shape[:-1]
+            outs = [out.view(*shape, out.shape[-1]) for out in linears(_flat(x), self.layers)]
+            self._held.outputs = (x, x._version, torch.is_grad_enabled(), dict(enumerate(outs[1:], 1)))
+            return outs[0]
+        held = getattr(self._held, "outputs", None)
+        if held is None or held[0] is not x or held[1] != x._version or held[2] != torch.is_grad_enabled():
+            return None
+        out = held[3].pop(self.layers.index(layer), None)
+        if not held[3]:
+            self._held.outputs = None
+        return out
+
+
+GROUPS = (
+    ("q_proj", "k_proj", "v_proj"),
+    ("gate_proj", "up_proj"),
+)  # children read in this order on one input
+_grouping = {"on": True}  # False: every group's layers run alone (a bench's arm)
+
+
+def group_layers(model: torch.nn.Module) -> int:
+    """Gives the `NarrowLinear` children of each module named as in `GROUPS` (all of them of one input width) an
+    `InputGroup`; returns how many groups it made (none where `GROUPS_ENV` is "off")."""
+    if os.environ.get(GROUPS_ENV, "").lower() == "off":
+        return 0
+    made = 0
+    for module in model.modules():
+        for names in GROUPS:
+            layers = [getattr(module, name, None) for name in names]
+            if all(type(layer) is NarrowLinear for layer in layers) and (
+                len({layer.in_features for layer in layers}) == 1
+            ):
+                group = InputGroup(layers)
+                for layer in layers:
+                    layer.input_group = group
+                made += 1
+    return made
