@@ -108,7 +108,12 @@ def _limits(config, layers: frozenset[str]) -> dict:
 
 
 def _env(layers: frozenset[str], seed: int, cgroup: Cgroup | None) -> dict[str, str]:
-    env = {"PATH": "/usr/bin:/bin"} if "clearenv" in layers else dict(os.environ)
+    # no PYTHON* variable but the seed: the runner's interpreter reads them (it cannot run under -E, see `command`)
+    env = (
+        {"PATH": "/usr/bin:/bin"}
+        if "clearenv" in layers
+        else {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    )
     env["PYTHONHASHSEED"] = str(seed)
     if cgroup is not None:
         env["PASODOBLE_CGROUP_PROCS"] = " ".join(cgroup.procs_files)
@@ -116,7 +121,9 @@ def _env(layers: frozenset[str], seed: int, cgroup: Cgroup | None) -> dict[str, 
 
 
 def command(config, seed: int, layers: frozenset[str], fds: dict[str, int], verdict_fd: int, scratch: str):
-    runner = [config.python, "-I", "-S", "-B"]
+    # -s -S -B, not -I: -I implies -E, which ignores PYTHONHASHSEED and so each run's hash seed; the environment
+    # holds no other PYTHON* variable (`_env`, bwrap's --clearenv) and the runner puts its own folder on sys.path
+    runner = [config.python, "-s", "-S", "-B"]
     if "bwrap" not in layers:  # no jail at all: the runner from the package, in a scratch folder
         return [*runner, str(HERE / "runner.py"), str(verdict_fd)], scratch
     cmd = [*runner, f"{runner_dir(layers)}/runner.py", str(verdict_fd)]

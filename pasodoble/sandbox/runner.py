@@ -1,6 +1,6 @@
 """The trusted runner: runs inside the jail, reads one JSON job, runs the program, writes one JSON verdict.
 
-    python3 -I -S -B /sandbox/runner.py VERDICT_FD < two length-prefixed JSON frames
+    python3 -s -S -B /sandbox/runner.py VERDICT_FD < two length-prefixed JSON frames
 
 Three processes, so that nothing the program does can write or forge the verdict:
 - the runner reads the public frame (program, call arguments, limits), forks the candidate, and only then reads the

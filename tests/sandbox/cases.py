@@ -304,6 +304,13 @@ CASES = [
         group="determinism",
     ),
     Case(
+        "hash_seed_applied",  # the run's PYTHONHASHSEED reaches its interpreter: no hash randomisation under 0
+        script("import sys\nprint(sys.flags.hash_randomization)"),
+        ("passed", "0\n"),
+        config={"hash_seeds": (0,)},
+        group="determinism",
+    ),
+    Case(
         "deterministic_control",
         script("print(sorted({{'apple', 'banana', 'cherry'}}))"),
         ("passed", "['apple', 'banana', 'cherry']\n"),
