@@ -129,3 +129,16 @@ def test_gate_and_up_group_and_the_switch_turns_groups_off(monkeypatch):
     mixed.gate_proj, mixed.up_proj = torch.nn.Linear(96, 64), torch.nn.Linear(64, 64)
     use_cpu_matmul(mixed, "native")
     assert "input_group" not in mixed.gate_proj.__dict__
+
+
+def test_a_copied_model_groups_its_own_layers():
+    import copy
+    import pickle
+
+    _, turned, holder = block(bias=False)
+    turned[0](torch.randn(2, 96))  # something held
+    for twin in (copy.deepcopy(holder), pickle.loads(pickle.dumps(holder))):
+        group = twin.q_proj.input_group
+        assert group.layers == (twin.q_proj, twin.k_proj, twin.v_proj) and group is twin.v_proj.input_group
+        x = torch.randn(4, 96)
+        torch.testing.assert_close(twin.k_proj(x), holder.k_proj(x), rtol=1e-5, atol=1e-5)

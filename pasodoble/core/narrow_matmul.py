@@ -326,6 +326,12 @@ class InputGroup:
         self.layers = tuple(layers)
         self._held = threading.local()  # .outputs: (x, version, grad mode, {layer index: output}) or None
 
+    def __getstate__(self):  # a copied or pickled model's groups hold its own layers and nothing of this call
+        return {"layers": self.layers}
+
+    def __setstate__(self, state):
+        self.__init__(state["layers"])
+
     def output(self, layer: NarrowLinear, x: torch.Tensor) -> torch.Tensor | None:
         """`layer`'s output on `x` from the group's shared call, or None: run it alone."""
         if not _grouping["on"]:
