@@ -20,6 +20,7 @@
  * (docs/PERFORMANCE.md). One call for the layers that share an input reads it once, and its input gradient is
  * one sum with no separate additions of the parts' gradients.
  *
+ * Each call's parts come as one int64 array, FIELDS values a part (see each function).
  * Returns 0; -1 when an N (nn, nn_out) or K (tn) is not a multiple of 16, or P is not in 1 .. MAX_PARTS.
  */
 #include "native_vec.h"
@@ -74,29 +75,38 @@ static void nn_rows(const int R, int64_t parts, const float *const *a, const int
     if (n < N) BY_ROWS(NN_TILE, 1)
 }
 
-static int parts_ok(int64_t parts, const int64_t *n) {
-    if (parts < 1 || parts > MAX_PARTS) return 0;
-    for (int64_t p = 0; p < parts; p++)
-        if (n[p] % LANES) return 0;
-    return 1;
-}
+/* A call's parts come as one array of int64, FIELDS a part (pointers as integers), so that the caller builds one
+ * array a call. */
+#define FIELDS 5
 
-int pasodoble_narrow_nn(int64_t parts, const float *const *a, const int64_t *lda, const float *const *b,
-                        const int64_t *ldb, const int64_t *K, float *c, int64_t ldc, int64_t M, int64_t N) {
+int pasodoble_narrow_nn(const int64_t *desc, int64_t parts, float *c, int64_t ldc, int64_t M, int64_t N) {
+    /* desc per part: A_p, its row stride, B_p, its row stride, K_p */
     if (N % LANES || parts < 1 || parts > MAX_PARTS) return -1;
+    const float *a[MAX_PARTS], *b[MAX_PARTS];
+    int64_t lda[MAX_PARTS], ldb[MAX_PARTS], K[MAX_PARTS];
+    for (int64_t p = 0; p < parts; p++) {
+        const int64_t *f = desc + FIELDS * p;
+        a[p] = (const float *)(intptr_t)f[0], lda[p] = f[1], b[p] = (const float *)(intptr_t)f[2], ldb[p] = f[3];
+        K[p] = f[4];
+    }
     int64_t m = 0;
     for (; m + MR <= M; m += MR) nn_rows(MR, parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
     if (m < M) nn_rows((int)(M - m), parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
     return 0;
 }
 
-int pasodoble_narrow_nn_out(const float *a, int64_t lda, int64_t K, int64_t parts, const float *const *b,
-                            const int64_t *ldb, float *const *c, const int64_t *ldc, const int64_t *N, int64_t M) {
-    if (!parts_ok(parts, N)) return -1;
+int pasodoble_narrow_nn_out(const float *a, int64_t lda, int64_t K, const int64_t *desc, int64_t parts, int64_t M) {
+    /* desc per part: B_p, its row stride, C_p, its row stride, N_p */
+    if (parts < 1 || parts > MAX_PARTS) return -1;
+    for (int64_t p = 0; p < parts; p++)
+        if (desc[FIELDS * p + 4] % LANES) return -1;
     for (int64_t m = 0; m < M; m += MR) {
         const int R = M - m < MR ? (int)(M - m) : MR;
-        for (int64_t p = 0; p < parts; p++)
-            nn_rows(R, 1, &a, &lda, &b[p], &ldb[p], &K, m, N[p], c[p] + m * ldc[p], ldc[p]);
+        for (int64_t p = 0; p < parts; p++) {
+            const int64_t *f = desc + FIELDS * p;
+            const float *b = (const float *)(intptr_t)f[0];
+            nn_rows(R, 1, &a, &lda, &b, &f[1], &K, m, f[4], (float *)(intptr_t)f[2] + m * f[3], f[3]);
+        }
     }
     return 0;
 }
@@ -120,25 +130,31 @@ static inline __attribute__((always_inline)) void tn_tile(const int R, const int
         for (int j = 0; j < KB; j++) store16(c + r * ldc + LANES * j, acc[r][j]);
 }
 
-#define TN_TILE(R, KB) tn_tile(R, KB, a[p] + n, lda[p], b + k, ldb, m0, m1, c[p] + n * ldc[p] + k, ldc[p], first)
+#define TN_TILE(R, KB) tn_tile(R, KB, a + n, lda, b + k, ldb, m0, m1, c + n * ldc + k, ldc, first)
 
 /* Rows of the A_p and B are summed `block` at a time (the block of B stays in cache while every tile of every C_p
  * reads it). */
-int pasodoble_narrow_tn(int64_t parts, const float *const *a, const int64_t *lda, const int64_t *N, const float *b,
-                        int64_t ldb, float *const *c, const int64_t *ldc, int64_t M, int64_t K, int64_t block) {
+int pasodoble_narrow_tn(const int64_t *desc, int64_t parts, const float *b, int64_t ldb, int64_t M, int64_t K,
+                        int64_t block) {
+    /* desc per part: A_p, its row stride, N_p, C_p, its row stride */
     if (K % LANES || parts < 1 || parts > MAX_PARTS) return -1;
     if (block < 1) block = 1;
     int64_t m0 = 0;
     do {
         const int64_t m1 = m0 + block < M ? m0 + block : M;
         const int first = m0 == 0;
-        for (int64_t p = 0; p < parts; p++)
-            for (int64_t n = 0; n < N[p]; n += MR) {
-                const int R = N[p] - n < MR ? (int)(N[p] - n) : MR;
+        for (int64_t p = 0; p < parts; p++) {
+            const int64_t *f = desc + FIELDS * p;
+            const float *a = (const float *)(intptr_t)f[0];
+            float *c = (float *)(intptr_t)f[3];
+            const int64_t lda = f[1], N = f[2], ldc = f[4];
+            for (int64_t n = 0; n < N; n += MR) {
+                const int R = N - n < MR ? (int)(N - n) : MR;
                 int64_t k = 0;
                 for (; k + 2 * LANES <= K; k += 2 * LANES) BY_ROWS(TN_TILE, 2)
                 if (k < K) BY_ROWS(TN_TILE, 1)
             }
+        }
         m0 = m1;
     } while (m0 < M);
     return 0;

@@ -50,20 +50,18 @@ _state: dict[str, object] = {}  # "lib": (nn, tn) or None; "why": the reason it 
 
 def _bind(lib: ctypes.CDLL):
     p, i = ctypes.c_void_p, ctypes.c_int64
-    ps, ins = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)
     nn, nn_out, tn = lib.pasodoble_narrow_nn, lib.pasodoble_narrow_nn_out, lib.pasodoble_narrow_tn
-    nn.argtypes = [i, ps, ins, ps, ins, ins, p, i, i, i]
-    nn_out.argtypes = [p, i, i, i, ps, ins, ps, ins, ins, i]
-    tn.argtypes = [i, ps, ins, ins, p, i, ps, ins, i, i, i]
+    nn.argtypes = [p, i, p, i, i, i]
+    nn_out.argtypes = [p, i, i, p, i, i]
+    tn.argtypes = [p, i, p, i, i, i, i]
     nn.restype = nn_out.restype = tn.restype = ctypes.c_int
     return {"nn": nn, "nn_out": nn_out, "tn": tn}
 
 
-def _pointers(tensors) -> ctypes.Array:
-    return (ctypes.c_void_p * len(tensors))(*(t.data_ptr() for t in tensors))
-
-
-def _ints(values) -> ctypes.Array:
+def _parts(*fields) -> ctypes.Array:
+    """One call's parts for the kernel: an int64 array of their fields, part after part (the C source's FIELDS a
+    part)."""
+    values = [v for part in zip(*fields, strict=True) for v in part]
     return (ctypes.c_int64 * len(values))(*values)
 
 
@@ -120,10 +118,11 @@ def nn_sum(pairs) -> torch.Tensor:
     out = torch.empty(m, n)
     a, b = [x for x, _ in pairs], [y for _, y in pairs]
     with _seen(m, sum(x.shape[1] for x in a), n):
-        code = m and _load()["nn"](
-            len(pairs), _pointers(a), _ints([x.stride(0) for x in a]), _pointers(b),
-            _ints([y.stride(0) for y in b]), _ints([x.shape[1] for x in a]), out.data_ptr(), n, m, n,
+        parts = _parts(
+            [x.data_ptr() for x in a], [x.stride(0) for x in a], [y.data_ptr() for y in b],
+            [y.stride(0) for y in b], [x.shape[1] for x in a],
         )  # fmt: skip
+        code = m and _load()["nn"](parts, len(pairs), out.data_ptr(), n, m, n)
     if code:
         raise ValueError(
             f"narrow matmul: {n} output columns are not a multiple of {LANES}, or too many parts"
@@ -137,10 +136,14 @@ def nn_out(a: torch.Tensor, bs) -> list[torch.Tensor]:
     (m, k), widths = a.shape, [b.shape[1] for b in bs]
     outs = [torch.empty(m, w) for w in widths]
     with _seen(m, k, sum(widths)):
-        code = m and _load()["nn_out"](
-            a.data_ptr(), a.stride(0), k, len(bs), _pointers(bs), _ints([b.stride(0) for b in bs]),
-            _pointers(outs), _ints(widths), _ints(widths), m,
-        )  # fmt: skip
+        parts = _parts(
+            [b.data_ptr() for b in bs],
+            [b.stride(0) for b in bs],
+            [o.data_ptr() for o in outs],
+            widths,
+            widths,
+        )
+        code = m and _load()["nn_out"](a.data_ptr(), a.stride(0), k, parts, len(bs), m)
     if code:
         raise ValueError(
             f"narrow matmul: output widths {widths} are not multiples of {LANES}, or too many parts"
@@ -159,10 +162,11 @@ def tn_parts(grads, b: torch.Tensor) -> list[torch.Tensor]:
     (m, k), widths = b.shape, [g.shape[1] for g in grads]
     outs = [torch.empty(w, k) for w in widths]
     with _seen(sum(widths), m, k):
-        code = _load()["tn"](
-            len(grads), _pointers(grads), _ints([g.stride(0) for g in grads]), _ints(widths), b.data_ptr(),
-            b.stride(0), _pointers(outs), _ints([k] * len(grads)), m, k, TN_BLOCK,
+        parts = _parts(
+            [g.data_ptr() for g in grads], [g.stride(0) for g in grads], widths, [o.data_ptr() for o in outs],
+            [k] * len(grads),
         )  # fmt: skip
+        code = _load()["tn"](parts, len(grads), b.data_ptr(), b.stride(0), m, k, TN_BLOCK)
     if code:
         raise ValueError(
             f"narrow matmul: {k} output columns are not a multiple of {LANES}, or too many parts"
