@@ -46,9 +46,23 @@ static inline void put(float *x, int64_t c, int64_t n, v16f v) {
 }
 
 /* The norm's rows are short (a head's 24-128 values, or the hidden size): plain loops, which the compiler turns into
- * 16-lane vectors with 8-lane and scalar epilogues, beat a padded block per row. */
-void pasodoble_rms_norm_forward_f32(const float *restrict x, const float *restrict w, float *restrict y,
-                                    float *restrict rstd, int64_t rows, int64_t dim, float eps) {
+ * 16-lane vectors with 8-lane and scalar epilogues, beat a padded block per row. Each kernel's loops are compiled
+ * once more for each width of WIDTHS, so that those rows take straight-line vector code with no loop epilogue
+ * (on the tiny anchor's 24-wide heads the generic loop's bookkeeping outweighed its arithmetic). */
+#define BY_WIDTH(CALL, dim)                       \
+    switch (dim) {                                \
+        case 24: CALL(24); break;                 \
+        case 32: CALL(32); break;                 \
+        case 48: CALL(48); break;                 \
+        case 64: CALL(64); break;                 \
+        case 96: CALL(96); break;                 \
+        case 128: CALL(128); break;               \
+        default: CALL(dim);                       \
+    }
+
+static inline __attribute__((always_inline)) void norm_rows(const float *restrict x, const float *restrict w,
+                                                             float *restrict y, float *restrict rstd, int64_t rows,
+                                                             const int64_t dim, float eps) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *yr = y + r * dim;
@@ -62,14 +76,19 @@ void pasodoble_rms_norm_forward_f32(const float *restrict x, const float *restri
     }
 }
 
+void pasodoble_rms_norm_forward_f32(const float *restrict x, const float *restrict w, float *restrict y,
+                                    float *restrict rstd, int64_t rows, int64_t dim, float eps) {
+#define NORM_ROWS(D) norm_rows(x, w, y, rstd, rows, D, eps)
+    BY_WIDTH(NORM_ROWS, dim)
+#undef NORM_ROWS
+}
+
 /* dw's sums run in float over blocks of this many rows, then join a double total */
 #define DW_BLOCK 32
 
-int pasodoble_rms_norm_backward_f32(const float *restrict x, const float *restrict w, const float *restrict rstd,
-                                    const float *restrict dy, float *restrict dx, double *restrict dw, int64_t rows,
-                                    int64_t dim) {
-    float *part = dw ? calloc((size_t)dim, sizeof(float)) : NULL;
-    if (dw && !part) return -2;
+static inline __attribute__((always_inline)) void norm_backward_rows(
+    const float *restrict x, const float *restrict w, const float *restrict rstd, const float *restrict dy,
+    float *restrict dx, double *restrict dw, float *restrict part, int64_t rows, const int64_t dim) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim, *dyr = dy + r * dim;
         float *dxr = dx + r * dim;
@@ -89,6 +108,16 @@ int pasodoble_rms_norm_backward_f32(const float *restrict x, const float *restri
             }
         }
     }
+}
+
+int pasodoble_rms_norm_backward_f32(const float *restrict x, const float *restrict w, const float *restrict rstd,
+                                    const float *restrict dy, float *restrict dx, double *restrict dw, int64_t rows,
+                                    int64_t dim) {
+    float *part = dw ? calloc((size_t)dim, sizeof(float)) : NULL;
+    if (dw && !part) return -2;
+#define NORM_BACKWARD_ROWS(D) norm_backward_rows(x, w, rstd, dy, dx, dw, part, rows, D)
+    BY_WIDTH(NORM_BACKWARD_ROWS, dim)
+#undef NORM_BACKWARD_ROWS
     free(part);
     return 0;
 }
@@ -122,10 +151,9 @@ void pasodoble_silu_mul_backward_f32(const float *gate, const float *up, const f
  * transpose: dx = dout cos + (dout[half:] sin[half:], -dout[:half] sin[:half]).
  *   x, out     the tensors' data; strides xs, os (batch, head, position; each position's dim values contiguous)
  *   cosines, sines   (batch or 1, positions, dim) with strides cb (0: one row for every batch row) and ct */
-void pasodoble_rope_f32(const float *x, const int64_t *xs, float *out, const int64_t *os, const float *cosines,
-                        const float *sines, int64_t cb, int64_t ct, int64_t batch, int64_t heads, int64_t positions,
-                        int64_t dim, int backward) {
-    const int64_t half = dim / 2;
+static inline __attribute__((always_inline)) void rope_all(
+    const float *x, const int64_t *xs, float *out, const int64_t *os, const float *cosines, const float *sines,
+    int64_t cb, int64_t ct, int64_t batch, int64_t heads, int64_t positions, const int64_t half, int backward) {
     for (int64_t b = 0; b < batch; b++)
         for (int64_t t = 0; t < positions; t++) {
             const float *c = cosines + b * cb + t * ct, *s = sines + b * cb + t * ct;
@@ -147,4 +175,12 @@ void pasodoble_rope_f32(const float *x, const int64_t *xs, float *out, const int
                 }
             }
         }
+}
+
+void pasodoble_rope_f32(const float *x, const int64_t *xs, float *out, const int64_t *os, const float *cosines,
+                        const float *sines, int64_t cb, int64_t ct, int64_t batch, int64_t heads, int64_t positions,
+                        int64_t dim, int backward) {
+#define ROPE_ALL(D) rope_all(x, xs, out, os, cosines, sines, cb, ct, batch, heads, positions, (D) / 2, backward)
+    BY_WIDTH(ROPE_ALL, dim)
+#undef ROPE_ALL
 }
