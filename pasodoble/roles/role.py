@@ -28,7 +28,6 @@ Departures from the reference code:
 
 from __future__ import annotations
 
-import array
 import contextlib
 import copy
 import time
@@ -47,7 +46,7 @@ from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_head import reuse_head_casts
 from pasodoble.core.fused_layers import use_fused_layers
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
-from pasodoble.core.packed import can_pack, packed_logprobs
+from pasodoble.core.packed import can_pack, flat_tensor, packed_logprobs
 from pasodoble.core.precision import DTYPES
 from pasodoble.core.segment_attention import attends_per_sample
 from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
@@ -717,16 +716,8 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:
     column = torch.arange(width)
     start, end = torch.tensor(starts)[:, None], torch.tensor(ends)[:, None]
     return {
-        "input_ids": _flat_tensor(ids, "q", torch.long, shape),
+        "input_ids": flat_tensor(ids, "q", torch.long, shape),
         "attention_mask": (column < end).long(),
         "completion_mask": ((column >= start) & (column < end)).float(),
-        "old_logps": _flat_tensor(logps, "f", torch.float32, shape),
+        "old_logps": flat_tensor(logps, "f", torch.float32, shape),
     }
-
-
-def _flat_tensor(values: list, typecode: str, dtype: torch.dtype, shape: tuple[int, int]) -> torch.Tensor:
-    """`values` as a tensor of `shape`, through one C array (`torch.tensor` of a long list reads it element by
-    element)."""
-    if not values:
-        return torch.zeros(shape, dtype=dtype)
-    return torch.frombuffer(array.array(typecode, values), dtype=dtype).view(shape)
