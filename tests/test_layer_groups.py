@@ -129,6 +129,13 @@ def test_gate_and_up_group_and_the_switch_turns_groups_off(monkeypatch):
     mixed.gate_proj, mixed.up_proj = torch.nn.Linear(96, 64), torch.nn.Linear(64, 64)
     use_cpu_matmul(mixed, "native")
     assert "input_group" not in mixed.gate_proj.__dict__
+    wide_q = torch.nn.Module()  # SmolLM2's shape of things: q on another kernel, k and v grouped
+    wide_q.q_proj, wide_q.k_proj, wide_q.v_proj = (torch.nn.Linear(96, n) for n in WIDTHS)
+    use_cpu_matmul(wide_q, "native")
+    wide_q.q_proj.__class__ = torch.nn.Linear
+    del wide_q.q_proj.input_group
+    assert narrow_matmul.group_layers(wide_q) == 1
+    assert wide_q.k_proj.input_group.layers == (wide_q.k_proj, wide_q.v_proj)
 
 
 def test_a_copied_model_groups_its_own_layers():

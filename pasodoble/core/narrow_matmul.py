@@ -365,17 +365,17 @@ _grouping = {"on": True}  # False: every group's layers run alone (a bench's arm
 
 
 def group_layers(model: torch.nn.Module) -> int:
-    """Gives the `NarrowLinear` children of each module named as in `GROUPS` (all of them of one input width) an
-    `InputGroup`; returns how many groups it made (none where `GROUPS_ENV` is "off")."""
+    """Gives the `NarrowLinear` children of each module named as in `GROUPS`, two or more of one input width, an
+    `InputGroup` (SmolLM2's k and v, whose q is wider and runs on oneDNN); returns how many groups it made (none where
+    `GROUPS_ENV` is "off")."""
     if os.environ.get(GROUPS_ENV, "").lower() == "off":
         return 0
     made = 0
     for module in model.modules():
         for names in GROUPS:
             layers = [getattr(module, name, None) for name in names]
-            if all(type(layer) is NarrowLinear for layer in layers) and (
-                len({layer.in_features for layer in layers}) == 1
-            ):
+            layers = [layer for layer in layers if type(layer) is NarrowLinear]
+            if len(layers) >= 2 and len({layer.in_features for layer in layers}) == 1:
                 group = InputGroup(layers)
                 for layer in layers:
                     layer.input_group = group
