@@ -40,12 +40,12 @@ from pasodoble.core import native
 
 SOURCE = Path(__file__).with_name("narrow_matmul.c")
 ENV = "PASODOBLE_NARROW_MATMUL"  # "off": torch's products always
-GROUPS_ENV = "PASODOBLE_LAYER_GROUPS"  # "off": every layer its own call, also within a group
+GROUPS_ENV = "PASODOBLE_LAYER_GROUPS"  # "off": no layer groups, every layer its own call
 MAX_PARTS = 8  # layers one kernel call takes
 LANES = 16  # the kernel's vector width: output rows are read and written 16 floats at a time
 TN_BLOCK = 128  # rows of A and B the weight gradient sums at a time (both stay in cache across C's tiles)
 
-_state: dict[str, object] = {}  # "lib": (nn, tn) or None; "why": the reason it is None
+_state: dict[str, object] = {}  # "lib": {name: C function} or None; "why": the reason it is None
 
 
 def _bind(lib: ctypes.CDLL):
