@@ -12,6 +12,8 @@ for each round times one `Role.update` on those samples in each arm, the first a
 - `blas_products`: the default with the narrow kernel off (those layers' products on torch's BLAS, MKL);
 - `separate_layers`: the default with each of a block's layers on one input (q, k, v; gate, up) in its own kernel
   call, as before they shared one (`core.narrow_matmul.InputGroup`);
+- `separate_blocks`: the default with each decoder layer running its own modules, an autograd node each, as before
+  the layer ran as one node (`core.fused_block`);
 - `gathered`: the default with the packed rows' attention through per-sample gathers, two kernel calls a layer,
   as before the kernel read the rows in place (`core.segment_attention.attends_in_place`);
 - `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
@@ -65,6 +67,7 @@ ARMS = (
     "default",
     "blas_products",
     "separate_layers",
+    "separate_blocks",
     "gathered",
     "sdpa",
     "stock_layers",
@@ -79,6 +82,7 @@ def arm(role, name: str):
     """The Role as it runs in arm `name` (see module) for the duration."""
     from pasodoble.core import (
         chunked_logprobs,
+        fused_block,
         fused_layers,
         narrow_matmul,
         segment_attention,
@@ -106,6 +110,8 @@ def arm(role, name: str):
         segment_attention.attends_in_place = lambda query, key, value: False
     if name == "separate_layers":
         narrow_matmul._grouping["on"] = False
+    if name == "separate_blocks":
+        fused_block._fusing["on"] = False
     try:
         yield
     finally:
@@ -119,6 +125,7 @@ def arm(role, name: str):
         )
         segment_attention.attends_in_place = in_place
         narrow_matmul._grouping["on"] = True
+        fused_block._fusing["on"] = True
 
 
 def token_budget(text: str) -> int | str | None:

@@ -677,6 +677,7 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
 
     from pasodoble.core import (
         chunked_logprobs,
+        fused_block,
         fused_layers,
         narrow_matmul,
         segment_attention,
@@ -704,21 +705,23 @@ def test_update_layout_arms_switch_the_changes_off_and_back():
                 segment_attention.attends_in_place is in_place,
                 narrow_matmul._load() is None,
                 not narrow_matmul._grouping["on"],
+                not fused_block._fusing["on"],
             )
         assert role.entry_weight == 0.5 and chunked_logprobs.can_fuse(head, states)
-        assert narrow_matmul._grouping["on"]
+        assert narrow_matmul._grouping["on"] and fused_block._fusing["on"]
         assert segment_attention.attends_in_place is in_place
     # without a compiler every arm runs SDPA and transformers' layers
     sdpa, layers = train_attention._load() is None, fused_layers._load() is None
     blas = narrow_matmul._load() is None
     assert switched == {
-        "default": (True, True, False, sdpa, layers, True, blas, False),
-        "blas_products": (True, True, False, sdpa, layers, True, True, False),
-        "separate_layers": (True, True, False, sdpa, layers, True, blas, True),
-        "gathered": (True, True, False, sdpa, layers, False, blas, False),
-        "sdpa": (True, True, False, True, layers, True, blas, False),
-        "stock_layers": (True, True, False, sdpa, True, True, blas, False),
-        "stock_head": (True, False, False, sdpa, layers, True, blas, False),
-        "cache": (False, True, False, sdpa, layers, True, blas, False),
-        "cache_stock": (False, False, True, sdpa, layers, True, blas, False),
+        "default": (True, True, False, sdpa, layers, True, blas, False, False),
+        "blas_products": (True, True, False, sdpa, layers, True, True, False, False),
+        "separate_layers": (True, True, False, sdpa, layers, True, blas, True, False),
+        "separate_blocks": (True, True, False, sdpa, layers, True, blas, False, True),
+        "gathered": (True, True, False, sdpa, layers, False, blas, False, False),
+        "sdpa": (True, True, False, True, layers, True, blas, False, False),
+        "stock_layers": (True, True, False, sdpa, True, True, blas, False, False),
+        "stock_head": (True, False, False, sdpa, layers, True, blas, False, False),
+        "cache": (False, True, False, sdpa, layers, True, blas, False, False),
+        "cache_stock": (False, False, True, sdpa, layers, True, blas, False, False),
     }

@@ -99,15 +99,19 @@ class _RmsNorm(torch.autograd.Function):
     @once_differentiable  # its backward is the C kernel: no second derivative
     def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
-        grad = grad.contiguous()
-        dim = x.shape[-1]
-        dx = torch.empty_like(x)
-        dw = torch.zeros(dim, dtype=torch.float64) if ctx.needs_input_grad[1] else None
-        code = _load()["norm_backward"](x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), grad.data_ptr(),
-                                        dx.data_ptr(), None if dw is None else dw.data_ptr(), x.numel() // dim, dim)  # fmt: skip
-        if code != 0:
-            raise MemoryError(f"RMSNorm kernel's backward failed ({code}) at {tuple(x.shape)}")
-        return dx, None if dw is None else dw.to(weight.dtype), None
+        return *norm_backward(x, weight, rstd, grad.contiguous(), ctx.needs_input_grad[1]), None
+
+
+def norm_backward(x, weight, rstd, grad, want_weight: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(grad of x, grad of weight or None) of `_norm`'s output for `grad` (contiguous, as x)."""
+    dim = x.shape[-1]
+    dx = torch.empty_like(x)
+    dw = torch.zeros(dim, dtype=torch.float64) if want_weight else None
+    code = _load()["norm_backward"](x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), grad.data_ptr(),
+                                    dx.data_ptr(), None if dw is None else dw.data_ptr(), x.numel() // dim, dim)  # fmt: skip
+    if code != 0:
+        raise MemoryError(f"RMSNorm kernel's backward failed ({code}) at {tuple(x.shape)}")
+    return dx, None if dw is None else dw.to(weight.dtype)
 
 
 def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,11 +143,15 @@ class _SiluMul(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         gate, up = ctx.saved_tensors
-        grad = grad.contiguous()
-        dgate, dup = torch.empty_like(gate), torch.empty_like(up)
-        _load()["silu_mul_backward"](gate.data_ptr(), up.data_ptr(), grad.data_ptr(), dgate.data_ptr(),
-                                     dup.data_ptr(), gate.numel())  # fmt: skip
-        return dgate, dup
+        return silu_mul_backward(gate, up, grad.contiguous())
+
+
+def silu_mul_backward(gate, up, grad) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad of gate, grad of up) of `_silu_mul`'s output for `grad` (contiguous, as gate)."""
+    dgate, dup = torch.empty_like(gate), torch.empty_like(up)
+    _load()["silu_mul_backward"](gate.data_ptr(), up.data_ptr(), grad.data_ptr(), dgate.data_ptr(),
+                                 dup.data_ptr(), gate.numel())  # fmt: skip
+    return dgate, dup
 
 
 def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -192,12 +200,21 @@ class _Rope(torch.autograd.Function):
 def _rope_serves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     batch, _, positions, dim = x.shape
     return (
+        x.numel() > 0
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and x.stride(-1) == 1
+        and rope_tables_serve(cos, sin, batch, positions, dim)
+    )
+
+
+def rope_tables_serve(cos: torch.Tensor, sin: torch.Tensor, batch: int, positions: int, dim: int) -> bool:
+    """Whether the rotary kernel takes `cos` and `sin` for `batch` rows of `positions` positions of heads `dim` wide,
+    on one torch thread."""
+    return (
         torch.get_num_threads() == 1
         and dim % 2 == 0
-        and x.numel() > 0
-        and all(
-            t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(-1) == 1 for t in (x, cos, sin)
-        )
+        and all(t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(-1) == 1 for t in (cos, sin))
         and cos.dim() == 3
         and cos.shape[0] in (1, batch)
         and cos.shape[1:] == (positions, dim)

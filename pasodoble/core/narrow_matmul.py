@@ -238,11 +238,7 @@ class _Layers(torch.autograd.Function):
         ctx.save_for_backward(x, *weights)
         ctx.has_bias = [b is not None for b in biases]
         ctx.set_materialize_grads(False)  # an output nothing used: None, and its layer no gradient, as apart
-        outs = nn_out(x, transposes)
-        for out, bias in zip(outs, biases, strict=True):
-            if bias is not None:
-                out.add_(bias)
-        return tuple(outs)
+        return tuple(layers_forward(x, biases, transposes))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -250,17 +246,39 @@ class _Layers(torch.autograd.Function):
         x, *weights = ctx.saved_tensors
         count, need = len(weights), ctx.needs_input_grad
         grads = [g if g is None else g.contiguous() for g in grads]  # (M, N_p) each
-        used = [p for p in range(count) if grads[p] is not None]
-        grad_x = nn_sum([(grads[p], weights[p].detach()) for p in used]) if need[0] else None  # (M, K)
-        wanted = [p for p in used if need[2 + p]]
-        grad_w = [None] * count
-        for p, grad in zip(wanted, tn_parts([grads[p] for p in wanted], x) if wanted else []):
-            grad_w[p] = grad  # (N_p, K)
-        grad_b = [
-            grads[p].sum(0) if p in used and ctx.has_bias[p] and need[2 + count + p] else None
-            for p in range(count)
-        ]
+        grad_x, grad_w, grad_b = layers_backward(
+            x,
+            weights,
+            grads,
+            need[0],
+            need[2 : 2 + count],
+            [h and n for h, n in zip(ctx.has_bias, need[2 + count :])],
+        )
         return grad_x, None, *grad_w, *grad_b, *([None] * count)
+
+
+def layers_forward(x: torch.Tensor, biases, transposes) -> list[torch.Tensor]:
+    """[x (M, K) @ t + b for t, b in zip(transposes, biases)] in one kernel call; a bias may be None."""
+    outs = nn_out(x, transposes)
+    for out, bias in zip(outs, biases, strict=True):
+        if bias is not None:
+            out.add_(bias)
+    return outs
+
+
+def layers_backward(x, weights, grads, need_x: bool, need_w, need_b):
+    """(grad of x, [grad of each weight], [grad of each bias]) of `layers_forward` for the output gradients `grads`
+    ((M, N_p), rows contiguous; None: that output was not used, and its layer gets no gradient), each computed where
+    its `need_*` flag is set (None elsewhere): one kernel call for x's (a sum over the layers), one for the weights'."""
+    count = len(weights)
+    used = [p for p in range(count) if grads[p] is not None]
+    grad_x = nn_sum([(grads[p], weights[p].detach()) for p in used]) if need_x and used else None  # (M, K)
+    wanted = [p for p in used if need_w[p]]
+    grad_w = [None] * count
+    for p, grad in zip(wanted, tn_parts([grads[p] for p in wanted], x) if wanted else []):
+        grad_w[p] = grad  # (N_p, K)
+    grad_b = [grads[p].sum(0) if p in used and need_b[p] else None for p in range(count)]
+    return grad_x, grad_w, grad_b
 
 
 def linears(x: torch.Tensor, layers) -> tuple[torch.Tensor, ...]:
@@ -271,11 +289,7 @@ def linears(x: torch.Tensor, layers) -> tuple[torch.Tensor, ...]:
         x.requires_grad or any(t is not None and t.requires_grad for t in (*weights, *biases))
     ):
         return _Layers.apply(x, len(layers), *weights, *biases, *(transposed(w) for w in weights))
-    outs = nn_out(x, [transposed(w) for w in weights])
-    for out, bias in zip(outs, biases, strict=True):
-        if bias is not None:
-            out.add_(bias)
-    return tuple(outs)
+    return tuple(layers_forward(x, biases, [transposed(w) for w in weights]))
 
 
 def _plain(t: torch.Tensor | None) -> bool:

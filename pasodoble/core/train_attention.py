@@ -167,16 +167,21 @@ class _Attention(torch.autograd.Function):
     @once_differentiable  # its backward is the C kernel: no second derivative
     def backward(ctx, grad):
         query, key, value, out, lse, bounds = ctx.saved_tensors
-        grad = grad.contiguous()
-        batch, heads, queries, dim = query.shape
-        dq = torch.empty(batch, queries, heads, dim)
-        dk, dv = torch.empty(key.shape), torch.empty(value.shape)
-        fn = _load()[1]
-        code = fn(_view(query), _view(key), _view(value), _shape(query, key, bounds, ctx.span_b, ctx.scale),
-                  out.data_ptr(), grad.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())  # fmt: skip
-        if code != 0:
-            raise MemoryError(f"training attention kernel's backward failed ({code})")
+        dq, dk, dv = _backward(query, key, value, out, lse, bounds, ctx.span_b, ctx.scale, grad.contiguous())
         return dq.transpose(1, 2), dk, dv, None, None, None
+
+
+def _backward(query, key, value, out, lse, bounds, span_b, scale, grad):
+    """(dq (B, Q, H, D), dk, dv (B, KV, K, D), contiguous) of `_forward`'s output for `grad` (contiguous, as out)."""
+    batch, heads, queries, dim = query.shape
+    dq = torch.empty(batch, queries, heads, dim)
+    dk, dv = torch.empty(key.shape), torch.empty(value.shape)
+    fn = _load()[1]
+    code = fn(_view(query), _view(key), _view(value), _shape(query, key, bounds, span_b, scale),
+              out.data_ptr(), grad.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())  # fmt: skip
+    if code != 0:
+        raise MemoryError(f"training attention kernel's backward failed ({code})")
+    return dq, dk, dv
 
 
 def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
@@ -188,13 +193,20 @@ def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool
     ):
         return False
     batch, heads, queries, dim = query.shape
-    kv_heads, keys = key.shape[1], key.shape[2]
+    return (
+        key.shape == value.shape
+        and key.shape[0] == batch
+        and fits(heads, key.shape[1], queries, key.shape[2], dim)
+    )
+
+
+def fits(heads: int, kv_heads: int, queries: int, keys: int, dim: int) -> bool:
+    """Whether the kernel takes a call of these sizes (float32 CPU tensors, one torch thread, each position's head
+    dimensions contiguous), building it if it was not tried yet."""
     return not (
         dim % 8
         or dim > MAX_DIM
         or heads % kv_heads
-        or key.shape != value.shape
-        or key.shape[0] != batch
         or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
         or 2 * (-(-queries // 4) * 4) * dim > MAX_SCRATCH_FLOATS
         or queries == 0

@@ -43,6 +43,7 @@ from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import cpu_matmul, grpo, host_memory, lr_schedules, precision
 from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
+from pasodoble.core.fused_block import use_fused_blocks
 from pasodoble.core.fused_head import reuse_head_casts
 from pasodoble.core.fused_layers import use_fused_layers
 from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
@@ -363,6 +364,7 @@ class Role:
         use_grouped_attention(model)
         cpu_matmul.use_cpu_matmul(model, cfg.cpu_matmul)
         use_fused_layers(model)
+        use_fused_blocks(model)
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:

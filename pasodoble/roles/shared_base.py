@@ -13,6 +13,7 @@ from __future__ import annotations
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.core.cpu_matmul import use_cpu_matmul
+from pasodoble.core.fused_block import use_fused_blocks
 from pasodoble.core.fused_layers import use_fused_layers
 from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
@@ -56,6 +57,7 @@ def build_shared_roles(
     use_grouped_attention(base)
     use_cpu_matmul(base, proposer_cfg.cpu_matmul)
     use_fused_layers(base)
+    use_fused_blocks(base)
     proposer_view = wrap_lora(base, "proposer", proposer_cfg.lora)
     solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
     models = {"proposer": proposer_view, "solver": solver_view}

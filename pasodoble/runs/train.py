@@ -38,7 +38,7 @@ import torch
 
 from pasodoble import allocator, checkpoint
 from pasodoble.config import load_config, save_config
-from pasodoble.core import decode_kernel, fused_layers, train_attention
+from pasodoble.core import decode_kernel, fused_block, fused_layers, train_attention
 from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
@@ -406,7 +406,8 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
             f"run directory: {run_dir} ({threads} torch threads, malloc: {allocator.active()}, "
             f"CPU kernels: decode {decode_kernel.status() if threads == 1 else f'off ({threads} torch threads)'}, "
             f"attention {train_attention.status() if threads == 1 else 'off'}, "
-            f"layers {fused_layers.status() if threads == 1 else 'off'})",
+            f"layers {fused_layers.status() if threads == 1 else 'off'}, "
+            f"blocks {fused_block.status() if threads == 1 else 'off'})",
             flush=True,
         )
         if (warning := busy_warning(threads)) is not None:
