@@ -147,3 +147,24 @@ def test_the_start_line_status(monkeypatch):
     assert fused_block.status() == "on"
     monkeypatch.setenv(fused_block.ENV, "off")
     assert fused_block.status() == f"off ({fused_block.ENV}=off)"
+
+
+def test_under_checkpointing_the_layer_runs_its_own_forward_and_a_second_backward_is_refused(
+    one_thread, monkeypatch
+):
+    model = _model("qwen3")
+    calls = _counted(monkeypatch)
+    want = _loss_and_grads(model)
+    model.gradient_checkpointing_enable()  # its saved-tensor hooks would not see what the node keeps
+    got = _loss_and_grads(model)
+    assert len(calls) == 2  # the first run only
+    for name, grad in want[1].items():
+        assert torch.equal(got[1][name], grad), name
+    model.gradient_checkpointing_disable()
+    outputs = []  # the first layer's output, through a hook on the layer itself (which the node allows)
+    model.model.layers[0].register_forward_hook(lambda module, args, out: outputs.append(out))
+    packed_logprobs(model, PROMPTS, COMPLETIONS, WIDTH, pad_id=0)
+    assert len(calls) == 4
+    outputs[0].sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="runs once"):
+        outputs[0].sum().backward()

@@ -8,13 +8,15 @@ backward does the same in reverse. It does so where every piece would have taken
 a call with `packed_segments=` (the update's rows, `core.segment_attention`) and no cache, float32 on the CPU with one
 torch thread and no autocast, every linear layer a `NarrowLinear` the kernel takes (no bias in the MLP), the norms,
 rotary embedding and MLP turned by `core.fused_layers`, no attention dropout or sliding window, and no hook on the
-layer's modules but transformers' output capturing (the attention weights it would capture are None on this path).
+layer's modules but transformers' output capturing (the attention weights it would capture are None on this path),
+and no saved-tensor hooks (activation checkpointing, offloading: the node keeps its intermediates itself and frees
+each as its backward reads it, which those hooks would not see; its backward runs once, no `retain_graph`).
 Anything else takes the layer's own forward, which computes the same through the same kernels.
-`PASODOBLE_FUSED_BLOCKS=off` turns it off.
+`PASODOBLE_FUSED_BLOCKS=off` turns it off; `status()` says whether it can be on, for the start line.
 
-Why: on the tiny anchor (4 layers of width 96) the kernels did the update's work at the core's rate, and the rest,
-a fifth of the update, was the Python and dispatcher cost of the layers' 20-odd autograd nodes, their modules' calls
-and transformers' code around them (docs/PERFORMANCE.md). One node a layer keeps the kernel calls and drops the rest.
+Why: on the tiny anchor (4 layers of width 96) the kernels did about four fifths of the update's work and the rest was
+Python, dispatcher and allocator cost around them, much of it the layers' 20-odd autograd nodes, their modules' calls
+and transformers' code (docs/PERFORMANCE.md). One node a layer keeps the kernel calls and drops most of the rest.
 The values are those of the layer's own forward: the same kernels on the same inputs in the same order.
 
 Run: `use_fused_blocks(model)` once after `core.cpu_matmul.use_cpu_matmul` and `core.fused_layers.use_fused_layers`;
@@ -88,6 +90,13 @@ def _parts(block) -> tuple:
     )  # fmt: skip
 
 
+def _saved_tensor_hooks_active() -> bool:
+    """Whether saved-tensor hooks are on (activation checkpointing, offloading): they see only what
+    `save_for_backward` saves, and `_Block` keeps its own intermediates (True where torch cannot say)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return top is None or top(False) is not None
+
+
 def serves(block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     """Whether `_Block` runs this call of `block` on `x` (R, L, width) with rotary `cos`, `sin` (see module)."""
     attn, mlp = block.self_attn, block.mlp
@@ -109,6 +118,7 @@ def serves(block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool
         and fused_layers._serves(x, *(n.weight for n in norms))
         and all(narrow_matmul.applies(x, layer.weight, layer.bias) for layer in _linears(block))
         and not torch.is_autocast_enabled("cpu")
+        and not (torch.is_grad_enabled() and _saved_tensor_hooks_active())
         and train_attention.fits(
             config.num_attention_heads, config.num_key_value_heads, length, length, attn.head_dim
         )
@@ -144,10 +154,13 @@ def _forward(spec: _Spec, x, cos, sin, params, keep: bool):
     h1, r1 = fused_layers._norm(x, w_in, spec.eps["in"])
     q, k, v = narrow_matmul.layers_forward(h1, (bq, bk, bv), (t(wq), t(wk), t(wv)))
     qn, rq = fused_layers._norm(q.view(-1, spec.dim), wqn, spec.eps["q"]) if wqn is not None else (q, None)
-    kn, rk = fused_layers._norm(k.view(-1, spec.dim), wkn, spec.eps["k"]) if wkn is not None else (k, None)
-    q4, k4 = _heads(qn, spec, spec.heads), _heads(kn, spec, spec.kv_heads)
+    q4 = _heads(qn, spec, spec.heads)
     qr = fused_layers._rope(q4, cos, sin, q4, backward=False)
+    del qn, q4  # each buffer freed once read, so that the next one reuses memory still in cache
+    kn, rk = fused_layers._norm(k.view(-1, spec.dim), wkn, spec.eps["k"]) if wkn is not None else (k, None)
+    k4 = _heads(kn, spec, spec.kv_heads)
     kr = fused_layers._rope(k4, cos, sin, k4, backward=False)
+    del kn, k4
     v4 = _heads(v, spec, spec.kv_heads)
     att, lse = train_attention._forward(qr, kr, v4, spec.bounds, spec.length, spec.scale)  # (R, L, H, D)
     a = att.view(x.shape[0], -1)
@@ -160,7 +173,7 @@ def _forward(spec: _Spec, x, cos, sin, params, keep: bool):
     y = d.add_(h)
     if not keep:
         return y, None
-    return y, (x, h1, r1, q, k, rq, rk, qr, kr, v4, att, lse, h, h2, r2, g, u, m)
+    return y, [h1, r1, q, k, rq, rk, qr, kr, v4, att, lse, h, h2, r2, g, u, m]
 
 
 class _Block(torch.autograd.Function):
@@ -169,27 +182,39 @@ class _Block(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, sin, spec, *params):
         y, kept = _forward(spec, x, cos, sin, params, keep=True)
-        ctx.save_for_backward(cos, sin, *params, *kept)
-        ctx.spec = spec
+        ctx.save_for_backward(x, cos, sin, *params)
+        ctx.kept, ctx.spec = kept, spec
         return y
 
     @staticmethod
     @once_differentiable  # its backward is the kernels': no second derivative
     def backward(ctx, dy):
         spec, need = ctx.spec, ctx.needs_input_grad
-        cos, sin, *rest = ctx.saved_tensors
-        params, kept = rest[:15], rest[15:]
+        x, cos, sin, *params = ctx.saved_tensors
         w_in, wq, wk, wv, bq, bk, bv, wqn, wkn, wo, bo, w_post, wg, wu, wd = params
-        x, h1, r1, q, k, rq, rk, qr, kr, v4, att, lse, h, h2, r2, g, u, m = kept
+        kept, ctx.kept = (
+            ctx.kept,
+            None,
+        )  # each freed below once read, as autograd frees a node's saved tensors
+        if kept is None:
+            raise RuntimeError(
+                f"a fused decoder layer's backward runs once (no retain_graph); set {ENV}=off to run it again"
+            )
+        h1, r1, q, k, rq, rk, qr, kr, v4, att, lse, h, h2, r2, g, u, m = kept
+        kept.clear()
         grads = [None] * 15
         dy = dy.contiguous()
         # the MLP and its residual
         dm, (grads[14],), _ = narrow_matmul.layers_backward(m, (wd,), (dy,), True, need[18:19], (False,))
+        del m
         dg, du = fused_layers.silu_mul_backward(g, u, dm)
+        del g, u, dm
         dh2, (grads[12], grads[13]), _ = narrow_matmul.layers_backward(
             h2, (wg, wu), (dg, du), True, need[16:18], (False, False)
         )
+        del h2, dg, du
         dh, grads[11] = fused_layers.norm_backward(h, w_post, r2, dh2, need[15])
+        del h, dh2
         dh.add_(dy)
         # attention and its residual
         da, (grads[9],), (grads[10],) = narrow_matmul.layers_backward(
@@ -198,27 +223,31 @@ class _Block(torch.autograd.Function):
         dq, dk, dv = train_attention._backward(
             qr, kr, v4, att, lse, spec.bounds, spec.length, spec.scale, da.view(att.shape)
         )
+        del qr, kr, v4, att, lse, da
         dq4 = dq.transpose(1, 2)  # (R, H, L, D) view of (R, L, H, D) memory
-        dqn = fused_layers._rope(dq4, cos, sin, dq4, backward=True)
-        dkn = fused_layers._rope(
-            dk, cos, sin, _heads(torch.empty_like(k), spec, spec.kv_heads), backward=True
-        )
-        dqn, dkn = dqn.transpose(1, 2).reshape(q.shape), dkn.transpose(1, 2).reshape(k.shape)
+        dqn = fused_layers._rope(dq4, cos, sin, dq4, backward=True).transpose(1, 2).reshape(q.shape)
+        del dq, dq4
         if wqn is not None:
             dqn, grads[7] = fused_layers.norm_backward(
                 q.view(-1, spec.dim), wqn, rq, dqn.view(-1, spec.dim), need[11]
             )
             dqn = dqn.view(q.shape)
+        del q
+        k_like = _heads(torch.empty_like(k), spec, spec.kv_heads)  # dk rotated back into k's layout
+        dkn = fused_layers._rope(dk, cos, sin, k_like, backward=True).transpose(1, 2).reshape(k.shape)
+        del dk, k_like
         if wkn is not None:
             dkn, grads[8] = fused_layers.norm_backward(
                 k.view(-1, spec.dim), wkn, rk, dkn.view(-1, spec.dim), need[12]
             )
             dkn = dkn.view(k.shape)
+        del k
         dv = dv.transpose(1, 2).reshape(x.shape[0], -1)
         need_b = tuple(b is not None and n for b, n in zip((bq, bk, bv), need[8:11], strict=True))
         dh1, grads[1:4], grads[4:7] = narrow_matmul.layers_backward(
             h1, (wq, wk, wv), (dqn, dkn, dv), True, need[5:8], need_b
         )
+        del h1, dqn, dkn, dv
         dx, grads[0] = fused_layers.norm_backward(x, w_in, r1, dh1, need[4])
         dx.add_(dh)
         return dx, None, None, None, *grads
