@@ -44,6 +44,22 @@ def test_every_sample_lands_in_exactly_one_micro_batch_of_the_plain_sizes(size):
         ]
 
 
+def test_packed_rows_of_one_micro_batch_are_of_close_lengths():
+    """Packed, the prompt groups sorted by their row's length pad less than the given order or the samples sorted by
+    completion length (which also splits rows); each prompt's samples stay together."""
+    a, c, b, d = (1, 2), (3, 4), (5, 6), (7, 8)
+    prompts, lengths = (
+        [a, a, c, c, b, b, d, d],
+        [10, 2, 2, 2, 6, 6, 2, 2],
+    )  # rows of 12, 4, 12 and 4 positions
+    plan = plan_micro_batches(prompts, lengths, 4, share=True, packed=True)
+    assert plan == [[2, 3, 6, 7], [0, 1, 4, 5]]
+    assert (
+        sum(executed_tokens(prompts, lengths, mb, share=True, packed=True) for mb in plan) == 32
+    )  # 48 either other way
+    assert plan_micro_batches(prompts, lengths, 4, share=True, packed=True, max_tokens=24) == plan
+
+
 def test_plan_rejects_mismatched_inputs():
     with pytest.raises(ValueError, match="one completion length per prompt"):
         plan_micro_batches([A], [1, 2], 1, share=True)
