@@ -38,33 +38,6 @@ def test_products_equal_torch_at_every_tile_edge(m, n):
 
 
 @needs_kernel
-@pytest.mark.parametrize("m", [1, 8, 37])
-def test_a_gated_mlp_s_products_and_gate_in_one_call_equal_them_apart(m):
-    """The gate's forward on each tile of rows as the products make them, and its backward on each tile of the down
-    projection's input gradient: exactly the products and then the gate over the whole outputs."""
-    from pasodoble.core import fused_layers
-
-    if fused_layers.status() != "on":
-        pytest.skip("the gate kernels could not be built")
-    torch.manual_seed(m)
-    x, gate_t, up_t = torch.randn(m, 40), torch.randn(40, 48), torch.randn(40, 48)
-    forward, backward = fused_layers.gate_functions()
-    g, u, out = narrow_matmul.gated_out(x, gate_t, up_t, forward)
-    assert torch.equal(g, narrow_matmul.nn(x, gate_t)) and torch.equal(u, narrow_matmul.nn(x, up_t))
-    assert torch.equal(out, fused_layers._silu_mul(g, u))
-    grad, down = torch.randn(m, 32), torch.randn(32, 48)  # the down projection's output gradient and weight
-    want = fused_layers.silu_mul_backward(g, u, narrow_matmul.nn(grad, down))
-    for a, b in zip(narrow_matmul.gate_grads(grad, down, g, u, backward), want, strict=True):
-        assert torch.equal(a, b)
-    with pytest.raises(ValueError, match="must both be 40 x N"):
-        narrow_matmul.gated_out(x, gate_t, torch.randn(40, 32), forward)
-    with pytest.raises(ValueError, match="multiple of 16"):
-        narrow_matmul.gated_out(x, gate_t[:, :40], up_t[:, :40], forward)
-    with pytest.raises(ValueError, match="do not match"):
-        narrow_matmul.gate_grads(grad, down[:, :32], g, u, backward)
-
-
-@needs_kernel
 def test_the_weight_gradient_sums_across_row_blocks():
     torch.manual_seed(0)
     m = 3 * narrow_matmul.TN_BLOCK + 17

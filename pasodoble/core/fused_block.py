@@ -4,8 +4,7 @@ What: `use_fused_blocks(model)` turns each decoder layer of transformers' Llama,
 subclass (same parameters, state dict and module tree) whose forward runs the whole layer (norm, q, k and v, Qwen3's
 q and k norms, rotary embedding, attention over the packed rows' spans, o, residual, norm, gate and up, SiLU gate,
 down, residual) as one autograd node, `_Block`, which calls the project's kernels one after another and whose
-backward does the same in reverse; the MLP's SiLU gate runs on each tile of rows as its products make it
-(`core.narrow_matmul.gated_out`, `gate_grads`). It does so where every piece would have taken its kernel anyway (`serves`):
+backward does the same in reverse. It does so where every piece would have taken its kernel anyway (`serves`):
 a call with `packed_segments=` (the update's rows, `core.segment_attention`) and no cache, float32 on the CPU with one
 torch thread and no autocast, every linear layer a `NarrowLinear` the kernel takes (no bias in the MLP), the norms,
 rotary embedding and MLP turned by `core.fused_layers`, no attention dropout or sliding window, and no hook on the
@@ -168,7 +167,8 @@ def _forward(spec: _Spec, x, cos, sin, params, keep: bool):
     (o,) = narrow_matmul.layers_forward(a, (bo,), (t(wo),))
     h = o.add_(x)
     h2, r2 = fused_layers._norm(h, w_post, spec.eps["post"])
-    g, u, m = narrow_matmul.gated_out(h2, t(wg), t(wu), fused_layers.gate_functions()[0])
+    g, u = narrow_matmul.nn_out(h2, [t(wg), t(wu)])
+    m = fused_layers._silu_mul(g, u)
     (d,) = narrow_matmul.nn_out(m, [t(wd)])
     y = d.add_(h)
     if not keep:
@@ -205,11 +205,10 @@ class _Block(torch.autograd.Function):
         grads = [None] * 15
         dy = dy.contiguous()
         # the MLP and its residual
-        if need[18]:
-            (grads[14],) = narrow_matmul.tn_parts([dy], m)
+        dm, (grads[14],), _ = narrow_matmul.layers_backward(m, (wd,), (dy,), True, need[18:19], (False,))
         del m
-        dg, du = narrow_matmul.gate_grads(dy, wd.detach(), g, u, fused_layers.gate_functions()[1])
-        del g, u
+        dg, du = fused_layers.silu_mul_backward(g, u, dm)
+        del g, u, dm
         dh2, (grads[12], grads[13]), _ = narrow_matmul.layers_backward(
             h2, (wg, wu), (dg, du), True, need[16:18], (False, False)
         )

@@ -80,14 +80,6 @@ def status() -> str:
     return "on" if _load() is not None else str(_state["why"])
 
 
-def gate_functions() -> tuple[int, int]:
-    """The addresses of the SiLU gate's forward (gate, up, out, n) and backward (gate, up, dout, dgate, dup, n) C
-    functions, for kernels that gate the rows they make (`core.narrow_matmul.gated_out`, `gate_grads`); the kernels
-    must be loaded."""
-    lib = _load()
-    return tuple(ctypes.cast(lib[name], ctypes.c_void_p).value for name in ("silu_mul", "silu_mul_backward"))
-
-
 def _serves(*tensors: torch.Tensor) -> bool:
     return (
         torch.get_num_threads() == 1

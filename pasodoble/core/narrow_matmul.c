@@ -21,13 +21,7 @@
  * one sum with no separate additions of the parts' gradients.
  *
  * Each call's parts come as one int64 array, FIELDS values a part (see each function).
- * A gated MLP's elementwise gate can run on each tile of rows as soon as its products are made, while they are in
- * cache: nn_out with `gate` (two parts, the MLP's gate and up) writes gate(C_0, C_1) of each MR rows into `gated`,
- * and nn with `grad` (one part, the down projection's input gradient) writes grad(G, U, C) of each MR rows into
- * `dgate` and `dup` (G, U: the gate's and up's outputs). The functions are the caller's (the project passes its
- * SiLU-gate kernels, core/fused_layers.c); the rows they see are contiguous.
- * Returns 0; -1 when an N (nn, nn_out) or K (tn) is not a multiple of 16, P is not in 1 .. MAX_PARTS, or a gate's
- * operands are not two parts of one width with contiguous rows.
+ * Returns 0; -1 when an N (nn, nn_out) or K (tn) is not a multiple of 16, or P is not in 1 .. MAX_PARTS.
  */
 #include "native_vec.h"
 
@@ -85,14 +79,9 @@ static void nn_rows(const int R, int64_t parts, const float *const *a, const int
  * array a call. */
 #define FIELDS 5
 
-typedef void (*gate_fn)(const float *gate, const float *up, float *out, int64_t n);
-typedef void (*gate_grad_fn)(const float *gate, const float *up, const float *dout, float *dgate, float *dup,
-                             int64_t n);
-
-int pasodoble_narrow_nn(const int64_t *desc, int64_t parts, float *c, int64_t ldc, int64_t M, int64_t N,
-                        gate_grad_fn grad, const float *gate, const float *up, float *dgate, float *dup) {
+int pasodoble_narrow_nn(const int64_t *desc, int64_t parts, float *c, int64_t ldc, int64_t M, int64_t N) {
     /* desc per part: A_p, its row stride, B_p, its row stride, K_p */
-    if (N % LANES || parts < 1 || parts > MAX_PARTS || (grad && ldc != N)) return -1;
+    if (N % LANES || parts < 1 || parts > MAX_PARTS) return -1;
     const float *a[MAX_PARTS], *b[MAX_PARTS];
     int64_t lda[MAX_PARTS], ldb[MAX_PARTS], K[MAX_PARTS];
     for (int64_t p = 0; p < parts; p++) {
@@ -100,22 +89,17 @@ int pasodoble_narrow_nn(const int64_t *desc, int64_t parts, float *c, int64_t ld
         a[p] = (const float *)(intptr_t)f[0], lda[p] = f[1], b[p] = (const float *)(intptr_t)f[2], ldb[p] = f[3];
         K[p] = f[4];
     }
-    for (int64_t m = 0; m < M; m += MR) {
-        const int R = M - m < MR ? (int)(M - m) : MR;
-        nn_rows(R, parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
-        if (grad) grad(gate + m * N, up + m * N, c + m * N, dgate + m * N, dup + m * N, R * N);
-    }
+    int64_t m = 0;
+    for (; m + MR <= M; m += MR) nn_rows(MR, parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
+    if (m < M) nn_rows((int)(M - m), parts, a, lda, b, ldb, K, m, N, c + m * ldc, ldc);
     return 0;
 }
 
-int pasodoble_narrow_nn_out(const float *a, int64_t lda, int64_t K, const int64_t *desc, int64_t parts, int64_t M,
-                            gate_fn gate, float *gated) {
+int pasodoble_narrow_nn_out(const float *a, int64_t lda, int64_t K, const int64_t *desc, int64_t parts, int64_t M) {
     /* desc per part: B_p, its row stride, C_p, its row stride, N_p */
     if (parts < 1 || parts > MAX_PARTS) return -1;
     for (int64_t p = 0; p < parts; p++)
         if (desc[FIELDS * p + 4] % LANES) return -1;
-    const int64_t N = desc[4];
-    if (gate && (parts != 2 || desc[3] != N || desc[FIELDS + 3] != N || desc[FIELDS + 4] != N)) return -1;
     for (int64_t m = 0; m < M; m += MR) {
         const int R = M - m < MR ? (int)(M - m) : MR;
         for (int64_t p = 0; p < parts; p++) {
@@ -123,9 +107,6 @@ int pasodoble_narrow_nn_out(const float *a, int64_t lda, int64_t K, const int64_
             const float *b = (const float *)(intptr_t)f[0];
             nn_rows(R, 1, &a, &lda, &b, &f[1], &K, m, f[4], (float *)(intptr_t)f[2] + m * f[3], f[3]);
         }
-        if (gate)
-            gate((const float *)(intptr_t)desc[2] + m * N, (const float *)(intptr_t)desc[FIELDS + 2] + m * N,
-                 gated + m * N, R * N);
     }
     return 0;
 }

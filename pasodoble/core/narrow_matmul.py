@@ -9,9 +9,7 @@ path. The forward reads the weight transposed, made once per update pass or gene
 not fit. Layers that a block calls one after another on the same input (q, k and v; gate and up) share an
 `InputGroup` (`group_layers`, which `use_cpu_matmul` calls): the first call runs them all as one autograd node, one
 kernel call for the forward, one for the input gradient (a sum over the layers, with no separate additions) and one
-for the weight gradients, and the others' calls take their outputs from it. `gated_out` and `gate_grads` run a gated
-MLP's products with its elementwise gate (forward and backward) applied to each tile of rows as it is made, while it
-is in cache (`core.fused_block` calls them with the SiLU gate of `core.fused_layers`).
+for the weight gradients, and the others' calls take their outputs from it.
 `core.cpu_matmul.use_cpu_matmul` turns layers into `NarrowLinear` (`cpu_matmul: auto` on a Zen 4 core for layers
 under its oneDNN threshold, `cpu_matmul: native` for every layer it `takes`).
 
@@ -53,8 +51,8 @@ _state: dict[str, object] = {}  # "lib": {name: C function} or None; "why": the 
 def _bind(lib: ctypes.CDLL):
     p, i = ctypes.c_void_p, ctypes.c_int64
     nn, nn_out, tn = lib.pasodoble_narrow_nn, lib.pasodoble_narrow_nn_out, lib.pasodoble_narrow_tn
-    nn.argtypes = [p, i, p, i, i, i, p, p, p, p, p]  # ..., gate-gradient function, gate, up, their gradients
-    nn_out.argtypes = [p, i, i, p, i, i, p, p]  # ..., gate function, its output
+    nn.argtypes = [p, i, p, i, i, i]
+    nn_out.argtypes = [p, i, i, p, i, i]
     tn.argtypes = [p, i, p, i, i, i, i]
     nn.restype = nn_out.restype = tn.restype = ctypes.c_int
     return {"nn": nn, "nn_out": nn_out, "tn": tn}
@@ -124,7 +122,7 @@ def nn_sum(pairs) -> torch.Tensor:
             [x.data_ptr() for x in a], [x.stride(0) for x in a], [y.data_ptr() for y in b],
             [y.stride(0) for y in b], [x.shape[1] for x in a],
         )  # fmt: skip
-        code = m and _load()["nn"](parts, len(pairs), out.data_ptr(), n, m, n, None, None, None, None, None)
+        code = m and _load()["nn"](parts, len(pairs), out.data_ptr(), n, m, n)
     if code:
         raise ValueError(
             f"narrow matmul: {n} output columns are not a multiple of {LANES}, or too many parts"
@@ -145,55 +143,12 @@ def nn_out(a: torch.Tensor, bs) -> list[torch.Tensor]:
             widths,
             widths,
         )
-        code = m and _load()["nn_out"](a.data_ptr(), a.stride(0), k, parts, len(bs), m, None, None)
+        code = m and _load()["nn_out"](a.data_ptr(), a.stride(0), k, parts, len(bs), m)
     if code:
         raise ValueError(
             f"narrow matmul: output widths {widths} are not multiples of {LANES}, or too many parts"
         )
     return outs
-
-
-def gated_out(a: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor, gate_fn: int):
-    """(g, u, gate_fn(g, u)) for g = a @ gate_t and u = a @ up_t (K x N each, N a multiple of 16): a gated MLP's
-    products and its elementwise gate in one call, each tile of rows gated while it is in cache. `gate_fn`: the address
-    of a C function (gate, up, out, n), as the SiLU gate of `core.fused_layers.gate_functions`."""
-    (m, k), n = a.shape, gate_t.shape[1]
-    if gate_t.shape != up_t.shape or gate_t.shape[0] != k:
-        raise ValueError(
-            f"narrow matmul: gate {tuple(gate_t.shape)} and up {tuple(up_t.shape)} must both be {k} x N"
-        )
-    g, u, out = torch.empty(m, n), torch.empty(m, n), torch.empty(m, n)
-    with _seen(m, k, 2 * n):
-        parts = _parts(
-            [gate_t.data_ptr(), up_t.data_ptr()], [gate_t.stride(0), up_t.stride(0)],
-            [g.data_ptr(), u.data_ptr()], [n, n], [n, n],
-        )  # fmt: skip
-        code = m and _load()["nn_out"](a.data_ptr(), a.stride(0), k, parts, 2, m, gate_fn, out.data_ptr())
-    if code:
-        raise ValueError(f"narrow matmul: gate width {n} is not a multiple of {LANES}, or the widths differ")
-    return g, u, out
-
-
-def gate_grads(grad: torch.Tensor, weight: torch.Tensor, gate, up, grad_fn: int):
-    """(d gate, d up) = grad_fn(gate, up, grad @ weight) for grad (M, N), weight (N, I), gate and up (M, I), rows
-    contiguous: a gated MLP's down projection's input gradient and the gate's backward in one call, each tile of rows
-    while it is in cache. `grad_fn`: the address of a C function (gate, up, dout, dgate, dup, n)."""
-    m, i = gate.shape
-    if up.shape != gate.shape or grad.shape[0] != m or weight.shape != (grad.shape[1], i):
-        raise ValueError(
-            f"narrow matmul: gate and up {tuple(gate.shape)}, {tuple(up.shape)}, grad {tuple(grad.shape)} and weight "
-            f"{tuple(weight.shape)} do not match"
-        )
-    d_in, dgate, dup = torch.empty(m, i), torch.empty(m, i), torch.empty(m, i)
-    with _seen(m, grad.shape[1], i):
-        parts = _parts(
-            [grad.data_ptr()], [grad.stride(0)], [weight.data_ptr()], [weight.stride(0)], [grad.shape[1]]
-        )
-        code = m and _load()["nn"](parts, 1, d_in.data_ptr(), i, m, i, grad_fn, gate.data_ptr(), up.data_ptr(),
-                                   dgate.data_ptr(), dup.data_ptr())  # fmt: skip
-    if code:
-        raise ValueError(f"narrow matmul: gate width {i} is not a multiple of {LANES}")
-    return dgate, dup
 
 
 def tn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
