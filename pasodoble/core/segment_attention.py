@@ -27,7 +27,9 @@ gets `packed_segments=layout` (tests in tests/test_segment_attention.py).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -42,21 +44,26 @@ def attends_per_sample(model: torch.nn.Module) -> bool:
     return getattr(getattr(model, "config", None), "_attn_implementation", None) in SEGMENT_AWARE
 
 
+class _Gathers(NamedTuple):
+    """The per-sample gathers of a layout (see `SegmentLayout`)."""
+
+    prompt: int
+    samples: int
+    width: int
+    query: torch.Tensor
+    key: torch.Tensor
+    mask: torch.Tensor
+    inverse: torch.Tensor
+
+
 @dataclass(frozen=True)
 class SegmentLayout:
-    """Where each sample's queries and keys lie in the flattened (R * L) positions of a micro-batch's rows."""
+    """Where each sample's queries and keys lie in the flattened (R * L) positions of a micro-batch's rows. The kernel
+    reads `bounds` only; the per-sample gathers (`prompt` to `inverse`) are made on first use, by SDPA's path."""
 
     rows: int  # R
     length: int  # L, the rows' padded length
-    prompt: int  # P, the longest prompt: prompt queries are columns [0, P) of each row
-    samples: int  # N, the completions with at least one position in a row
-    width: int  # F, the longest of them
-    # (N * F,) the flat position of each completion query (a real one past a sample's end)
-    query: torch.Tensor
-    key: torch.Tensor  # (N * (P + F),) the flat position of each sample's prompt keys, then of its own
-    mask: torch.Tensor  # (N, 1, F, P + F) bool, True: attend
-    # (R * L,) each position's output in cat(prompt outputs (R * P), completion outputs (N * F))
-    inverse: torch.Tensor
+    segment: torch.Tensor  # (R, L) the segments it was made from (see `of`)
     # int32 (4, R, L): each position's keys in its own row as `train_attention.spans` gives them (lo, hi, gap_lo,
     # gap_hi): its row's columns up to itself less those between its prompt and its own first; padding none
     bounds: torch.Tensor
@@ -68,11 +75,50 @@ class SegmentLayout:
         """From (R, L) segments: 0 on the prompt (a row's first columns), 1 + a sample's index on its completion
         (one run of columns each), -1 on padding at the row's end."""
         rows, length = segment.shape
+        if rows and length and int((segment == 0).sum(1).min()) < 1:
+            raise ValueError("segment_attention needs a non-empty prompt at the start of every row")
+        return cls(rows, length, segment, _row_bounds(segment))
+
+    @property
+    def prompt(self) -> int:  # P, the longest prompt: prompt queries are columns [0, P) of each row
+        return self._gathers.prompt
+
+    @property
+    def samples(self) -> int:  # N, the completions with at least one position in a row
+        return self._gathers.samples
+
+    @property
+    def width(self) -> int:  # F, the longest of them
+        return self._gathers.width
+
+    @property
+    def query(
+        self,
+    ) -> torch.Tensor:  # (N * F,) the flat position of each completion query (a real one past its end)
+        return self._gathers.query
+
+    @property
+    def key(
+        self,
+    ) -> torch.Tensor:  # (N * (P + F),) the flat position of each sample's prompt keys, then its own
+        return self._gathers.key
+
+    @property
+    def mask(self) -> torch.Tensor:  # (N, 1, F, P + F) bool, True: attend
+        return self._gathers.mask
+
+    @property
+    def inverse(
+        self,
+    ) -> torch.Tensor:  # (R * L,) each position's output in cat(prompt outputs, completion outputs)
+        return self._gathers.inverse
+
+    @functools.cached_property
+    def _gathers(self) -> _Gathers:
+        segment, rows, length = self.segment, self.rows, self.length
         device = segment.device
         cells = segment.tolist()
         prompt_of = [row.count(0) for row in cells]
-        if min(prompt_of, default=1) < 1:
-            raise ValueError("segment_attention needs a non-empty prompt at the start of every row")
         prompt = max(prompt_of, default=1)
         starts, sizes, owners = [], [], []  # each sample's first flat position, length and row
         for r, row in enumerate(cells):
@@ -108,18 +154,7 @@ class SegmentLayout:
             first = rows * prompt + torch.arange(samples, device=device) * width
             fed = torch.repeat_interleave(start, size) + _ramps(size)  # (sum of sizes,) every fed position
             inverse[fed] = fed + torch.repeat_interleave(first - start, size)
-        return cls(
-            rows,
-            length,
-            prompt,
-            samples,
-            width,
-            query.flatten(),
-            key.flatten(),
-            mask,
-            inverse,
-            _row_bounds(segment),
-        )
+        return _Gathers(prompt, samples, width, query.flatten(), key.flatten(), mask, inverse)
 
 
 def _row_bounds(segment: torch.Tensor) -> torch.Tensor:
@@ -156,7 +191,6 @@ def segment_attention(
 ) -> torch.Tensor:
     """Each position's attention over its prompt and its own completion (see module); returns (R, L, H, D)."""
     rows, heads, length, dim = query.shape
-    prompt = layout.prompt
     if (rows, length) != (layout.rows, layout.length):
         raise ValueError(
             f"packed_segments is for rows {layout.rows} x {layout.length}, got {rows} x {length}"
@@ -164,6 +198,7 @@ def segment_attention(
     layout.reads.append(rows)
     if attends_in_place(query, key, value):
         return train_attention.over_spans(query, key, value, layout.bounds, length, scaling)
+    prompt = layout.prompt
     prompt_out = _attend(query[:, :, :prompt], key[:, :, :prompt], value[:, :, :prompt], None, scaling)
     parts = [prompt_out.reshape(rows * prompt, heads, dim)]  # from (R, P, H, D)
     if layout.samples:
