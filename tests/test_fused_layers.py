@@ -148,7 +148,7 @@ def test_a_turned_model_trains_as_the_stock_one(one_thread, tiny_lm, family, mon
         assert (grads[1][name] - grad).abs().max() <= 1e-4 * grad.abs().max(), name
     assert fused_layers.use_fused_layers(model) == 0  # already turned
     calls = []
-    monkeypatch.setattr(fused_layers, "_rope", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(fused_layers, "rope_apply", lambda *a, **k: calls.append(k))
     with torch.no_grad():
         stock(input_ids=ids)  # a model that was not turned keeps transformers' rotary code
     assert calls == []

@@ -65,8 +65,8 @@ def test_values_and_gradients_equal_sdpa_under_the_segment_mask(
     if not in_place:
         monkeypatch.setattr(seg, "attends_in_place", lambda query, key, value: False)
     served = []
-    forward = train_attention._forward
-    monkeypatch.setattr(train_attention, "_forward", lambda *a: served.append(1) or forward(*a))
+    forward = train_attention.forward_spans
+    monkeypatch.setattr(train_attention, "forward_spans", lambda *a: served.append(1) or forward(*a))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -125,8 +125,8 @@ def test_the_kernel_attends_packed_rows_in_place_as_float64_sdpa_does(
     batch row's heads at once or one at a time (`train_attention.WHOLE_ROW_FLOATS`)."""
     monkeypatch.setattr(train_attention, "WHOLE_ROW_FLOATS", train_attention.WHOLE_ROW_FLOATS if whole else 0)
     served = []
-    forward = train_attention._forward
-    monkeypatch.setattr(train_attention, "_forward", lambda *a: served.append(a[0].shape) or forward(*a))
+    forward = train_attention.forward_spans
+    monkeypatch.setattr(train_attention, "forward_spans", lambda *a: served.append(a[0].shape) or forward(*a))
     segment = _long_segments()
     rows, length = segment.shape
     gen = torch.Generator().manual_seed(1)

@@ -178,8 +178,8 @@ def test_a_call_past_the_scratch_limit_is_declined(one_thread, monkeypatch):
 def test_the_models_update_gradients_match_sdpa(one_thread, tiny_lm, monkeypatch):
     """A tiny Qwen3 through the project's grouped SDPA: the loss's gradients with the kernel and with it off."""
     calls = []
-    forward = train_attention._forward
-    monkeypatch.setattr(train_attention, "_forward", lambda *a: calls.append(a[0].shape) or forward(*a))
+    forward = train_attention.forward_spans
+    monkeypatch.setattr(train_attention, "forward_spans", lambda *a: calls.append(a[0].shape) or forward(*a))
     from transformers import AutoModelForCausalLM
 
     from pasodoble.roles.grouped_attention import use_grouped_attention

@@ -110,12 +110,11 @@ def serves(block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool
         and x.numel() > 0
         and getattr(cos, fused_layers.MARK, False)
         and fused_layers.rope_tables_serve(cos, sin, rows, length, attn.head_dim)
-        and all(type(n).forward is fused_layers._norm_forward for n in norms)
-        and type(mlp).forward is fused_layers._mlp_forward
+        and all(n is not None and fused_layers.is_turned(n) for n in (*norms, mlp))
         and all(_linear_ok(layer, bias_allowed=k < 4) for k, layer in enumerate(_linears(block)))
         and (not block.training or not attn.attention_dropout)
         and getattr(attn, "sliding_window", None) is None
-        and fused_layers._serves(x, *(n.weight for n in norms))
+        and fused_layers.serves(x, *(n.weight for n in norms))
         and all(narrow_matmul.applies(x, layer.weight, layer.bias) for layer in _linears(block))
         and not torch.is_autocast_enabled("cpu")
         and not (torch.is_grad_enabled() and _saved_tensor_hooks_active())
@@ -151,24 +150,28 @@ def _forward(spec: _Spec, x, cos, sin, params, keep: bool):
     """The block's output on x (M, width); with `keep`, also what the backward reads."""
     w_in, wq, wk, wv, bq, bk, bv, wqn, wkn, wo, bo, w_post, wg, wu, wd = params
     t = narrow_matmul.transposed
-    h1, r1 = fused_layers._norm(x, w_in, spec.eps["in"])
+    h1, r1 = fused_layers.norm_forward(x, w_in, spec.eps["in"])
     q, k, v = narrow_matmul.layers_forward(h1, (bq, bk, bv), (t(wq), t(wk), t(wv)))
-    qn, rq = fused_layers._norm(q.view(-1, spec.dim), wqn, spec.eps["q"]) if wqn is not None else (q, None)
+    qn, rq = (
+        fused_layers.norm_forward(q.view(-1, spec.dim), wqn, spec.eps["q"]) if wqn is not None else (q, None)
+    )
     q4 = _heads(qn, spec, spec.heads)
-    qr = fused_layers._rope(q4, cos, sin, q4, backward=False)
+    qr = fused_layers.rope_apply(q4, cos, sin, q4, backward=False)
     del qn, q4  # each buffer freed once read, so that the next one reuses memory still in cache
-    kn, rk = fused_layers._norm(k.view(-1, spec.dim), wkn, spec.eps["k"]) if wkn is not None else (k, None)
+    kn, rk = (
+        fused_layers.norm_forward(k.view(-1, spec.dim), wkn, spec.eps["k"]) if wkn is not None else (k, None)
+    )
     k4 = _heads(kn, spec, spec.kv_heads)
-    kr = fused_layers._rope(k4, cos, sin, k4, backward=False)
+    kr = fused_layers.rope_apply(k4, cos, sin, k4, backward=False)
     del kn, k4
     v4 = _heads(v, spec, spec.kv_heads)
-    att, lse = train_attention._forward(qr, kr, v4, spec.bounds, spec.length, spec.scale)  # (R, L, H, D)
+    att, lse = train_attention.forward_spans(qr, kr, v4, spec.bounds, spec.length, spec.scale)  # (R, L, H, D)
     a = att.view(x.shape[0], -1)
     (o,) = narrow_matmul.layers_forward(a, (bo,), (t(wo),))
     h = o.add_(x)
-    h2, r2 = fused_layers._norm(h, w_post, spec.eps["post"])
+    h2, r2 = fused_layers.norm_forward(h, w_post, spec.eps["post"])
     g, u = narrow_matmul.nn_out(h2, [t(wg), t(wu)])
-    m = fused_layers._silu_mul(g, u)
+    m = fused_layers.silu_mul_forward(g, u)
     (d,) = narrow_matmul.nn_out(m, [t(wd)])
     y = d.add_(h)
     if not keep:
@@ -192,10 +195,8 @@ class _Block(torch.autograd.Function):
         spec, need = ctx.spec, ctx.needs_input_grad
         x, cos, sin, *params = ctx.saved_tensors
         w_in, wq, wk, wv, bq, bk, bv, wqn, wkn, wo, bo, w_post, wg, wu, wd = params
-        kept, ctx.kept = (
-            ctx.kept,
-            None,
-        )  # each freed below once read, as autograd frees a node's saved tensors
+        kept = ctx.kept  # each freed below once read, as autograd frees a node's saved tensors
+        ctx.kept = None
         if kept is None:
             raise RuntimeError(
                 f"a fused decoder layer's backward runs once (no retain_graph); set {ENV}=off to run it again"
@@ -220,12 +221,12 @@ class _Block(torch.autograd.Function):
         da, (grads[9],), (grads[10],) = narrow_matmul.layers_backward(
             att.view(x.shape[0], -1), (wo,), (dh,), True, need[13:14], (bo is not None and need[14],)
         )
-        dq, dk, dv = train_attention._backward(
+        dq, dk, dv = train_attention.backward_spans(
             qr, kr, v4, att, lse, spec.bounds, spec.length, spec.scale, da.view(att.shape)
         )
         del qr, kr, v4, att, lse, da
         dq4 = dq.transpose(1, 2)  # (R, H, L, D) view of (R, L, H, D) memory
-        dqn = fused_layers._rope(dq4, cos, sin, dq4, backward=True).transpose(1, 2).reshape(q.shape)
+        dqn = fused_layers.rope_apply(dq4, cos, sin, dq4, backward=True).transpose(1, 2).reshape(q.shape)
         del dq, dq4
         if wqn is not None:
             dqn, grads[7] = fused_layers.norm_backward(
@@ -234,7 +235,7 @@ class _Block(torch.autograd.Function):
             dqn = dqn.view(q.shape)
         del q
         k_like = _heads(torch.empty_like(k), spec, spec.kv_heads)  # dk rotated back into k's layout
-        dkn = fused_layers._rope(dk, cos, sin, k_like, backward=True).transpose(1, 2).reshape(k.shape)
+        dkn = fused_layers.rope_apply(dk, cos, sin, k_like, backward=True).transpose(1, 2).reshape(k.shape)
         del dk, k_like
         if wkn is not None:
             dkn, grads[8] = fused_layers.norm_backward(

@@ -80,7 +80,8 @@ def status() -> str:
     return "on" if _load() is not None else str(_state["why"])
 
 
-def _serves(*tensors: torch.Tensor) -> bool:
+def serves(*tensors: torch.Tensor) -> bool:
+    """Whether the norm and SiLU kernels take these tensors: contiguous float32 on the CPU, one torch thread."""
     return (
         torch.get_num_threads() == 1
         and all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
@@ -91,7 +92,7 @@ def _serves(*tensors: torch.Tensor) -> bool:
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        y, rstd = _norm(x, weight, eps)
+        y, rstd = norm_forward(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
         return y
 
@@ -103,7 +104,7 @@ class _RmsNorm(torch.autograd.Function):
 
 
 def norm_backward(x, weight, rstd, grad, want_weight: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(grad of x, grad of weight or None) of `_norm`'s output for `grad` (contiguous, as x)."""
+    """(grad of x, grad of weight or None) of `norm_forward`'s output for `grad` (contiguous, as x)."""
     dim = x.shape[-1]
     dx = torch.empty_like(x)
     dw = torch.zeros(dim, dtype=torch.float64) if want_weight else None
@@ -114,7 +115,8 @@ def norm_backward(x, weight, rstd, grad, want_weight: bool) -> tuple[torch.Tenso
     return dx, None if dw is None else dw.to(weight.dtype)
 
 
-def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the norm of x's rows, their reciprocal RMS) through the kernel, no autograd (`serves` must hold)."""
     dim = x.shape[-1]
     y = torch.empty_like(x)
     rstd = torch.empty(x.numel() // dim)
@@ -126,18 +128,18 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tens
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
     """`weight * (x * rsqrt(mean(x^2, -1) + eps))` through the kernel, or None where it does not apply."""
-    if x.numel() == 0 or weight.shape != x.shape[-1:] or not _serves(x, weight):
+    if x.numel() == 0 or weight.shape != x.shape[-1:] or not serves(x, weight):
         return None
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return _RmsNorm.apply(x, weight, float(eps))
-    return _norm(x, weight, float(eps))[0]
+    return norm_forward(x, weight, float(eps))[0]
 
 
 class _SiluMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up):
         ctx.save_for_backward(gate, up)
-        return _silu_mul(gate, up)
+        return silu_mul_forward(gate, up)
 
     @staticmethod
     @once_differentiable
@@ -147,14 +149,15 @@ class _SiluMul(torch.autograd.Function):
 
 
 def silu_mul_backward(gate, up, grad) -> tuple[torch.Tensor, torch.Tensor]:
-    """(grad of gate, grad of up) of `_silu_mul`'s output for `grad` (contiguous, as gate)."""
+    """(grad of gate, grad of up) of `silu_mul_forward`'s output for `grad` (contiguous, as gate)."""
     dgate, dup = torch.empty_like(gate), torch.empty_like(up)
     _load()["silu_mul_backward"](gate.data_ptr(), up.data_ptr(), grad.data_ptr(), dgate.data_ptr(),
                                  dup.data_ptr(), gate.numel())  # fmt: skip
     return dgate, dup
 
 
-def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def silu_mul_forward(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """`silu(gate) * up` through the kernel, no autograd (`serves` must hold)."""
     out = torch.empty_like(gate)
     _load()["silu_mul"](gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel())
     return out
@@ -162,14 +165,14 @@ def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor | None:
     """`silu(gate) * up` through the kernel, or None where it does not apply."""
-    if gate.shape != up.shape or gate.numel() == 0 or not _serves(gate, up):
+    if gate.shape != up.shape or gate.numel() == 0 or not serves(gate, up):
         return None
     if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
         return _SiluMul.apply(gate, up)
-    return _silu_mul(gate, up)
+    return silu_mul_forward(gate, up)
 
 
-def _rope(
+def rope_apply(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, like: torch.Tensor, backward: bool
 ) -> torch.Tensor:
     """`x` rotated (or, `backward`, a gradient rotated back) into a tensor laid out as `like`."""
@@ -186,7 +189,7 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, sin):
         ctx.save_for_backward(cos, sin)
-        return _rope(x, cos, sin, x, backward=False)
+        return rope_apply(x, cos, sin, x, backward=False)
 
     @staticmethod
     @once_differentiable
@@ -194,7 +197,7 @@ class _Rope(torch.autograd.Function):
         cos, sin = ctx.saved_tensors
         if grad.stride(-1) != 1:
             grad = grad.contiguous()
-        return _rope(grad, cos, sin, grad, backward=True), None, None
+        return rope_apply(grad, cos, sin, grad, backward=True), None, None
 
 
 def _rope_serves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -232,7 +235,7 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
         return None
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rope.apply(x, cos, sin)
-    return _rope(x, cos, sin, x, backward=False)
+    return rope_apply(x, cos, sin, x, backward=False)
 
 
 def _rotary_function(original):
@@ -275,6 +278,11 @@ def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     gate, up = self.gate_proj(x), self.up_proj(x)
     mixed = silu_mul(gate, up)
     return self.down_proj(mixed if mixed is not None else self.act_fn(gate) * up)
+
+
+def is_turned(module: torch.nn.Module) -> bool:
+    """Whether `module` is a norm or MLP that `use_fused_layers` turned (its forward the kernels')."""
+    return type(module).forward in (_norm_forward, _mlp_forward)
 
 
 _fused_classes: dict[type, type] = {}

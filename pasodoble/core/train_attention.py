@@ -141,7 +141,8 @@ def _shape(query, key, bounds, span_b, scale) -> _Shape:
     )
 
 
-def _forward(query, key, value, bounds, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_spans(query, key, value, bounds, span_b, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, Q, H, D), lse (B, H, Q)) of `over_spans`, no autograd."""
     batch, heads, queries, dim = query.shape
     out = torch.empty(batch, queries, heads, dim)
     lse = torch.empty(batch, heads, queries)
@@ -158,7 +159,7 @@ def _forward(query, key, value, bounds, span_b, scale) -> tuple[torch.Tensor, to
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, bounds, span_b, scale):
-        out, lse = _forward(query, key, value, bounds, span_b, scale)
+        out, lse = forward_spans(query, key, value, bounds, span_b, scale)
         ctx.save_for_backward(query, key, value, out, lse, bounds)
         ctx.span_b, ctx.scale = span_b, scale
         return out
@@ -167,12 +168,14 @@ class _Attention(torch.autograd.Function):
     @once_differentiable  # its backward is the C kernel: no second derivative
     def backward(ctx, grad):
         query, key, value, out, lse, bounds = ctx.saved_tensors
-        dq, dk, dv = _backward(query, key, value, out, lse, bounds, ctx.span_b, ctx.scale, grad.contiguous())
+        dq, dk, dv = backward_spans(
+            query, key, value, out, lse, bounds, ctx.span_b, ctx.scale, grad.contiguous()
+        )
         return dq.transpose(1, 2), dk, dv, None, None, None
 
 
-def _backward(query, key, value, out, lse, bounds, span_b, scale, grad):
-    """(dq (B, Q, H, D), dk, dv (B, KV, K, D), contiguous) of `_forward`'s output for `grad` (contiguous, as out)."""
+def backward_spans(query, key, value, out, lse, bounds, span_b, scale, grad):
+    """(dq (B, Q, H, D), dk, dv (B, KV, K, D), contiguous) of `forward_spans`'s output for `grad` (contiguous, as out)."""
     batch, heads, queries, dim = query.shape
     dq = torch.empty(batch, queries, heads, dim)
     dk, dv = torch.empty(key.shape), torch.empty(value.shape)
@@ -246,4 +249,4 @@ def over_spans(
     attends keys [lo, hi) outside [gap_lo, gap_hi), with lo <= gap_lo and gap_hi < hi where there is a gap."""
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
         return _Attention.apply(query, key, value, bounds, span_b, float(scale))
-    return _forward(query, key, value, bounds, span_b, float(scale))[0]
+    return forward_spans(query, key, value, bounds, span_b, float(scale))[0]
