@@ -146,24 +146,37 @@ def _heads(x: torch.Tensor, spec: _Spec, heads: int) -> torch.Tensor:
     return x.view(spec.rows, spec.length, heads, spec.dim).transpose(1, 2)
 
 
+def _heads_forward(raw, weight, eps, cos, sin, spec: _Spec):
+    """(the heads of `raw` (M, heads * D), normed where `weight` is given (Qwen3's q and k norms) and rotated, as a
+    (R, heads, L, D) view; the norm's reciprocal RMS or None). The normed copy is freed on return, so that the next
+    buffer reuses its memory while it is in cache."""
+    normed, rstd = (
+        fused_layers.norm_forward(raw.view(-1, spec.dim), weight, eps) if weight is not None else (raw, None)
+    )
+    heads = _heads(normed, spec, raw.shape[1] // spec.dim)
+    return fused_layers.rope_apply(heads, cos, sin, heads, backward=False), rstd
+
+
+def _heads_backward(grad, raw, weight, rstd, cos, sin, spec: _Spec, want_weight: bool):
+    """(the gradient of `raw` (M, heads * D), of the norm's weight or None) of `_heads_forward` for `grad`, its
+    output's gradient as a (R, heads, L, D) tensor of any layout."""
+    like = _heads(torch.empty_like(raw), spec, raw.shape[1] // spec.dim)  # rotated back into raw's layout
+    flat = fused_layers.rope_apply(grad, cos, sin, like, backward=True).transpose(1, 2).reshape(raw.shape)
+    if weight is None:
+        return flat, None
+    rows = flat.view(-1, spec.dim)
+    d, d_weight = fused_layers.norm_backward(raw.view(-1, spec.dim), weight, rstd, rows, want_weight)
+    return d.view(raw.shape), d_weight
+
+
 def _forward(spec: _Spec, x, cos, sin, params, keep: bool):
     """The block's output on x (M, width); with `keep`, also what the backward reads."""
     w_in, wq, wk, wv, bq, bk, bv, wqn, wkn, wo, bo, w_post, wg, wu, wd = params
     t = narrow_matmul.transposed
     h1, r1 = fused_layers.norm_forward(x, w_in, spec.eps["in"])
     q, k, v = narrow_matmul.layers_forward(h1, (bq, bk, bv), (t(wq), t(wk), t(wv)))
-    qn, rq = (
-        fused_layers.norm_forward(q.view(-1, spec.dim), wqn, spec.eps["q"]) if wqn is not None else (q, None)
-    )
-    q4 = _heads(qn, spec, spec.heads)
-    qr = fused_layers.rope_apply(q4, cos, sin, q4, backward=False)
-    del qn, q4  # each buffer freed once read, so that the next one reuses memory still in cache
-    kn, rk = (
-        fused_layers.norm_forward(k.view(-1, spec.dim), wkn, spec.eps["k"]) if wkn is not None else (k, None)
-    )
-    k4 = _heads(kn, spec, spec.kv_heads)
-    kr = fused_layers.rope_apply(k4, cos, sin, k4, backward=False)
-    del kn, k4
+    qr, rq = _heads_forward(q, wqn, spec.eps["q"], cos, sin, spec)  # q and k normed and rotated
+    kr, rk = _heads_forward(k, wkn, spec.eps["k"], cos, sin, spec)
     v4 = _heads(v, spec, spec.kv_heads)
     att, lse = train_attention.forward_spans(qr, kr, v4, spec.bounds, spec.length, spec.scale)  # (R, L, H, D)
     a = att.view(x.shape[0], -1)
@@ -225,24 +238,10 @@ class _Block(torch.autograd.Function):
             qr, kr, v4, att, lse, spec.bounds, spec.length, spec.scale, da.view(att.shape)
         )
         del qr, kr, v4, att, lse, da
-        dq4 = dq.transpose(1, 2)  # (R, H, L, D) view of (R, L, H, D) memory
-        dqn = fused_layers.rope_apply(dq4, cos, sin, dq4, backward=True).transpose(1, 2).reshape(q.shape)
-        del dq, dq4
-        if wqn is not None:
-            dqn, grads[7] = fused_layers.norm_backward(
-                q.view(-1, spec.dim), wqn, rq, dqn.view(-1, spec.dim), need[11]
-            )
-            dqn = dqn.view(q.shape)
-        del q
-        k_like = _heads(torch.empty_like(k), spec, spec.kv_heads)  # dk rotated back into k's layout
-        dkn = fused_layers.rope_apply(dk, cos, sin, k_like, backward=True).transpose(1, 2).reshape(k.shape)
-        del dk, k_like
-        if wkn is not None:
-            dkn, grads[8] = fused_layers.norm_backward(
-                k.view(-1, spec.dim), wkn, rk, dkn.view(-1, spec.dim), need[12]
-            )
-            dkn = dkn.view(k.shape)
-        del k
+        dqn, grads[7] = _heads_backward(dq.transpose(1, 2), q, wqn, rq, cos, sin, spec, need[11])
+        del dq, q
+        dkn, grads[8] = _heads_backward(dk, k, wkn, rk, cos, sin, spec, need[12])
+        del dk, k
         dv = dv.transpose(1, 2).reshape(x.shape[0], -1)
         need_b = tuple(b is not None and n for b, n in zip((bq, bk, bv), need[8:11], strict=True))
         dh1, grads[1:4], grads[4:7] = narrow_matmul.layers_backward(
