@@ -5,7 +5,8 @@ What: one process pinned to one core with one thread loads the model as a Role (
 chat questions x `--samples`, up to `--new-tokens`, seed 0: real lengths, as `bench/vs_trl.py` makes them), and
 for each round times one `Role.update` on those samples in each arm, the first arm of a round taking turns:
 
-- `default`: the Role's choice (`Role.micro_batch_layout`: a row per prompt, `core.packed`, where its cost model
+- `default`: the Role's choice (`Role.micro_batch_layout`: packed, `core.packed`, each prompt once and on the
+  project's attention the whole micro-batch in one row, where its cost model
   prices that lower), the input embedding's backward adding its rows into the gradient in place
   (`core.embedding_grad`), the LM head's log-probs as one fused autograd node (`core.fused_head`), and the narrow
   linear layers' products on the project's kernel where `cpu_matmul: auto` puts them (`core.narrow_matmul`);

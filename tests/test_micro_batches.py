@@ -148,15 +148,43 @@ def test_packed_rows_and_the_attention_pairs_each_layout_computes():
     # the KV-cache path: two prompts of width 3, then 3 rows of 7 over 3 + 7 columns
     assert attention_entries(prompts, lengths, [0, 1, 2], share=True) == 2 * 9 + 3 * 7 * 10
     assert attention_entries(prompts, lengths, [0, 1, 2], share=False) == 3 * 10 * 10
-    # packed rows attended per sample: the prompts causally at width 3, then the 2 fed samples (1 and 6 tokens)
-    # at the longest (6) over 3 + 6 keys
+    # packed rows attended per sample: each prompt over itself, each fed sample (1 and 6 tokens) over its prompt
+    # and itself, every one at its own length
     assert attention_entries(prompts, lengths, [0, 1, 2], share=True, packed=True, segments=True) == (
-        2 * 9 + 2 * 6 * 9
+        3 * 3 + 2 * 2 + 1 * (3 + 1) + 6 * (3 + 6)
     )
+    # one row (attended per sample): the two groups' positions, no padding
+    assert executed_tokens(prompts, lengths, [0, 1, 2], share=True, packed=True, line=True) == 10 + 2
     plan = [[0, 1], [2]]
     assert layout_cost(prompts, lengths, plan, share=True, packed=True, entry_weight=0.5) == (
         10 + 0.5 * 100 + 2 + 0.5 * 4
     )
+    assert layout_cost(prompts, lengths, plan, share=True, packed=True, entry_weight=0.5, segments=True) == (
+        10 + 0.5 * (9 + 4 + 54) + 2 + 0.5 * 4
+    )
+
+
+def test_one_row_plans_keep_whole_groups_unless_a_micro_batch_costs_more_than_a_cut():
+    from pasodoble.core.micro_batches import _fill_groups, micro_batch_weight
+
+    # three prompt groups of 3 + 2 + 2 positions in one row each, a budget of 12
+    prompts, lengths = [A, A, [7, 8, 9], [7, 8, 9], [4, 5, 6], [4, 5, 6]], [3] * 6
+    assert _fill_groups(range(6), prompts, lengths, 12) == [[0, 1], [2, 3], [4, 5]]  # 21 positions
+    # filled sample by sample, the second group is cut in two and its prompt runs twice: 24 positions, 2 micro-batches
+    assert plan_micro_batches(prompts, lengths, 8, share=True, packed=True, line=True, max_tokens=12) == [
+        [0, 1],
+        [2, 3],
+        [4, 5],
+    ]
+    assert plan_micro_batches(
+        prompts, lengths, 8, share=True, packed=True, line=True, max_tokens=12, micro_batch_cost=10.0
+    ) == [[0, 1, 2], [3, 4, 5]]
+    # SmolLM2-135M: 30 layers, a 49,152-token vocabulary: a micro-batch costs under one position
+    weight = micro_batch_weight(
+        hidden=576, intermediate=1536, heads=9, kv_heads=3, head_dim=64, layers=30, vocab=49152
+    )
+    assert weight == pytest.approx(5e8 / (6 * (30 * (576 * 64 * 24 + 3 * 576 * 1536) + 576 * 49152)))
+    assert weight < 1
 
 
 def test_attention_entry_weight_is_a_pair_over_a_position():
@@ -184,13 +212,14 @@ def test_a_budget_fills_each_micro_batch_as_pricing_it_whole_does():
 
     from pasodoble.core.micro_batches import _fill
 
-    def by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed):
+    def by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed, line):
         plan = [[]]
         for i in order:
             grown = plan[-1] + [i]
             if (
                 len(grown) > 1
-                and executed_tokens(prompts, lengths, grown, share=share, packed=packed) > max_tokens
+                and executed_tokens(prompts, lengths, grown, share=share, packed=packed, line=line)
+                > max_tokens
             ):
                 plan.append([i])
             else:
@@ -205,6 +234,11 @@ def test_a_budget_fills_each_micro_batch_as_pricing_it_whole_does():
         lengths = [rng.randint(0, 40) for _ in range(n)]
         order = rng.sample(range(n), n)
         max_tokens = rng.randint(1, 200)
-        for share, packed in ((False, False), (True, False), (True, True)):
-            expected = by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed)
-            assert _fill(order, prompts, lengths, max_tokens, share, packed) == expected
+        for share, packed, line in (
+            (False, False, False),
+            (True, False, False),
+            (True, True, False),
+            (True, True, True),
+        ):
+            expected = by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed, line)
+            assert _fill(order, prompts, lengths, max_tokens, share, packed, line) == expected

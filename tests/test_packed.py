@@ -24,6 +24,31 @@ def test_pack_lays_out_each_prompt_once_and_drops_each_last_token():
         pack([[]], [[1]])
 
 
+def test_pack_lays_every_group_out_in_one_row_with_line():
+    packed = pack([[7, 8], [9], [7, 8], [7, 8]], [[1, 2, 3], [4, 6], [], [5, 6]], line=True)
+    # the groups one after another: [7 8 | 1 2 | 5] then [9 | 4], no padding between them
+    assert packed.input_ids == [[7, 8, 1, 2, 5, 9, 4]]
+    assert packed.position_ids == [[0, 1, 2, 3, 2, 0, 1]]
+    assert packed.segment == [[0, 0, 1, 1, 4, 0, 2]]
+    # sample 1's first token from its prompt's last state, column 5, then from its own token at column 6
+    assert packed.source == [(0, 1), (0, 2), (0, 3), (0, 1), (0, 4), (0, 5), (0, 6)]
+    assert packed.target == [1, 2, 3, 5, 6, 4, 6] and packed.sample == [0, 0, 0, 3, 3, 1, 1]
+    assert packed.column == [2, 3, 4, 2, 3, 1, 2]
+
+
+def test_segment_mask_keeps_each_group_of_a_row_to_itself():
+    # one row, two groups: p p a | q b, then padding
+    mask = segment_mask(torch.tensor([[0, 0, 1, 0, 2, -1]])).int()
+    assert mask[0, 0].tolist() == [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [0, 0, 0, 1, 0, 0],  # the second prompt sees neither the first group's prompt nor its sample
+        [0, 0, 0, 1, 1, 0],
+        [0, 0, 0, 0, 0, 1],
+    ]
+
+
 def test_segment_mask_sees_own_prompt_and_own_completion_only():
     # row 0: p p c0 c0 c1; row 1: p c2 and three padding positions
     segment = torch.tensor([[0, 0, 1, 1, 2], [0, 3, -1, -1, -1]])

@@ -41,6 +41,25 @@ def test_the_layout_of_two_rows():
         SegmentLayout.of(torch.tensor([[1, 1, -1]]))
 
 
+def test_the_layout_of_a_row_of_two_groups():
+    # p p a a b | q c, then padding: each group's positions attend from its own first column
+    layout = SegmentLayout.of(torch.tensor([[0, 0, 1, 1, 2, 0, 3, -1]]))
+    assert (layout.rows, layout.length, layout.prompt, layout.samples, layout.width) == (1, 8, 2, 3, 2)
+    assert layout.bounds[:, 0].tolist() == [
+        [0, 0, 0, 0, 0, 5, 5, 0],
+        [1, 2, 3, 4, 5, 6, 7, 0],
+        [0, 0, 2, 2, 2, 0, 6, 0],
+        [0, 0, 2, 2, 4, 0, 6, 0],  # b skips a; c has no sample before it in its group
+    ]
+    # the prompts' columns per group (the second prompt is one column long: repeated), and each sample's keys
+    assert layout.groups.view(2, 2).tolist() == [[0, 1], [5, 5]]
+    assert layout.key.view(3, 4).tolist() == [[0, 1, 2, 3], [0, 1, 4, 4], [5, 5, 6, 6]]
+    # outputs: the prompts' (2 groups x 2), then the samples' (3 x 2); padding reads slot 0
+    assert layout.inverse.tolist() == [0, 1, 4, 5, 6, 2, 8, 0]
+    assert SegmentLayout.of(torch.tensor([[0, 1, 0, 2]])).groups is not None
+    assert SegmentLayout.of(torch.tensor([[0, 1], [0, 0]])).groups is None  # one group a row: columns [0, P)
+
+
 def _segments() -> torch.Tensor:
     """Three rows: prompts of 3, 1 and 4 columns, samples of 4, 1, 2 / 5 / none, padding after."""
     rows = [[0] * 3 + [1] * 4 + [2] + [3] * 2, [0] + [4] * 5, [0] * 4]
@@ -48,12 +67,19 @@ def _segments() -> torch.Tensor:
     return torch.tensor([r + [-1] * (length - len(r)) for r in rows])
 
 
+def _line(segment: torch.Tensor) -> torch.Tensor:
+    """The groups of `segment`'s rows one after another in one row (`core.packed.pack`'s `line`)."""
+    return torch.cat([row[row >= 0] for row in segment])[None]
+
+
 @pytest.mark.parametrize(
     "heads,kv,dtype,tolerance",
     [(4, 2, torch.float32, 1e-6), (2, 2, torch.float32, 1e-6), (4, 2, torch.bfloat16, 2e-2)],
 )
 @pytest.mark.parametrize(
-    "segment", [_segments(), torch.tensor([[0, 0, -1], [0, 0, 0]])], ids=["samples", "none"]
+    "segment",
+    [_segments(), torch.tensor([[0, 0, -1], [0, 0, 0]]), _line(_segments())],
+    ids=["samples", "none", "one-row"],
 )
 @pytest.mark.parametrize("threads", [1, 2], ids=["one-thread", "two-threads"])
 @pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "gathered"])
@@ -117,8 +143,9 @@ def _long_segments() -> torch.Tensor:
 @pytest.mark.skipif(train_attention.status() != "on", reason="the compiled attention kernel is not available")
 @pytest.mark.parametrize("heads,kv,dim", [(4, 2, 24), (9, 3, 64)], ids=["tiny", "smollm2"])
 @pytest.mark.parametrize("whole", [True, False], ids=["heads-at-once", "head-by-head"])
+@pytest.mark.parametrize("line", [False, True], ids=["rows", "one-row"])
 def test_the_kernel_attends_packed_rows_in_place_as_float64_sdpa_does(
-    heads, kv, dim, whole, one_thread, monkeypatch
+    heads, kv, dim, whole, line, one_thread, monkeypatch
 ):
     """The kernel reads each position's keys in its row (`SegmentLayout.bounds`), skipping the columns of the
     samples between its prompt and itself, and gives SDPA's values and gradients under the segment mask, reading a
@@ -127,7 +154,7 @@ def test_the_kernel_attends_packed_rows_in_place_as_float64_sdpa_does(
     served = []
     forward = train_attention.forward_spans
     monkeypatch.setattr(train_attention, "forward_spans", lambda *a: served.append(a[0].shape) or forward(*a))
-    segment = _long_segments()
+    segment = _line(_long_segments()) if line else _long_segments()
     rows, length = segment.shape
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(rows, length, h, dim, generator=gen).transpose(1, 2) for h in (heads, kv, kv))
@@ -171,6 +198,7 @@ def test_the_packed_update_attends_per_sample_on_grouped_sdpa(tiny_lm, chunk_tok
     monkeypatch.setattr("pasodoble.roles.grouped_attention.segment_attention", counted)
     assert_same_as_plain(model, tokenizer, packed_logprobs, chunk_tokens)
     assert len(calls) == model.config.num_hidden_layers and calls[0].samples > 1  # every layer, one forward
+    assert all(layout.rows == 1 for layout in calls)  # the groups in one row, no padding between them
 
 
 def test_a_model_that_drops_the_layout_is_refused(tiny_lm, monkeypatch):

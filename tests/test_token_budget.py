@@ -126,7 +126,14 @@ def test_a_role_resolves_auto_from_its_model_and_plans_by_the_resolved_budget():
     # micro_batch_size=1 alone would give six micro-batches; the resolved budget holds all six samples in one
     plan, packed = role.micro_batch_layout(samples)
     assert plan == plan_micro_batches(
-        [prompt] * 6, [5] * 6, 1, share=True, packed=packed, max_tokens=expected
+        [prompt] * 6,
+        [5] * 6,
+        1,
+        share=True,
+        packed=packed,
+        line=packed,
+        max_tokens=expected,
+        micro_batch_cost=role.micro_batch_cost,
     )
     assert len(role.micro_batch_plan(samples)) == 1
     fixed = make_role(micro_batch_tokens=24, logprob_chunk_tokens=None)

@@ -161,16 +161,20 @@ def test_it_declines_what_it_does_not_serve(one_thread):
 
 @needs_compiler
 def test_a_call_past_the_scratch_limit_is_declined(one_thread, monkeypatch):
-    """The scratch holds two (queries x keys) score arrays, and a head's queries and their gradients: past the limit
-    in either, SDPA serves the call."""
-    # scores 2 x 8 x 16 = 256 floats, a head's queries and their gradients 2 x 8 x 24 = 384
+    """The scratch holds two score arrays (the rows, in tiles of 8, plus one, by the keys in blocks of 16), and every
+    head's queries and their gradients and every key/value head's keys and values: past the limit in either, SDPA
+    serves the call."""
+    # scores 2 x (8 + 1) x 16 = 288 floats; the planes 2 x (4 heads x 8 + 2 key/value heads x 16) x 24 = 3,072
     query, key, value = _inputs(1, 4, 2, 5, 5, 24)
-    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 384)
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 3072)
     assert train_attention.attention(query, key, value, None, 0.2, True) is not None
-    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 383)
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 3071)
     assert train_attention.attention(query, key, value, None, 0.2, True) is None
-    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 255)
-    wide = _inputs(1, 1, 1, 5, 5, 8)  # a head's queries 2 x 8 x 8 = 128 floats: the scores alone are past it
+    # scores 2 x (40 + 1) x 48 = 3,936 floats, the planes 2 x (40 + 48) x 8 = 1,408: the scores alone are past it
+    wide = _inputs(1, 1, 1, 40, 40, 8)
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 3936)
+    assert train_attention.attention(*wide, None, 0.2, True) is not None
+    monkeypatch.setattr(train_attention, "MAX_SCRATCH_FLOATS", 3935)
     assert train_attention.attention(*wide, None, 0.2, True) is None
 
 

@@ -2,7 +2,8 @@
 
 What: `plan_micro_batches(prompts, completion_lengths, size, share=...)` returns the sample indices of each
 micro-batch. It prices two plans by the token positions their forwards execute (`executed_tokens`: packed
-(`core.packed`), a row per distinct prompt at the longest prompt + its completions; with shared prompts each
+(`core.packed`), a row per distinct prompt at the longest prompt + its completions, or with `line` every prompt
+and its completions in one row, no padding; with shared prompts each
 distinct prompt once at the widest prompt's width plus every row at the longest completion; otherwise every row at
 the longest prompt + completion) and keeps the cheapest: the samples in the given order (a prompt's
 samples together, so they share its prefill), sorted by completion length (rows of one micro-batch end close to
@@ -39,19 +40,30 @@ def executed_tokens(
     *,
     share: bool,
     packed: bool = False,
+    line: bool = False,
 ) -> int:
-    """Token positions the update's forward runs for the micro-batch `rows` (indices into the samples)."""
-    if packed:  # core/packed.py: a row per distinct prompt, its completions after it without their last token
-        groups: dict[tuple[int, ...], int] = {}
-        for r in rows:
-            key = tuple(prompts[r])
-            groups[key] = groups.get(key, len(key)) + max(completion_lengths[r] - 1, 0)
-        return len(groups) * max(groups.values())
+    """Token positions the update's forward runs for the micro-batch `rows` (indices into the samples); `line`: a
+    packed micro-batch as one row (`core.packed.pack`)."""
+    if packed:  # core/packed.py: each distinct prompt, its completions after it without their last token
+        groups = _packed_groups(prompts, completion_lengths, rows)
+        return sum(groups.values()) if line else len(groups) * max(groups.values())
     longest_completion = max(max(completion_lengths[r], 1) for r in rows)
     if share:
         distinct = {tuple(prompts[r]) for r in rows}
         return len(distinct) * max(len(p) for p in distinct) + len(rows) * longest_completion
     return len(rows) * max(len(prompts[r]) + max(completion_lengths[r], 1) for r in rows)
+
+
+def _packed_groups(
+    prompts: Sequence[Sequence[int]], completion_lengths: Sequence[int], rows: Sequence[int]
+) -> dict[tuple[int, ...], int]:
+    """Each distinct prompt of `rows` and the length of its packed group: the prompt and its completions' fed
+    tokens."""
+    groups: dict[tuple[int, ...], int] = {}
+    for r in rows:
+        key = tuple(prompts[r])
+        groups[key] = groups.get(key, len(key)) + max(completion_lengths[r] - 1, 0)
+    return groups
 
 
 def attention_entries(
@@ -65,15 +77,15 @@ def attention_entries(
 ) -> int:
     """(query, key) pairs the update's attention computes for the micro-batch `rows`: a masked call computes every
     pair of its rows (CPU attention does not skip the blocks a mask hides), so a packed row of L positions costs L
-    squared, as does a padded row. `segments`: packed rows attended per sample (`core.segment_attention`), the
-    prompts causally at the longest prompt's width and each sample's fed tokens over that width and its own at the
-    longest's."""
+    squared, as does a padded row. `segments`: packed rows attended per sample (`core.segment_attention`): each prompt over itself and
+    each sample's fed tokens over its prompt and its own, every one at its own length (the compiled kernel skips
+    what a span leaves out; SDPA's path pads them to the longest)."""
     if packed and segments:
-        wide = max(len(prompts[r]) for r in rows)
-        distinct = len({tuple(prompts[r]) for r in rows})
-        fed = [completion_lengths[r] - 1 for r in rows if completion_lengths[r] > 1]
-        longest = max(fed, default=0)
-        return distinct * wide * wide + len(fed) * longest * (wide + longest)
+        total = sum(len(key) ** 2 for key in _packed_groups(prompts, completion_lengths, rows))
+        for r in rows:
+            fed = max(completion_lengths[r] - 1, 0)
+            total += fed * (len(prompts[r]) + fed)
+        return total
     if packed:  # R rows of width L
         positions = executed_tokens(prompts, completion_lengths, rows, share=True, packed=True)
         return positions * (positions // len({tuple(prompts[r]) for r in rows}))
@@ -95,11 +107,14 @@ def layout_cost(
     packed: bool,
     entry_weight: float,
     segments: bool = False,
+    micro_batch_cost: float = 0.0,
 ) -> float:
     """A plan's forward-and-backward work in units of one token position's matrix products: executed positions plus
-    `entry_weight` (`attention_entry_weight`) per attention pair (`segments`: see `attention_entries`)."""
-    return sum(
-        executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed)
+    `entry_weight` (`attention_entry_weight`) per attention pair (`segments`: see `attention_entries`; packed, a
+    micro-batch is then one row, `executed_tokens`'s `line`), plus `micro_batch_cost` (`micro_batch_weight`) per
+    micro-batch."""
+    return micro_batch_cost * len(plan) + sum(
+        executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed, line=packed and segments)
         + entry_weight
         * attention_entries(prompts, completion_lengths, mb, share=share, packed=packed, segments=segments)
         for mb in plan
@@ -115,6 +130,23 @@ def attention_entry_weight(
     return 2 * heads * head_dim / projections
 
 
+# A micro-batch's own cost, whatever its size, in FLOPs of the core's matrix products: its calls through every layer
+# (Python, autograd's nodes), the head's chunks, the loss. On the tiny anchor at 200 new tokens a plan of 27
+# micro-batches ran 2.7% slower than one of 20 with 1.4% more positions, about 10 ms a micro-batch
+# (docs/PERFORMANCE.md): about 0.5-1 GFLOP at the measured core's 100 GFLOP/s.
+MICRO_BATCH_FLOPS = 5e8
+
+
+def micro_batch_weight(
+    *, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, layers: int, vocab: int
+) -> float:
+    """`MICRO_BATCH_FLOPS` in token positions of this model's forward and backward (6 FLOPs a weight): what one
+    more micro-batch costs in `layout_cost`'s units (hundreds of positions on the tiny anchor, under one on
+    SmolLM2-135M)."""
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * intermediate
+    return MICRO_BATCH_FLOPS / (6 * (layers * per_layer + hidden * vocab))
+
+
 def plan_micro_batches(
     prompts: Sequence[Sequence[int]],
     completion_lengths: Sequence[int],
@@ -122,10 +154,14 @@ def plan_micro_batches(
     *,
     share: bool,
     packed: bool = False,
+    line: bool = False,
     max_tokens: int | None = None,
+    micro_batch_cost: float = 0.0,
 ) -> list[list[int]]:
     """Sample indices per micro-batch: at most `size` samples each, or (with `max_tokens`) as many as run at most
-    `max_tokens` token positions; the given order or length-sorted, whichever runs fewer positions."""
+    `max_tokens` token positions; the given order or length-sorted, whichever runs fewer positions, counting
+    `micro_batch_cost` positions a micro-batch (`micro_batch_weight`), then fewer micro-batches (`line`: see
+    `executed_tokens`)."""
     if len(prompts) != len(completion_lengths) or size < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError(
             "plan_micro_batches needs one completion length per prompt, a size of at least 1 and max_tokens "
@@ -139,10 +175,20 @@ def plan_micro_batches(
     if max_tokens is None:
         plans = [[order[lo : lo + size] for lo in range(0, len(order), size)] for order in orders]
     else:
-        plans = [_fill(order, prompts, completion_lengths, max_tokens, share, packed) for order in orders]
+        plans = [
+            _fill(order, prompts, completion_lengths, max_tokens, share, packed, line) for order in orders
+        ]
+        if packed and line:  # and whole prompt groups: a group cut in two runs its prompt twice
+            plans += [
+                _fill_groups(order, prompts, completion_lengths, max_tokens) for order in (given, orders[2])
+            ]
     costs = [
         (
-            sum(executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed) for mb in p),
+            micro_batch_cost * len(p)
+            + sum(
+                executed_tokens(prompts, completion_lengths, mb, share=share, packed=packed, line=line)
+                for mb in p
+            ),
             len(p),
         )
         for p in plans
@@ -170,18 +216,50 @@ def _fill(
     max_tokens: int,
     share: bool,
     packed: bool,
+    line: bool = False,
 ) -> list[list[int]]:
     """`order` cut into consecutive micro-batches of at most `max_tokens` executed positions (one sample at least).
     The micro-batch being filled keeps its running sizes (`_Filling`), so that each sample is priced in constant
     time rather than by `executed_tokens` over the whole micro-batch again."""
     plan: list[list[int]] = []
-    filling = _Filling(share, packed)
+    filling = _Filling(share, packed, line)
     for i in order:
         key, completion = tuple(prompts[i]), completion_lengths[i]
         if filling.rows and filling.cost_with(key, completion) > max_tokens:
             plan.append(filling.rows)
-            filling = _Filling(share, packed)
+            filling = _Filling(share, packed, line)
         filling.add(i, key, completion)
+    if filling.rows:
+        plan.append(filling.rows)
+    return plan
+
+
+def _fill_groups(
+    order: Sequence[int], prompts: Sequence[Sequence[int]], completion_lengths: Sequence[int], max_tokens: int
+) -> list[list[int]]:
+    """`order` cut into micro-batches of whole prompt groups (runs of samples with one prompt), each at most
+    `max_tokens` positions as one packed row (`executed_tokens`'s `line`); a group longer than that is cut as `_fill`
+    cuts it."""
+    plan: list[list[int]] = []
+    filling = _Filling(True, True, True)
+    start = 0
+    while start < len(order):
+        key, end = tuple(prompts[order[start]]), start + 1
+        while end < len(order) and tuple(prompts[order[end]]) == key:
+            end += 1
+        run = order[start:end]
+        size = (0 if key in filling.groups else len(key)) + sum(
+            max(completion_lengths[i] - 1, 0) for i in run
+        )
+        if filling.rows and filling.total + size > max_tokens:
+            plan.append(filling.rows)
+            filling = _Filling(True, True, True)
+        for i in run:
+            if filling.rows and filling.cost_with(key, completion_lengths[i]) > max_tokens:
+                plan.append(filling.rows)
+                filling = _Filling(True, True, True)
+            filling.add(i, key, completion_lengths[i])
+        start = end
     if filling.rows:
         plan.append(filling.rows)
     return plan
@@ -190,17 +268,20 @@ def _fill(
 class _Filling:
     """A micro-batch being filled: its rows and the running sizes `executed_tokens` prices it by."""
 
-    def __init__(self, share: bool, packed: bool) -> None:
-        self.share, self.packed = share, packed
+    def __init__(self, share: bool, packed: bool, line: bool = False) -> None:
+        self.share, self.packed, self.line = share, packed, line
         self.rows: list[int] = []
         # packed: each prompt's row length; shared: each prompt's width
         self.groups: dict[tuple[int, ...], int] = {}
         # packed: the longest row; shared: the widest prompt; otherwise the longest prompt + completion
         self.widest = 0
         self.longest = 0  # shared: the longest completion (at least 1)
+        self.total = 0  # packed: the rows' positions
 
     def cost_with(self, key: tuple[int, ...], completion: int) -> int:
         """`executed_tokens` of the rows with one more sample (`key` its prompt's tokens)."""
+        if self.packed and self.line:
+            return self.total + (len(key) if key not in self.groups else 0) + max(completion - 1, 0)
         if self.packed:
             row = self.groups.get(key, len(key)) + max(completion - 1, 0)
             return (len(self.groups) + (key not in self.groups)) * max(self.widest, row)
@@ -213,6 +294,7 @@ class _Filling:
     def add(self, row: int, key: tuple[int, ...], completion: int) -> None:
         self.rows.append(row)
         if self.packed:
+            self.total = self.cost_with(key, completion) if self.line else 0
             self.groups[key] = self.groups.get(key, len(key)) + max(completion - 1, 0)
             self.widest = max(self.widest, self.groups[key])
         elif self.share:

@@ -1,14 +1,16 @@
-"""Token log-probs of a GRPO micro-batch packed one row per prompt: the prompt once, its samples' completions after
-it, and an attention mask that lets a completion see its prompt and itself only.
+"""Token log-probs of a GRPO micro-batch packed by prompt: each prompt once, its samples' completions after it, and
+an attention mask that lets a completion see its prompt and itself only.
 
 What: `packed_logprobs(model, prompts, completions, width, ...)` returns the (B, width) log-probs that
 `grpo.token_logprobs` returns for the same samples laid out by `roles.role.collate` (prompt, then completion, right
 padding; position t scores token t, 0 outside the completions), with the same values to float tolerance and the
-same gradients. Each distinct prompt of the micro-batch becomes one row `[p, c1, c2, ...]` (`pack`, first-seen
+same gradients. Each distinct prompt of the micro-batch becomes one group `[p, c1, c2, ...]` (`pack`, first-seen
 order): the prompt once, then its samples' completions without their last token (no later token reads it and
 nothing scores its state), each completion at the positions (`position_ids`) it has after its prompt in the plain
-layout; rows are right-padded to the longest. `segment_mask` gives the (R, 1, L, L) boolean mask: a position
-attends to the earlier positions of its own prompt and of its own completion. Completion token k is scored from
+layout. On a model that attends per sample (`core.segment_attention`) the groups follow each other in one row with
+no padding at all (`pack(..., line=True)`); otherwise each group is a row of its own, the rows right-padded to the
+longest. `segment_mask` gives the (R, 1, L, L) boolean mask: a position attends to the earlier positions of its own
+group's prompt and of its own completion. Completion token k is scored from
 its prompt's last state (k = 0) or from its own token k - 1, through the LM head in checkpointed chunks
 (`chunked_logprobs.score_states`). `can_pack(model)` says whether a model takes such a mask.
 
@@ -16,11 +18,12 @@ Why: the update of a GRPO batch, which holds every prompt `num_generations` time
 the prompts once through the KV cache (`core.shared_prefix`) saved their repeats but left two forwards per
 micro-batch (the prompts' matrix products have a few dozen rows, far from the CPU's peak, and every weight then gets
 two gradients that autograd adds out of place) and padded every completion to the longest of its micro-batch.
-Packed rows pad only whole groups to the longest group, run one forward and full-height matrix products
-(docs/PERFORMANCE.md). One row per prompt rather than one row for the whole micro-batch keeps the attention, which
-a mask does not let skip the blocks it hides, at each group's length squared; models on an implementation in
-`core.segment_attention.SEGMENT_AWARE` (the project's grouped SDPA on a CPU) get the layout instead of the mask
-and attend at each sample's own length.
+Packed rows run one forward and full-height matrix products (docs/PERFORMANCE.md). Under a mask, which does not
+let attention skip the blocks it hides, one row per prompt keeps the attention at each group's length squared, at
+the cost of padding every group to the longest; models on an implementation in
+`core.segment_attention.SEGMENT_AWARE` (the project's grouped SDPA on a CPU) get the layout instead of the mask,
+attend at each sample's own length, and so take the whole micro-batch as one row without padding (on the tiny
+anchor at 200 new tokens, 18% fewer positions than a row per prompt).
 
 Run: `packed_logprobs(model, [[1, 2, 3]] * 4, completions, width=9, pad_id=0, temperature=0.6)`; tests in
 `tests/test_packed.py`. Models on another attention implementation (FlashAttention takes no 4D mask; eager adds
@@ -54,9 +57,12 @@ def can_pack(model: torch.nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class Packed:
-    """A micro-batch as one row per distinct prompt, and where each completion token is scored from."""
+    """A micro-batch with each distinct prompt once (a row per prompt, or all in one row), and where each completion
+    token is scored from."""
 
-    input_ids: list[list[int]]  # (R, L_r) the prompt, then its samples' completions without their last token
+    input_ids: list[
+        list[int]
+    ]  # (R, L_r) groups: a prompt, then its samples' completions without their last token
     position_ids: list[list[int]]  # each token's position in its own prompt + completion
     segment: list[list[int]]  # 0 on the prompt, 1 + the sample's index on its completion
     source: list[tuple[int, int]]  # (N,) the (row, column) whose state scores each completion token
@@ -73,8 +79,11 @@ def flat_tensor(values: list, typecode: str, dtype: torch.dtype, shape: tuple[in
     return torch.frombuffer(array.array(typecode, values), dtype=dtype).view(shape)
 
 
-def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> Packed:
-    """The packed rows of samples (`prompts[b]`, `completions[b]`); every prompt must be non-empty."""
+def pack(
+    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *, line: bool = False
+) -> Packed:
+    """The packed rows of samples (`prompts[b]`, `completions[b]`), a row per prompt's group or (`line`) every group
+    in one row; every prompt must be non-empty."""
     if len(prompts) != len(completions):
         raise ValueError(f"pack needs one completion per prompt, got {len(prompts)} and {len(completions)}")
     if any(len(p) == 0 for p in prompts):
@@ -85,35 +94,43 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]])
         members[g].append(b)
     rows, positions, segments, source, target, sample, column = [], [], [], [], [], [], []
     for g, prompt in enumerate(unique):
-        ids, pos, seg = list(prompt), list(range(len(prompt))), [0] * len(prompt)
+        if not line or not rows:
+            rows.append([])
+            positions.append([])
+            segments.append([])
+        r, ids = len(rows) - 1, rows[-1]
+        at = len(ids)  # the group's first column in its row
+        ids += prompt
+        positions[r] += range(len(prompt))
+        segments[r] += [0] * len(prompt)
         for b in members[g]:
             tokens = list(completions[b])
             if not tokens:
                 continue
             start, fed = len(ids), len(tokens) - 1  # the last token is scored, never fed
             ids += tokens[:-1]
-            pos += range(len(prompt), len(prompt) + fed)
-            seg += [1 + b] * fed
+            positions[r] += range(len(prompt), len(prompt) + fed)
+            segments[r] += [1 + b] * fed
             # token 0 is scored from the prompt's last state, token k from the state of token k - 1
-            source += [(g, len(prompt) - 1), *((g, c) for c in range(start, start + fed))]
+            source += [(r, at + len(prompt) - 1), *((r, c) for c in range(start, start + fed))]
             target += tokens
             sample += [b] * len(tokens)
             column += range(len(prompt), len(prompt) + len(tokens))
-        rows.append(ids)
-        positions.append(pos)
-        segments.append(seg)
     return Packed(rows, positions, segments, source, target, sample, column)
 
 
 def segment_mask(segment: torch.Tensor) -> torch.Tensor:
-    """(R, 1, L, L) bool from (R, L) segments: position i attends to j <= i that is on the prompt (segment 0) or on
-    i's own segment. Padding (segment -1, at the ends of rows) sees only padding, so no row of the mask is empty."""
+    """(R, 1, L, L) bool from (R, L) segments: position i attends to j <= i of its own group (a run of prompt
+    columns, segment 0, and the completions after it) that is on the prompt or on i's own segment. Padding (segment
+    -1, at the ends of rows) sees only padding, so no row of the mask is empty."""
     length = segment.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool, device=segment.device).tril()
+    before = torch.nn.functional.pad(segment[:, :-1], (1, 0), value=-2)
+    group = ((segment == 0) & (before != 0)).cumsum(1)  # padding stays in its row's last group
     visible = ((segment[:, None, :] == 0) & (segment[:, :, None] >= 0)) | (
         segment[:, :, None] == segment[:, None, :]
     )
-    return (causal & visible)[:, None]
+    return (causal & visible & (group[:, :, None] == group[:, None, :]))[:, None]
 
 
 def packed_logprobs(
@@ -130,7 +147,8 @@ def packed_logprobs(
     `pad_id` fills the ends of rows shorter than the longest."""
     temperature = temperature if temperature > 0 else 1.0
     device = next(model.parameters()).device
-    packed = pack(prompts, completions)
+    per_sample = attends_per_sample(model)
+    packed = pack(prompts, completions, line=per_sample)  # one row: per-sample attention pays for no padding
     length = max(len(r) for r in packed.input_ids)
 
     def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
@@ -138,7 +156,7 @@ def packed_logprobs(
         return flat_tensor(flat, "q", torch.long, (len(rows), length)).to(device)
 
     segment = padded(packed.segment, -1)
-    if attends_per_sample(model):
+    if per_sample:
         # each sample attends to its prompt and itself at its own length; the mask only stands in for the layout,
         # so that transformers builds none (a view of one element)
         attention = {

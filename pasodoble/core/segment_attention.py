@@ -1,17 +1,19 @@
 """Attention over packed update rows at the cost of each sample's own length, not the row's.
 
-What: a packed row (`core.packed`) holds a prompt and then several of its samples' completions, and each position
-may see its prompt and its own completion only. `SegmentLayout.of(segment)` reads that layout once per
-micro-batch; `segment_attention(query, key, value, layout, scaling)` is the attention of every layer over it.
+What: a packed row (`core.packed`) holds one or more groups, each a prompt and then several of its samples'
+completions, and each position may see its own group's prompt and its own completion only.
+`SegmentLayout.of(segment)` reads that layout once per micro-batch; `segment_attention(query, key, value, layout,
+scaling)` is the attention of every layer over it.
 Where the compiled kernel of `core.train_attention` applies (float32 on the CPU with one torch thread), it is one
-call over the rows themselves: each position attends the columns of its row up to itself less those between its
-prompt and its own completion's first (`SegmentLayout.bounds`), and the kernel skips the 16-column blocks that no
-query of a tile attends. Elsewhere (SDPA) it is two attention calls: the prompts as one causal call over the rows'
-first P columns (P: the longest prompt), and the completions as one call of N samples x F queries (F: the longest
-completion of the micro-batch) over P + F keys each, the row's prompt columns and the sample's own ones, masked to
-the prompt's length and to the causal part of its own; queries, keys and values are gathered per sample with
-`index_select` and the outputs gathered back into the rows, so autograd adds the prompt keys' gradients over their
-samples. Inputs and outputs are those of transformers' attention functions ((R, H, L, D) in, (R, L, H, D) out).
+call over the rows themselves: each position attends the columns from its group's first up to itself less those
+between its prompt's end and its own completion's first (`SegmentLayout.bounds`), and the kernel skips the 16-column
+blocks that no query of a tile attends. Elsewhere (SDPA) it is two attention calls: the prompts as one causal call
+of G groups x P columns (P: the longest prompt; the rows' first P columns where every row is one group, else
+gathered), and the completions as one call of N samples x F queries (F: the longest completion of the micro-batch)
+over P + F keys each, its group's prompt columns and the sample's own ones, masked to the prompt's length and to the
+causal part of its own; queries, keys and values are gathered per sample with `index_select` and the outputs
+gathered back into the rows, so autograd adds the prompt keys' gradients over their samples. Inputs and outputs
+are those of transformers' attention functions ((R, H, L, D) in, (R, L, H, D) out).
 Positions past a row's end (padding) get some finite output that nothing reads (0 through the kernel).
 
 Why: SDPA with the row's (R, 1, L, L) mask cannot skip the blocks the mask hides, so its work grows with the square
@@ -48,6 +50,7 @@ class _Gathers(NamedTuple):
     """The per-sample gathers of a layout (see `SegmentLayout`)."""
 
     prompt: int
+    groups: torch.Tensor | None
     samples: int
     width: int
     query: torch.Tensor
@@ -65,23 +68,31 @@ class SegmentLayout:
     length: int  # L, the rows' padded length
     segment: torch.Tensor  # (R, L) the segments it was made from (see `of`)
     # int32 (4, R, L): each position's keys in its own row as `train_attention.spans` gives them (lo, hi, gap_lo,
-    # gap_hi): its row's columns up to itself less those between its prompt and its own first; padding none
+    # gap_hi): its group's columns up to itself less those between its prompt's end and its own first; padding none
     bounds: torch.Tensor
     # one entry per attention call that read the layout (`core.packed` checks that some did)
     reads: list[int] = field(default_factory=list, compare=False)
 
     @classmethod
     def of(cls, segment: torch.Tensor) -> SegmentLayout:
-        """From (R, L) segments: 0 on the prompt (a row's first columns), 1 + a sample's index on its completion
-        (one run of columns each), -1 on padding at the row's end."""
+        """From (R, L) segments: each group a run of 0 (its prompt) then its completions (1 + the sample's index,
+        one run of columns each), a row one group or several, the first at its first column; -1 on padding at the
+        row's end."""
         rows, length = segment.shape
-        if rows and length and int((segment == 0).sum(1).min()) < 1:
+        if rows and length and bool((segment[:, 0] != 0).any()):
             raise ValueError("segment_attention needs a non-empty prompt at the start of every row")
         return cls(rows, length, segment, _row_bounds(segment))
 
     @property
-    def prompt(self) -> int:  # P, the longest prompt: prompt queries are columns [0, P) of each row
+    def prompt(self) -> int:  # P, the longest prompt
         return self._gathers.prompt
+
+    @property
+    def groups(
+        self,
+    ) -> torch.Tensor | None:  # (G * P,) each group's prompt columns (a real one repeated past its
+        # end), flat; None where every row is one group: its prompt queries are then columns [0, P) of the rows
+        return self._gathers.groups
 
     @property
     def samples(self) -> int:  # N, the completions with at least one position in a row
@@ -100,7 +111,7 @@ class SegmentLayout:
     @property
     def key(
         self,
-    ) -> torch.Tensor:  # (N * (P + F),) the flat position of each sample's prompt keys, then its own
+    ) -> torch.Tensor:  # (N * (P + F),) the flat position of its group's prompt keys, then its own
         return self._gathers.key
 
     @property
@@ -110,67 +121,86 @@ class SegmentLayout:
     @property
     def inverse(
         self,
-    ) -> torch.Tensor:  # (R * L,) each position's output in cat(prompt outputs, completion outputs)
+    ) -> torch.Tensor:  # (R * L,) each position's output in cat(G x P prompt outputs, completion outputs)
         return self._gathers.inverse
 
     @functools.cached_property
     def _gathers(self) -> _Gathers:
         segment, rows, length = self.segment, self.rows, self.length
         device = segment.device
-        cells = segment.tolist()
-        prompt_of = [row.count(0) for row in cells]
-        prompt = max(prompt_of, default=1)
-        starts, sizes, owners = [], [], []  # each sample's first flat position, length and row
-        for r, row in enumerate(cells):
-            c = prompt_of[r]
-            while c < length and row[c] > 0:
-                end = c
-                while end < length and row[end] == row[c]:
-                    end += 1
-                starts.append(r * length + c)
-                sizes.append(end - c)
-                owners.append(r)
-                c = end
+        firsts, prompt_of = [], []  # each group's first flat position and prompt length
+        starts, sizes, owners = [], [], []  # each sample's first flat position, length and group
+        for r, row in enumerate(segment.tolist()):
+            c = 0
+            while c < length and row[c] == 0:  # a group: its prompt, then its samples' runs
+                first = c
+                while c < length and row[c] == 0:
+                    c += 1
+                firsts.append(r * length + first)
+                prompt_of.append(c - first)
+                while c < length and row[c] > 0:
+                    end = c
+                    while end < length and row[end] == row[c]:
+                        end += 1
+                    starts.append(r * length + c)
+                    sizes.append(end - c)
+                    owners.append(len(firsts) - 1)
+                    c = end
+        groups, prompt = len(firsts), max(prompt_of, default=1)
         samples, width = len(sizes), max(sizes, default=0)
+        one_each = groups == rows and all(f == r * length for r, f in enumerate(firsts))
         start = torch.tensor(starts, dtype=torch.long, device=device)  # (N,)
         size = torch.tensor(sizes, dtype=torch.long, device=device)  # (N,)
         owner = torch.tensor(owners, dtype=torch.long, device=device)  # (N,)
-        prompt_size = torch.tensor(prompt_of, dtype=torch.long, device=device)[owner]  # (N,)
+        group_first = torch.tensor(firsts, dtype=torch.long, device=device)  # (G,)
+        group_size = torch.tensor(prompt_of, dtype=torch.long, device=device)  # (G,)
+        c = torch.arange(prompt, device=device)  # (P,)
+        # (G, P) each group's prompt columns, past its end repeating its last (finite, unread)
+        prompt_cols = group_first[:, None] + torch.minimum(c[None, :], group_size[:, None] - 1)
         j = torch.arange(width, device=device)  # (F,)
         # past a sample's end a query repeats its last one (finite, unread)
         query = start[:, None] + torch.minimum(j[None, :], size[:, None] - 1)  # (N, F)
-        c = torch.arange(prompt, device=device)  # (P,)
-        prompt_keys = owner[:, None] * length + torch.minimum(c[None, :], prompt_size[:, None] - 1)  # (N, P)
-        key = torch.cat([prompt_keys, query], dim=1)  # (N, P + F)
+        key = torch.cat([prompt_cols[owner], query], dim=1)  # (N, P + F)
+        prompt_size = group_size[owner]  # (N,)
         sees_prompt = (c[None, :] < prompt_size[:, None])[:, None, :].expand(samples, width, prompt)
         # causal over its own columns
         sees_own = (j[None, :] <= j[:, None])[None].expand(samples, width, width)
         mask = torch.cat([sees_prompt, sees_own], dim=2)[:, None]  # (N, 1, F, P + F)
         inverse = torch.zeros(rows * length, dtype=torch.long, device=device)
-        for r, p in enumerate(prompt_of):
-            inverse[r * length : r * length + p] = torch.arange(r * prompt, r * prompt + p, device=device)
+        for g, (f, p) in enumerate(zip(firsts, prompt_of, strict=True)):
+            inverse[f : f + p] = torch.arange(g * prompt, g * prompt + p, device=device)
         if samples:
             # (N,) each sample's first slot
-            first = rows * prompt + torch.arange(samples, device=device) * width
+            first = groups * prompt + torch.arange(samples, device=device) * width
             fed = torch.repeat_interleave(start, size) + _ramps(size)  # (sum of sizes,) every fed position
             inverse[fed] = fed + torch.repeat_interleave(first - start, size)
-        return _Gathers(prompt, samples, width, query.flatten(), key.flatten(), mask, inverse)
+        return _Gathers(
+            prompt, None if one_each else prompt_cols.flatten(), samples, width, query.flatten(), key.flatten(),
+            mask, inverse,
+        )  # fmt: skip
 
 
 def _row_bounds(segment: torch.Tensor) -> torch.Tensor:
     """`SegmentLayout.bounds` from the (R, L) segments."""
     rows, length = segment.shape
     column = torch.arange(length, device=segment.device).expand(rows, length)
-    prompt = (segment == 0).sum(1, keepdim=True)  # the prompt is each row's first columns
     before = torch.nn.functional.pad(segment[:, :-1], (1, 0), value=-2)
-    first = torch.where(segment != before, column, 0).cummax(1).values  # each position's run's first column
+    prompt = segment == 0
+
+    def last(
+        where: torch.Tensor,
+    ) -> torch.Tensor:  # each position's last column at or before it where `where`
+        return torch.where(where, column, 0).cummax(1).values
+
+    group = last(prompt & (before != 0))  # its group's first column
+    prompt_end = last(~prompt & (before == 0))  # a completion's: the column after its group's prompt
+    first = last(segment != before)  # its run's first column
     real, sample = segment >= 0, segment > 0
-    zero = torch.zeros_like(column)
     return torch.stack(
         [
-            zero,
+            torch.where(real, group, 0),
             torch.where(real, column + 1, 0),
-            torch.where(sample, prompt, 0),  # gap_lo == gap_hi for a row's first sample: no gap
+            torch.where(sample, prompt_end, 0),  # gap_lo == gap_hi for a group's first sample: no gap
             torch.where(sample, first, 0),
         ]
     ).to(torch.int32)
@@ -199,19 +229,26 @@ def segment_attention(
     if attends_in_place(query, key, value):
         return train_attention.over_spans(query, key, value, layout.bounds, length, scaling)
     prompt = layout.prompt
-    prompt_out = _attend(query[:, :, :prompt], key[:, :, :prompt], value[:, :, :prompt], None, scaling)
-    parts = [prompt_out.reshape(rows * prompt, heads, dim)]  # from (R, P, H, D)
+
+    def gathered(x: torch.Tensor, index: torch.Tensor, columns: int) -> torch.Tensor:
+        flat = x.transpose(1, 2).reshape(rows * length, x.shape[1], dim)  # (R * L, heads, D)
+        return flat.index_select(0, index).view(-1, columns, x.shape[1], dim).transpose(1, 2)
+
+    if layout.groups is None:  # every row one group: its prompt is the row's first columns
+        prompt_out = _attend(query[:, :, :prompt], key[:, :, :prompt], value[:, :, :prompt], None, scaling)
+    else:
+        where = layout.groups
+        prompt_out = _attend(
+            gathered(query, where, prompt), gathered(key, where, prompt), gathered(value, where, prompt), None,
+            scaling,
+        )  # fmt: skip
+    parts = [prompt_out.reshape(-1, heads, dim)]  # from (G, P, H, D)
     if layout.samples:
         n, f = layout.samples, layout.width
-
-        def per_sample(x: torch.Tensor, index: torch.Tensor, columns: int) -> torch.Tensor:
-            flat = x.transpose(1, 2).reshape(rows * length, x.shape[1], dim)  # (R * L, heads, D)
-            return flat.index_select(0, index).view(n, columns, x.shape[1], dim).transpose(1, 2)
-
         own_out = _attend(
-            per_sample(query, layout.query, f),
-            per_sample(key, layout.key, prompt + f),
-            per_sample(value, layout.key, prompt + f),
+            gathered(query, layout.query, f),
+            gathered(key, layout.key, prompt + f),
+            gathered(value, layout.key, prompt + f),
             layout.mask,
             scaling,
         )  # (N, F, H, D)

@@ -6,7 +6,7 @@ transformers' attention functions return, with autograd through the kernel's own
 the caller keeps SDPA, unless the call is float32 on the CPU with one torch thread, each position's head dimensions
 are contiguous, the head dimension is a multiple of 8 up to 256, the mask is boolean, the same for every head and
 one or two runs of keys per query (or absent, with or without the causal flag), the call's scratch (two score
-arrays, a head's queries and their gradients) fits `MAX_SCRATCH_FLOATS`, and the kernel could be built.
+arrays; every head's queries and their gradients, keys and values) fits `MAX_SCRATCH_FLOATS`, and the kernel could be built.
 `status()` says which, for the start line and benches. The project's grouped SDPA (`roles/grouped_attention.py`)
 and the packed rows' attention (`core.segment_attention`) call it for the update's forward and backward and for a
 prefill; the packed rows, whose spans their layout already knows, through `applies` and `over_spans` (no mask).
@@ -37,12 +37,13 @@ from pasodoble.core import native
 SOURCE = Path(__file__).with_name("train_attention.c")
 ENV = "PASODOBLE_TRAIN_ATTENTION"  # "off": SDPA always
 MAX_DIM = 256
-# a call's scratch: two (queries x keys) score arrays, and a head's queries and their gradients (or every head's, within
-# WHOLE_ROW_FLOATS); past this SDPA, which tiles them
+# a call's scratch: two (queries x keys) score arrays, and every head's queries and their gradients, keys and values;
+# past this SDPA, which tiles them
 MAX_SCRATCH_FLOATS = 1 << 24
 # The kernel reads a batch row's queries and output gradients over every head, and its keys and values over every
-# key/value head, in one pass along memory while those planes fit in this many floats (1 MB, a core's L2 on the
-# Zen 4 host measured), and one head at a time past it, so that the planes its tiles read stay in cache: on the tiny
+# key/value head, in one pass along memory, and runs it chunk by chunk (a packed group's rows, over every head),
+# while a chunk's planes (or the row's) fit in this many floats (1 MB, a core's L2 on the Zen 4 host measured), and
+# one head at a time over the whole row past it, so that the planes its tiles read stay in cache: on the tiny
 # anchor's heads the first took 7-11% off the attention's time, on SmolLM2's it was 19-32% slower than the second
 # (docs/PERFORMANCE.md).
 WHOLE_ROW_FLOATS = 1 << 18
@@ -210,8 +211,8 @@ def fits(heads: int, kv_heads: int, queries: int, keys: int, dim: int) -> bool:
         dim % 8
         or dim > MAX_DIM
         or heads % kv_heads
-        or 2 * (-(-queries // 4) * 4) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
-        or 2 * (-(-queries // 4) * 4) * dim > MAX_SCRATCH_FLOATS
+        or 2 * (-(-queries // 8) * 8 + 1) * (-(-keys // 16) * 16) > MAX_SCRATCH_FLOATS
+        or 2 * (heads * -(-queries // 8) * 8 + kv_heads * -(-keys // 16) * 16) * dim > MAX_SCRATCH_FLOATS
         or queries == 0
         or keys == 0
         or _load() is None

@@ -46,7 +46,12 @@ from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_block import use_fused_blocks
 from pasodoble.core.fused_head import reuse_head_casts
 from pasodoble.core.fused_layers import use_fused_layers
-from pasodoble.core.micro_batches import attention_entry_weight, layout_cost, plan_micro_batches
+from pasodoble.core.micro_batches import (
+    attention_entry_weight,
+    layout_cost,
+    micro_batch_weight,
+    plan_micro_batches,
+)
 from pasodoble.core.packed import can_pack, flat_tensor, packed_logprobs
 from pasodoble.core.precision import DTYPES
 from pasodoble.core.segment_attention import attends_per_sample
@@ -278,16 +283,40 @@ def device_memory(model: torch.nn.Module) -> int | None:
 def entry_weight(model: torch.nn.Module) -> float | None:
     """`micro_batches.attention_entry_weight` of the model's decoder layers; None when its config lacks the
     sizes."""
+    sizes = _layer_sizes(model)
+    if sizes is None:
+        return None
+    return attention_entry_weight(
+        **{k: sizes[k] for k in ("hidden", "intermediate", "heads", "kv_heads", "head_dim")}
+    )
+
+
+def micro_batch_cost(model: torch.nn.Module) -> float:
+    """`micro_batches.micro_batch_weight` of the model; 0 (plans priced by positions alone) when its config lacks
+    the sizes."""
+    sizes = _layer_sizes(model)
+    if sizes is None or not all(isinstance(sizes[k], int) and sizes[k] > 0 for k in ("layers", "vocab")):
+        return 0.0
+    return micro_batch_weight(**sizes)
+
+
+def _layer_sizes(model: torch.nn.Module) -> dict | None:
+    """The model's decoder sizes from its config (hidden, intermediate, heads, kv_heads, head_dim, layers, vocab);
+    None without the first three."""
     config = text_config(model)
     hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
     intermediate = getattr(config, "intermediate_size", None)
     if not all(isinstance(v, int) and v > 0 for v in (hidden, heads, intermediate)):
         return None
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    return attention_entry_weight(
-        hidden=hidden, intermediate=intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim
-    )
+    return {
+        "hidden": hidden,
+        "intermediate": intermediate,
+        "heads": heads,
+        "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(config, "head_dim", None) or hidden // heads,
+        "layers": getattr(config, "num_hidden_layers", None),
+        "vocab": getattr(config, "vocab_size", None),
+    }
 
 
 def resolve_device(name: str) -> torch.device:
@@ -338,6 +367,7 @@ class Role:
         self.updates = 0
         self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
         self.entry_weight = entry_weight(self.model)
+        self.micro_batch_cost = micro_batch_cost(self.model)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if cfg.trainable and cfg.beta > 0:  # copied before the policy is sharded, then sharded on its own
@@ -502,31 +532,49 @@ class Role:
         return self.micro_batch_layout(samples)[0]
 
     def micro_batch_layout(self, samples: Sequence[Sample]) -> tuple[list[list[int]], bool]:
-        """The micro-batches of `micro_batch_plan`, and whether they run packed (`core.packed`, a row per prompt):
+        """The micro-batches of `micro_batch_plan`, and whether they run packed (`core.packed`, each prompt once):
         when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
         row's masked attention grows with the square of its group's length (long completions, small models),
-        unless the model attends per sample (`core.segment_attention`, the project's grouped SDPA on a CPU)."""
+        unless the model attends per sample (`core.segment_attention`, the project's grouped SDPA on a CPU); then
+        a packed micro-batch is one row without padding."""
         # tuples: the planners key their groups by them, and take a tuple as it is
         prompts = [tuple(s.prompt_ids) for s in samples]
         lengths = [len(s.completion.token_ids) for s in samples]
         share = self._shares_cache(self.train_model)
+        cost = self.micro_batch_cost
         plan = plan_micro_batches(
-            prompts, lengths, self.cfg.micro_batch_size, share=share, max_tokens=self.micro_batch_tokens
+            prompts,
+            lengths,
+            self.cfg.micro_batch_size,
+            share=share,
+            max_tokens=self.micro_batch_tokens,
+            micro_batch_cost=cost,
         )
         if not self._packs(self.train_model) or self.entry_weight is None:
             return plan, False
+        segments = attends_per_sample(
+            self.train_model
+        )  # packed_logprobs then lays a micro-batch out as one row
         packed = plan_micro_batches(
             prompts,
             lengths,
             self.cfg.micro_batch_size,
             share=True,
             packed=True,
+            line=segments,
             max_tokens=self.micro_batch_tokens,
+            micro_batch_cost=cost,
         )
-        segments = attends_per_sample(self.train_model)
         costs = [
             layout_cost(
-                prompts, lengths, p, share=share, packed=k, entry_weight=self.entry_weight, segments=segments
+                prompts,
+                lengths,
+                p,
+                share=share,
+                packed=k,
+                entry_weight=self.entry_weight,
+                segments=segments,
+                micro_batch_cost=cost,
             )
             for p, k in ((packed, True), (plan, False))
         ]
@@ -555,7 +603,7 @@ class Role:
     ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
         """Loss, stats and the detached log-probs of this pass; `first_logps` is None on the first pass (the
         log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS); `packed`:
-        the micro-batch runs as a row per prompt (`micro_batch_layout`)."""
+        the micro-batch runs packed, each prompt once (`micro_batch_layout`)."""
         batch = collate(samples, self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -599,7 +647,7 @@ class Role:
         return self._may_share() and not self.cfg.gradient_checkpointing and can_share_prompts(model)
 
     def _packs(self, model: torch.nn.Module) -> bool:
-        """True when the update may run a micro-batch as one row per distinct prompt (`core.packed`)."""
+        """True when the update may run a micro-batch packed, each distinct prompt once (`core.packed`)."""
         return self._may_share() and can_pack(model)
 
     def _may_share(self) -> bool:
@@ -616,7 +664,7 @@ class Role:
         *,
         packed: bool = False,
     ) -> torch.Tensor:
-        """(B, T) log-probs for the loss. On an unsharded role whose model allows it: a row per distinct prompt
+        """(B, T) log-probs for the loss. On an unsharded role whose model allows it: packed, each distinct prompt once
         (`packed`), else each distinct prompt run once through the KV cache when samples share one
         (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`); otherwise through the whole logits."""
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
