@@ -8,8 +8,10 @@ distinct prompt once at the widest prompt's width plus every row at the longest 
 the longest prompt + completion) and keeps the cheapest: the samples in the given order (a prompt's
 samples together, so they share its prefill), sorted by completion length (rows of one micro-batch end close to
 each other), or, packed, the prompt groups sorted by their row's length (rows end close to each other and none is
-split); ties keep the earlier. Without a token budget the plans have the same number of micro-batches of the same
-sizes.
+split), and, packed in one row (`line`), the given order and the groups by length again with each prompt group
+whole where it fits (`_fill_groups`); a plan costs its positions plus `micro_batch_cost` a micro-batch (that
+micro-batch's own calls, `micro_batch_weight`), ties keep the fewer micro-batches, then the earlier. Without a token
+budget the plans have the same number of micro-batches of the same sizes.
 
 Why: the update pads every row of a micro-batch to its longest; on the tiny anchor at 200 new tokens the length-
 sorted plan executed 18% fewer token positions than prompt groups with their prefill shared, while at 48 new tokens
@@ -21,8 +23,11 @@ With `max_tokens` (the role's `micro_batch_tokens`) a micro-batch is not a count
 micro-batch, in its order, until one more sample would take its executed token positions past `max_tokens` (a
 sample longer than that runs alone). Short sequences then share one forward, which a fixed count leaves to per-
 operation overhead on small models, and long ones split so that the activations a backward keeps stay bounded
-(verl calls this dynamic batch size). Of the two plans the one with fewer executed positions wins, then the one
-with fewer micro-batches.
+(verl calls this dynamic batch size). Of the plans the cheapest wins (positions plus the micro-batch cost), then
+the one with fewer micro-batches. In one row a sample-by-sample fill cuts a prompt group where the budget ends, and
+the cut group runs its prompt twice (on SmolLM2 5% more positions than whole groups, its update 1.02-1.06x as
+long), while whole groups can take more micro-batches (on the tiny anchor at 200 new tokens 27 against 20, the update
+1.027x as long): the micro-batch cost weighs the two.
 
 Run: `plan_micro_batches([[1, 2], [1, 2]], [5, 60], 1, share=True)` -> `[[0], [1]]`;
 `plan_micro_batches([[1, 2]] * 3, [3, 3, 9], 8, share=True, max_tokens=12)` -> `[[0, 1], [2]]`.
@@ -77,9 +82,9 @@ def attention_entries(
 ) -> int:
     """(query, key) pairs the update's attention computes for the micro-batch `rows`: a masked call computes every
     pair of its rows (CPU attention does not skip the blocks a mask hides), so a packed row of L positions costs L
-    squared, as does a padded row. `segments`: packed rows attended per sample (`core.segment_attention`): each prompt over itself and
-    each sample's fed tokens over its prompt and its own, every one at its own length (the compiled kernel skips
-    what a span leaves out; SDPA's path pads them to the longest)."""
+    squared, as does a padded row. `segments`: packed rows attended per sample (`core.segment_attention`): each
+    prompt over itself and each sample's fed tokens over its prompt and its own, every one at its own length (the
+    compiled kernel skips what a span leaves out; SDPA's path pads them to the longest)."""
     if packed and segments:
         total = sum(len(key) ** 2 for key in _packed_groups(prompts, completion_lengths, rows))
         for r in rows:

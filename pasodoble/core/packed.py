@@ -60,9 +60,8 @@ class Packed:
     """A micro-batch with each distinct prompt once (a row per prompt, or all in one row), and where each completion
     token is scored from."""
 
-    input_ids: list[
-        list[int]
-    ]  # (R, L_r) groups: a prompt, then its samples' completions without their last token
+    # (R, L_r) groups: a prompt, then its samples' completions without their last token
+    input_ids: list[list[int]]
     position_ids: list[list[int]]  # each token's position in its own prompt + completion
     segment: list[list[int]]  # 0 on the prompt, 1 + the sample's index on its completion
     source: list[tuple[int, int]]  # (N,) the (row, column) whose state scores each completion token
