@@ -162,6 +162,13 @@ COMMANDS: dict[str, Run | Skip] = {
     "--config recipes/tiny-online.yaml": Skip(
         "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
     ),
+    # docs/PERFORMANCE.md
+    "make bench-quick": Skip("a timing bench against TRL in its own venv (network to build it; minutes)"),
+    "make bench": Skip("the whole timing suite (TRL's venv and the packaged models from the network; hours)"),
+    "python bench/vs_trl.py --shapes tiny,tiny200 --seeds 0,1,2 --rounds 3 --cpu 1 --trl-python PY "
+    "--trl-malloc same --out OUT": Skip(
+        "a timing bench (tens of minutes pinned to an idle core; PY is TRL's venv)"
+    ),
     # docs/ROLLOUTS.md, the GPU check through the sharding backends
     "python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2": Skip(
         "a GPU; tests/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
