@@ -85,3 +85,26 @@ def test_humaneval_canonical_solutions_all_pass_and_mutants_all_fail(mode, statu
     assert main(["code-eval", mode, "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["statuses"] == {status: 164}
+
+
+@pytest.mark.sandbox
+def test_bad_bytes_and_line_separators_in_samples_are_counted_rows_not_a_traceback(
+    problems, tmp_path, capsys
+):
+    samples = tmp_path / "samples.jsonl"
+    right = {"task_id": "mine/add", "completion": "    # a\u2028b\n    return a + b\n"}
+    samples.write_bytes(
+        json.dumps(right, ensure_ascii=False).encode()  # a raw U+2028 inside the string: still one row
+        + b'\n{"task_id": "mine/add", "completion": "    return \xff"}\n'
+        + json.dumps({"task_id": "mine/add", "completion": "    return a - b\n"}).encode()
+        + b"\n\xfe\n"
+    )
+    out = tmp_path / "out"
+    args = ["code-eval", "--jsonl", str(problems), "--samples", str(samples), "--out", str(out)]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (results["checks"], results["statuses"]) == (2, {"passed": 1, "failed": 1})
+    assert results["pass_at_k"] == {"pass@1": 0.5}
+    assert results["skipped_rows"] == 3  # the bad problem row (line 3 of mine.jsonl) and sample lines 2 and 4
+    assert [m.split(": ")[0].rsplit(":", 1)[1] for m in results["skipped"]] == ["3", "2", "4"]
+    assert "line skipped" in capsys.readouterr().err
