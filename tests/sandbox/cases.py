@@ -97,19 +97,20 @@ def attempt(body: str) -> Callable[[Context], Job]:
 
 
 # A module that forges a passing verdict on every descriptor of whatever process imports it, and the program that
-# writes it, named like each standard-library module not yet imported, into every folder on the import path.
+# writes it under the name of every standard-library module (those the trusted side has not imported yet count)
+# into every folder on the import path.
 FORGE = (
     'import os\nv = b\'{"status": "passed", "detail": "", "outputs": []}\'\nfor fd in range(3, 64):\n'
     "    try:\n        os.write(fd, v)\n    except OSError:\n        pass\nos._exit(0)\n"
 )
-SHADOW = (
+SHADOW_WRITES = (
     f"import os, sys\nFORGE = {FORGE!r}\nhere = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
     "for d in sorted({here, '/sandbox', '/', '/tmp', *[p for p in sys.path if p]}):\n"
-    "    for name in sorted(set(sys.stdlib_module_names) - set(sys.modules)):\n"
+    "    for name in sorted(sys.stdlib_module_names):\n"
     "        try:\n            with open(os.path.join(d, name + '.py'), 'w') as f:\n"
-    "                f.write(FORGE)\n        except OSError:\n            pass\n\n"
-    "def f(x):\n    return None\n"
+    "                f.write(FORGE)\n        except OSError:\n            pass\n"
 )
+SHADOW = SHADOW_WRITES + "\n\ndef f(x):\n    return None\n"
 
 # Writes as much as it can to each place, 8 MiB a file, at most 64 MiB a place; prints the bytes that stayed
 # outside /tmp and whether /tmp kept to its cap (after removing them: the output goes to /tmp).
