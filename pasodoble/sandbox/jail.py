@@ -3,10 +3,12 @@
 What: `launch(public, secret, config, seed, layers)` runs `runner.py` once and returns its verdict as a dict.
 The command is `sh` (joins the per-check cgroup) -> `setpriv` (uid/gid 65534, when the launcher is root, so that
 RLIMIT_NPROC counts) -> `bwrap` (every namespace unshared, new session, dies with its parent, read-only /usr and
-friends, a size-capped tmpfs as /tmp, a cleared environment with a fixed PYTHONHASHSEED, the seccomp filter from
-a memfd) -> the system Python running the runner, whose source is copied in from memfds, so the jail needs no
-read access to where this package is installed. The verdict comes back on a pipe whose write end only the
-runner holds (`runner.py`). Past `timeout_s` plus a grace the session and the cgroup are killed with SIGKILL.
+friends, a size-capped tmpfs as /tmp and everything else remounted read-only, a cleared environment with a fixed
+PYTHONHASHSEED, the seccomp filter from a memfd, the runner as the jail's pid 1) -> the system Python running the
+runner, whose source is copied in from memfds, so the jail needs no read access to where this package is
+installed. The verdict comes back on a pipe whose write end only the runner holds (`runner.py`), read up to
+`max_verdict_bytes` and no further. Past `timeout_s` plus a grace the session and the cgroup are killed with
+SIGKILL.
 
 `layers` names the layers in use; tests remove one at a time to show what each one stops (docs/SANDBOX.md).
 """
