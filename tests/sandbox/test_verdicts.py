@@ -78,3 +78,14 @@ def test_a_huge_return_value_is_output_too_large_and_costs_the_reader_at_most_th
     status, outputs, grown = out.stdout.split()
     assert (status, outputs) == ("output_too_large", "0")
     assert int(grown) <= SandboxConfig().max_verdict_bytes
+
+
+@pytest.mark.sandbox
+def test_a_huge_value_seen_by_assert_style_tests_is_output_too_large():
+    job = Job(
+        program="def f(x):\n    return 'x' * (8 << 20)",
+        entry_point="f",
+        tests="def check(candidate):\n    assert candidate(1) == 'x'\n",
+    )
+    verdict = check(job, SandboxConfig())
+    assert verdict.status == "output_too_large" and verdict.detail.startswith("a return value or the outputs")
