@@ -219,6 +219,21 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+def refuse_links(run_dir: str | Path) -> None:
+    """One `UserError` line when `checkpoints/` or anything in it is a symbolic link: a resume reads, moves aside,
+    replaces and deletes what is in there, which must be the run's own folders. Called before anything changes."""
+    root = Path(run_dir) / CHECKPOINTS
+    links = [root] if root.is_symlink() else []
+    if not links and root.is_dir():
+        links = sorted(child for child in root.iterdir() if child.is_symlink())
+    if links:
+        raise UserError(
+            f"{links[0]} is a symbolic link (to {os.readlink(links[0])}): a resume reads and rewrites only folders "
+            "inside the run; replace the link with a copy of what it points to (cp -rL) or remove it (nothing was "
+            "changed)"
+        )
+
+
 def select_for_resume(
     run_dir: str | Path, *, strict: bool = False, warn: Callable[[str], None] = print
 ) -> Path | None:

@@ -144,3 +144,23 @@ def test_cli_eval_uncached_hub_id_offline_exits_2_with_one_line(tmp_path):
         len(done.stderr.splitlines()) == 1 and "org/absent" in done.stderr and "HF_HUB_OFFLINE" in done.stderr
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_pickled_model_file_is_one_line_saying_what_why_and_how_to_convert(tmp_path):
+    """No traceback, no `weights_only=False`: the folder is refused before anything is loaded."""
+    model = tmp_path / "pickled"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    marker = tmp_path / "pwned"
+    payload = f"import torch, os\nclass P:\n    def __reduce__(self):\n        return (os.mkdir, ({str(marker)!r},))\n"
+    payload += f"torch.save({{'w': P()}}, {str(model / 'pytorch_model.bin')!r})\n"
+    subprocess.run([sys.executable, "-c", payload], check=True, timeout=120)
+    (tmp_path / "set.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    done = _cli(["eval", "--model", str(model), "--dataset", "set.jsonl", "--out", "out"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert f"--model: refused {model / 'pytorch_model.bin'}: a pickled weight file" in line
+    assert "save_pretrained" in line and "safetensors" in line and "weights_only" not in line
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    (model / "model.safetensors").write_bytes(b"")  # safetensors beside it: the pickle is never read
+    check_model_spec(str(model))

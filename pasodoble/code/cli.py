@@ -29,7 +29,10 @@ from pasodoble.code.problems import CodeProblem, job_for, load_code_jsonl, load_
 from pasodoble.errors import UserError
 from pasodoble.evals.engine import add_engine_arguments
 from pasodoble.io import write_json_atomic
+from pasodoble.jsonl import iter_jsonl, warn_skipped
 from pasodoble.sandbox import SandboxConfig, check
+
+SKIPPED_SHOWN = 20  # skip messages kept in results.json (all are counted)
 
 
 def register(subparsers) -> None:
@@ -91,54 +94,57 @@ def _ks(text: str) -> list[int]:
     return ks
 
 
-def _samples(path: Path, problems: dict[str, CodeProblem]) -> tuple[list[tuple[str, str]], int]:
+def _samples(path: Path, problems: dict[str, CodeProblem]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(task id, program) per good row, and one `path:N: why; line skipped` per bad one (split on "\n" only, so a
+    raw U+2028 inside a completion stays in its row)."""
     if not path.is_file():
         raise UserError(f"--samples: {path} not found; give a JSONL of {{task_id, completion}} rows")
-    rows, skipped = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line) if line.strip() else None
-        except ValueError:
-            row = {}
-        if row is None:
-            continue
-        ok = (
-            isinstance(row, dict)
-            and row.get("task_id") in problems
-            and isinstance(row.get("completion"), str)
-        )
-        if ok:
+    rows, skipped = [], []
+    for number, row, problem in iter_jsonl(path):
+        if problem is None and not isinstance(row, dict):
+            problem = "not a JSON object"
+        elif problem is None and row.get("task_id") not in problems:
+            problem = f"task_id {str(row.get('task_id'))[:80]!r} is not a problem of the set"
+        elif problem is None and not isinstance(row.get("completion"), str):
+            problem = "completion is not a string"
+        if problem is None:
             rows.append((row["task_id"], program_for(problems[row["task_id"]], row["completion"])))
         else:
-            skipped += 1
+            skipped.append(f"{path}:{number}: {problem}; line skipped")
     return rows, skipped
 
 
-def _programs(args, problems: list[CodeProblem]) -> tuple[list[tuple[str, str]], int]:
+def _programs(args, problems: list[CodeProblem]) -> tuple[list[tuple[str, str]], list[str]]:
     if args.samples is not None:
         return _samples(args.samples, {p.task_id: p for p in problems})
     with_solution = [p for p in problems if p.canonical_solution is not None]
     if not with_solution:
         raise UserError("--canonical/--mutants: the set has no canonical_solution fields")
     make = mutant if args.mutants else (lambda p: p.prompt + p.canonical_solution)
-    return [(p.task_id, make(p)) for p in with_solution], len(problems) - len(with_solution)
+    without = [
+        f"{p.task_id}: no canonical_solution; skipped" for p in problems if p.canonical_solution is None
+    ]
+    return [(p.task_id, make(p)) for p in with_solution], without
 
 
 def run_code_eval(args) -> int:
     ks = _ks(args.k)
     if args.workers < 1 or args.timeout_s <= 0:
         raise UserError("--workers must be >= 1 and --timeout-s > 0")
-    skipped_rows = 0
+    skipped_rows: list[str] = []
     if args.jsonl is not None:
         problems, skipped_rows = load_code_jsonl(args.jsonl)
     else:
         problems = load_humaneval()
     problems = problems[: args.limit] if args.limit else problems
     if args.model is not None:
+        warn_skipped(skipped_rows)
         source = args.jsonl.stem if args.jsonl is not None else args.benchmarks
         return run_model_eval(args, problems, source, ks)
     by_id = {p.task_id: p for p in problems}
     programs, skipped = _programs(args, problems)
+    skipped = skipped_rows + skipped
+    warn_skipped(skipped)
     config = SandboxConfig(timeout_s=args.timeout_s)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -162,7 +168,8 @@ def run_code_eval(args) -> int:
         "checks": len(programs),
         "statuses": dict(statuses),
         "pass_at_k": {f"pass@{k}": mean_pass_at_k(counts.values(), k) for k in ks},
-        "skipped_rows": skipped_rows + skipped,
+        "skipped_rows": len(skipped),  # beside pass@k: rows that were not checked, so not in it
+        "skipped": skipped[:SKIPPED_SHOWN],
         "seconds": round(seconds, 2),
         "checks_per_s": round(len(programs) / seconds, 2) if seconds > 0 else None,
         "workers": args.workers,

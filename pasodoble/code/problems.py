@@ -2,7 +2,7 @@
 
     load_humaneval()            # 164 problems; the wheel is fetched once with pip, sha256-checked, data only
     load_code_jsonl(path)       # rows with prompt, tests (or HumanEval's `test`), entry_point; optional task_id,
-                                # canonical_solution; bad rows are skipped and counted
+                                # canonical_solution; bad rows are skipped, one `path:N: why` line each
     job_for(problem, program_for(problem, completion)) -> sandbox Job
 
 The wheel's `HumanEval.jsonl.gz` is read as data; nothing of the package is installed, imported or run (its own
@@ -13,13 +13,13 @@ holds a fenced code block (chat models), as `prompt + block`, so the block's def
 from __future__ import annotations
 
 import gzip
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.io import default_cache_dir
+from pasodoble.jsonl import LineError, decode_line
 from pasodoble.realmodels.specs import Package
 from pasodoble.realmodels.store import build_entry, fetch_member, source_facts
 from pasodoble.sandbox import Job
@@ -70,20 +70,22 @@ def _problem(row: dict) -> CodeProblem | None:
     )
 
 
-def parse_rows(lines, where: str) -> tuple[list[CodeProblem], int]:
-    """Problems from JSONL lines and how many rows were skipped (not JSON, or a field missing or empty)."""
-    problems, skipped = [], 0
+def parse_rows(lines, where: str, source: str | None = None) -> tuple[list[CodeProblem], list[str]]:
+    """Problems from JSONL lines (bytes or text, split on "\n" only: open files in binary), and one
+    `source:N: why; line skipped` message per bad row (not UTF-8, not JSON, a field missing or empty)."""
+    problems, skipped = [], []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
-            skipped += 1
+            row = decode_line(line)
+        except LineError as err:
+            skipped.append(f"{source or where}:{n}: {err.problem}; line skipped")
             continue
         problem = _problem(row) if isinstance(row, dict) else None
         if problem is None:
-            skipped += 1
+            why = "needs prompt, tests (or test) and entry_point as non-empty strings, entry_point an identifier"
+            skipped.append(f"{source or where}:{n}: {why}; line skipped")
             continue
         problems.append(problem if problem.task_id else CodeProblem(f"{where}/{n}", *_rest(problem)))
     return problems, skipped
@@ -94,24 +96,26 @@ def _rest(p: CodeProblem) -> tuple:
 
 
 def load_humaneval(cache_dir: Path | None = None) -> list[CodeProblem]:
-    with gzip.open(humaneval_file(cache_dir), "rt", encoding="utf-8") as f:
-        problems, skipped = parse_rows(f, "humaneval")
+    with gzip.open(humaneval_file(cache_dir), "rb") as f:
+        problems, skipped = parse_rows(f, "humaneval", DATA_FILE)
     if skipped or len(problems) != 164:
-        raise UserError(f"{DATA_FILE}: {len(problems)} problems and {skipped} bad rows, expected 164 and 0")
+        raise UserError(
+            f"{DATA_FILE}: {len(problems)} problems and {len(skipped)} bad rows, expected 164 and 0"
+        )
     return problems
 
 
-def load_code_jsonl(path: str | Path) -> tuple[list[CodeProblem], int]:
+def load_code_jsonl(path: str | Path) -> tuple[list[CodeProblem], list[str]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(
             f"--jsonl: {path} not found; give a JSONL file of {{prompt, tests, entry_point}} rows"
         )
-    with open(path, encoding="utf-8") as f:
-        problems, skipped = parse_rows(f, path.stem)
+    with open(path, "rb") as f:
+        problems, skipped = parse_rows(f, path.stem, str(path))
     if not problems:
         raise UserError(
-            f"{path}: no usable rows ({skipped} skipped); each needs prompt, tests and entry_point"
+            f"{path}: no usable rows ({len(skipped)} skipped); each needs prompt, tests and entry_point"
         )
     return problems, skipped
 

@@ -4,7 +4,9 @@ fetched is one `ConfigError` line, before a tiny world is built, a run folder is
 What: `check_model_spec(spec, where)` accepts
 - `tiny:proposer` / `tiny:solver` / `tiny:base` (built and cached on first use, later);
 - `pkg:` specs naming a model built from a pinned package (`pasodoble.realmodels`; fetched on first use, later);
-- a local folder holding a Hugging Face model (`config.json`);
+- a local folder holding a Hugging Face model (`config.json`) whose weights are safetensors: a folder whose only
+  weights are pickled (`pytorch_model.bin`, `*.pt`: `torch.save` files, which can run code when loaded) is refused
+  with how to convert it;
 - a Hub id (`org/name`) that is in the local Hugging Face cache, or that can be downloaded (the Hub is not
   switched off with `HF_HUB_OFFLINE=1` and its host answers a TCP connection within `HUB_PROBE_TIMEOUT_S`).
 
@@ -29,6 +31,7 @@ from pasodoble.realmodels.specs import is_pkg_spec, parse_spec
 TINY_PREFIX = "tiny:"
 TINY_ROLES = ("proposer", "solver", "base")
 HUB_PROBE_TIMEOUT_S = 3.0
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")  # torch.save / pickle formats
 
 
 def _looks_like_hub_id(spec: str) -> bool:
@@ -78,6 +81,14 @@ def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
     return bool(result and result[0])
 
 
+def _pickled_weights(folder: Path) -> Path | None:
+    """The first pickled weight file of a model folder that holds no safetensors weights, else None."""
+    if any(folder.glob("*.safetensors")):
+        return None
+    found = sorted(p for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern))
+    return found[0] if found else None
+
+
 def check_model_spec(spec: str, where: str = "model") -> None:
     """Raise `ConfigError(where, ...)` when `spec` cannot name a loadable model (see the module docstring)."""
     if not isinstance(spec, str) or not spec.strip():
@@ -100,6 +111,15 @@ def check_model_spec(spec: str, where: str = "model") -> None:
                 where,
                 f"{spec} is a folder but not a Hugging Face model (no config.json); give the folder "
                 "that save_pretrained wrote",
+            )
+        pickled = _pickled_weights(path)
+        if pickled is not None:
+            raise ConfigError(
+                where,
+                f"refused {pickled}: a pickled weight file (torch.save) can run code when it is loaded, and models "
+                'are read from safetensors only; convert it once, from a copy you trust: python -c "from '
+                f"transformers import AutoModelForCausalLM as M; M.from_pretrained('{spec}').save_pretrained("
+                f"'{spec}-safetensors')\" and give {spec}-safetensors",
             )
         return
     if path.exists():

@@ -316,8 +316,9 @@ def prepare_resume(run_dir: Path, loop: DualPlay, sampler, *, strict: bool = Fal
     `strict`) and cut the logs back to it; returns the inner step resumed at."""
     problem, choice = None, None
     if loop.collective.rank == 0:  # one rank cleans, verifies and sets damaged checkpoints aside
-        checkpoint.clean_partial(run_dir)
         try:
+            checkpoint.refuse_links(run_dir)
+            checkpoint.clean_partial(run_dir)
             found = checkpoint.select_for_resume(
                 run_dir, strict=strict, warn=lambda line: print(line, file=sys.stderr)
             )

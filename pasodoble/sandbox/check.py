@@ -9,9 +9,11 @@ A job is a program plus either calls of its entry point (`calls`, and `expected`
 script on `stdin`; its stdout is the one output). All of it goes into one launch. With two `hash_seeds` the job runs
 twice and any difference in status or outputs is `nondeterministic`: hash order and clocks are refused.
 
-Statuses: passed, failed (a wrong value or a failed assert), error (the program raised or defined no entry point),
-timeout, crashed (killed by a signal, or no verdict came back), nondeterministic, refused (no sandbox here and
-`allow_unsandboxed_code_execution` is off), sandbox_error (the launcher itself failed; the detail says why).
+Statuses: passed, failed (a wrong value or a failed assert, as Python's `==` judges it), error (the program raised
+or defined no entry point), timeout, crashed (killed by a signal, or no verdict came back), output_too_large (a
+return value, the outputs together or the verdict past `max_verdict_bytes`: neither the runner nor this reader
+holds more), nondeterministic, refused (no sandbox here and `allow_unsandboxed_code_execution` is off),
+sandbox_error (the launcher itself failed; the detail says why).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from pasodoble.sandbox.values import encode
 
 log = logging.getLogger("pasodoble.sandbox")
 _warned: set[str] = set()  # optional layers already reported as missing (once per process)
-STATUSES = ("passed", "failed", "error", "timeout", "crashed", "nondeterministic", "refused", "sandbox_error")
+STATUSES = (
+    "passed", "failed", "error", "timeout", "crashed", "output_too_large", "nondeterministic", "refused",
+    "sandbox_error",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,9 @@ class SandboxConfig:
     nofile: int = 64  # RLIMIT_NOFILE
     tmpfs_mb: int = 16  # size of the jail's /tmp
     max_output_bytes: int = 65536  # stdout kept as a script's output
+    max_verdict_bytes: int = (
+        1 << 20
+    )  # one verdict's JSON; a return value or outputs past it: output_too_large
     hash_seeds: tuple[int, ...] = (0,)  # PYTHONHASHSEED of each run; two seeds check determinism
     python: str = field(default_factory=default_python)  # the jail's interpreter (standard library only)
     bwrap: str = "bwrap"
@@ -78,6 +86,7 @@ def _frames(job: Job, config: SandboxConfig) -> tuple[dict, dict]:
         "calls": [encode(list(args)) for args in job.calls],
         "stdin": job.stdin,
         "max_output_bytes": config.max_output_bytes,
+        "max_verdict_bytes": config.max_verdict_bytes,
     }
     expected = [] if job.expected is None else [{"v": encode(v)} for v in job.expected]
     return public, {"tests": job.tests, "context": job.context, "expected": expected}

@@ -3,10 +3,12 @@
 What: `launch(public, secret, config, seed, layers)` runs `runner.py` once and returns its verdict as a dict.
 The command is `sh` (joins the per-check cgroup) -> `setpriv` (uid/gid 65534, when the launcher is root, so that
 RLIMIT_NPROC counts) -> `bwrap` (every namespace unshared, new session, dies with its parent, read-only /usr and
-friends, a size-capped tmpfs as /tmp, a cleared environment with a fixed PYTHONHASHSEED, the seccomp filter from
-a memfd) -> the system Python running the runner, whose source is copied in from memfds, so the jail needs no
-read access to where this package is installed. The verdict comes back on a pipe whose write end only the
-runner holds (`runner.py`). Past `timeout_s` plus a grace the session and the cgroup are killed with SIGKILL.
+friends, a size-capped tmpfs as /tmp and everything else remounted read-only, a cleared environment with a fixed
+PYTHONHASHSEED, the seccomp filter from a memfd, the runner as the jail's pid 1) -> the system Python running the
+runner, whose source is copied in from memfds, so the jail needs no read access to where this package is
+installed. The verdict comes back on a pipe whose write end only the runner holds (`runner.py`), read up to
+`max_verdict_bytes` and no further. Past `timeout_s` plus a grace the session and the cgroup are killed with
+SIGKILL.
 
 `layers` names the layers in use; tests remove one at a time to show what each one stops (docs/SANDBOX.md).
 """
@@ -87,6 +89,10 @@ def bwrap_args(config, seed: int, layers: frozenset[str], fds: dict[str, int]) -
     args += ["--perms", "1777", *size, "--tmpfs", "/tmp", "--dir", where, "--chdir", "/tmp"]
     args += ["--ro-bind-data", str(fds["runner"]), f"{where}/runner.py"]
     args += ["--ro-bind-data", str(fds["values"]), f"{where}/values.py"]
+    if "read_only" in layers:  # last: the capped /tmp is then the only place the program can write
+        args += ["--remount-ro", "/dev"] + (["--remount-ro", "/"] if "minimal_root" in layers else [])
+    if "pid_namespace" in layers:  # the runner is the jail's init: no dumpable reaper holding its descriptors
+        args += ["--as-pid-1"]
     if "seccomp" in fds:
         args += ["--seccomp", str(fds["seccomp"])]
     if "clearenv" in layers:
@@ -163,7 +169,7 @@ def launch(public: dict, secret: dict, config, seed: int, layers: frozenset[str]
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        raw = _read_until(read_end, time.monotonic() + config.timeout_s + GRACE_S)
+        raw = _read_until(read_end, time.monotonic() + config.timeout_s + GRACE_S, config.max_verdict_bytes)
     finally:
         _end(proc, cgroup)
         for fd in (read_end, write_end, *fds.values()):
@@ -172,8 +178,10 @@ def launch(public: dict, secret: dict, config, seed: int, layers: frozenset[str]
     return _parse(raw, proc)
 
 
-def _read_until(fd: int, deadline: float) -> bytes | None:
-    chunks = []
+def _read_until(fd: int, deadline: float, limit: int) -> bytes | int | None:
+    """The verdict's bytes; None past the deadline; the count read so far once it passes `limit` (the reader
+    never holds more than `limit` plus one read)."""
+    chunks, size = [], 0
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -181,6 +189,9 @@ def _read_until(fd: int, deadline: float) -> bytes | None:
         part = os.read(fd, 1 << 16)
         if not part:
             return b"".join(chunks)
+        size += len(part)
+        if size > limit:
+            return size
         chunks.append(part)
 
 
@@ -193,13 +204,16 @@ def _end(proc: subprocess.Popen | None, cgroup: Cgroup | None) -> None:
         cgroup.destroy()
 
 
-def _parse(raw: bytes | None, proc: subprocess.Popen | None) -> dict:
+def _parse(raw: bytes | int | None, proc: subprocess.Popen | None) -> dict:
     if raw is None:
         return {
             "status": "timeout",
             "detail": "the jail ran past the time limit and was killed",
             "outputs": [],
         }
+    if isinstance(raw, int):
+        detail = f"the verdict channel passed max_verdict_bytes ({raw} bytes read, the rest not)"
+        return {"status": "output_too_large", "detail": detail, "outputs": []}
     err = proc.stderr.read(2000).decode(errors="replace").strip() if proc is not None and proc.stderr else ""
     if proc is not None and proc.stderr:
         proc.stderr.close()

@@ -9,7 +9,11 @@ Three processes, so that nothing the program does can write or forge the verdict
   over a socket with plain data only (`values.py`); its stdout goes to a size-capped file;
 - for assert-style tests (HumanEval's `check(candidate)`) a tester process runs the test code with `candidate`
   bound to a proxy that calls across the socket, so an object whose `__eq__` always says True never reaches it.
-The runner is not dumpable (no /proc/PID/mem, no ptrace by the same uid). Standard library only, Python 3.8 syntax.
+The runner is the jail's init (pid 1: signals from inside the jail without a handler never reach it) and is not
+dumpable (no /proc/PID/mem, no descriptor copies, no ptrace by the same uid), and so are its forks. Its own folder
+leaves the import path once `values` is in, so the runner and the tester import only the read-only standard
+library. Every size is capped in bytes: a reply past `max_verdict_bytes` is not read, and a verdict past it is
+`output_too_large`. Standard library only, Python 3.8 syntax.
 """
 
 import ctypes
@@ -30,6 +34,9 @@ import contextlib
 
 from values import canonical, decode, encode
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]  # trusted imports: the stdlib only
+
 MAX_FRAME = 64 << 20
 OUT_PATH = ".candidate-output"  # in the working directory: the jail's capped tmpfs
 PR_SET_DUMPABLE = 4
@@ -46,6 +53,15 @@ class Deadline(Exception):
     pass
 
 
+class TooLarge(Exception):
+    """A reply or a verdict past `max_verdict_bytes`: the verdict is `output_too_large`."""
+
+
+def too_large(what, limit):
+    detail = f"a return value or the outputs together passed {limit} bytes (max_verdict_bytes): {what}"
+    return {"status": "output_too_large", "detail": detail, "outputs": []}
+
+
 def read_exact(fd, n, sock=None):
     chunks, got = [], 0
     while got < n:
@@ -57,10 +73,10 @@ def read_exact(fd, n, sock=None):
     return b"".join(chunks)
 
 
-def read_frame(fd=None, sock=None, limit=MAX_FRAME):
+def read_frame(fd=None, sock=None, limit=MAX_FRAME, too_large_error=ValueError):
     (n,) = struct.unpack(">Q", read_exact(fd, 8, sock))
     if n > limit:
-        raise ValueError(f"frame of {n} bytes exceeds {limit}")
+        raise too_large_error(f"frame of {n} bytes exceeds {limit}")
     return json.loads(read_exact(fd, n, sock).decode("utf-8"))
 
 
@@ -135,11 +151,11 @@ class CandidateRaised(Exception):
     pass
 
 
-def call(sock, args, deadline):
+def call(sock, args, deadline, limit):
     sock.settimeout(max(0.01, deadline - time.monotonic()))
     try:
         sock.sendall(frame({"args": encode(list(args))}))
-        reply = read_frame(sock=sock)
+        reply = read_frame(sock=sock, limit=limit, too_large_error=TooLarge)
     except socket.timeout:  # noqa: UP041 (an alias of TimeoutError only from Python 3.10)
         raise Deadline() from None
     except (EOFError, OSError) as e:
@@ -156,7 +172,7 @@ def tester_main(job, secret, sock, report_fd, deadline):
     """Run trusted test code with `candidate` calling across the socket; report pass or the first failure."""
 
     def candidate(*args):
-        return call(sock, args, deadline)
+        return call(sock, args, deadline, int(job["max_verdict_bytes"]))
 
     namespace = {"__name__": "__tests__", "candidate": candidate}
     if job.get("entry_point"):
@@ -171,6 +187,8 @@ def tester_main(job, secret, sock, report_fd, deadline):
             namespace["check"](candidate)
     except Deadline:
         result = {"status": "timeout", "detail": "tests ran past the time limit"}
+    except TooLarge as e:
+        result = too_large(str(e), job["max_verdict_bytes"])
     except AssertionError:
         result = {"status": "failed", "detail": "assert failed: " + last_line(secret["tests"])}
     except CandidateRaised as e:
@@ -217,22 +235,30 @@ def wait_report(fd, deadline):
 
 
 def run_calls(job, secret, sock, deadline):
-    outputs, failed = [], None
+    outputs, failed, size = [], None, 0
     expected = secret.get("expected") or []
+    limit = int(job["max_verdict_bytes"])
     for i, args in enumerate(job.get("calls") or []):
         try:
-            got = call(sock, decode(args), deadline)
+            got = call(sock, decode(args), deadline, limit)
         except CandidateRaised as e:
             return outputs, {"status": "error", "detail": str(e)[:300]}
-        encoded = encode(got)
-        outputs.append(canonical(encoded))
+        except TooLarge as e:
+            return [], too_large(f"call {i}, {e}", limit)
+        outputs.append(canonical(encode(got)))
+        size += len(outputs[-1])
+        if size > limit:
+            return [], too_large(f"{size} bytes after call {i}", limit)
         if i < len(expected) and failed is None and not same(decode(expected[i]["v"]), got):
             failed = {"status": "failed", "detail": f"call {i} returned {outputs[-1][:200]}"}
     return outputs, failed
 
 
 def same(want, got):
-    return canonical(encode(want)) == canonical(encode(got))
+    """Python's `==` on plain data (both sides are exact built-in types, `values.py`, so no `__eq__` of the
+    program's runs): dict order does not matter, -0.0 == 0.0, 1 == 1.0 == True, NaN equals nothing, no float
+    tolerance (a test that wants one writes its own assert)."""
+    return want == got
 
 
 def candidate_signal(pid):
@@ -246,7 +272,7 @@ def candidate_signal(pid):
 def judge(job, secret, run_sock, cand_pid, deadline):
     run_sock.settimeout(max(0.01, deadline - time.monotonic()))
     try:
-        ready = read_frame(sock=run_sock)
+        ready = read_frame(sock=run_sock, limit=int(job["max_verdict_bytes"]))
     except socket.timeout:  # noqa: UP041 (an alias of TimeoutError only from Python 3.10)
         return {"status": "timeout", "detail": "the program ran past the time limit"}
     if not isinstance(ready, dict):
@@ -287,6 +313,9 @@ def read_output(limit):
 
 def main():
     verdict_fd = int(sys.argv[1])
+    signal.signal(
+        signal.SIGINT, signal.SIG_DFL
+    )  # as pid 1, a signal without a handler from inside is dropped
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     job = read_frame(fd=0)
@@ -317,7 +346,11 @@ def main():
     if signum is not None and verdict["status"] != "passed":
         verdict["status"] = "crashed"
         verdict["detail"] = f"the program was killed by signal {signum} ({signal.Signals(signum).name})"
-    os.write(verdict_fd, json.dumps(verdict).encode())
+    data = json.dumps(verdict).encode()
+    limit = int(job["max_verdict_bytes"])
+    if len(data) > limit:
+        data = json.dumps(too_large(f"a verdict of {len(data)} bytes", limit)).encode()
+    os.write(verdict_fd, data)
 
 
 if __name__ == "__main__":

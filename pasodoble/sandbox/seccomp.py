@@ -1,9 +1,10 @@
 """The jail's seccomp deny-list, compiled to BPF by libseccomp through ctypes (no Python binding needed).
 
 What: `build_filter() -> bytes`, a BPF program that bubblewrap loads with `--seccomp FD`. Denied with EPERM:
-sockets of any family but AF_UNIX, tracing and reading other processes' memory, mounts and new namespaces,
-signals to process groups (`kill(-1)`, `kill(-pgid)`), kernel keyrings, modules, BPF, perf, io_uring,
-userfaultfd, clock and host names, reboot and swap. `clone3` answers ENOSYS so the C library falls back to
+sockets of any family but AF_UNIX, tracing and reading other processes' memory or descriptors (`pidfd_getfd`),
+storage outside any file system (memfds, SysV shared memory and message queues: no size cap of the jail's file
+systems bounds them), mounts and new namespaces, signals to process groups (`kill(-1)`, `kill(-pgid)`), kernel
+keyrings, modules, BPF, perf, io_uring, userfaultfd, clock and host names, reboot and swap. `clone3` answers ENOSYS so the C library falls back to
 `clone`, whose namespace flags the filter can see. Other architectures' system calls kill the process
 (libseccomp's default for a foreign ABI).
 
@@ -41,7 +42,7 @@ DENIED = (  # noqa: SIM905
     "add_key request_key keyctl bpf perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register "
     "kexec_load kexec_file_load reboot swapon swapoff syslog acct quotactl open_by_handle_at name_to_handle_at "
     "iopl ioperm uselib vhangup settimeofday clock_settime clock_adjtime adjtimex sethostname setdomainname "
-    "fanotify_init lookup_dcookie personality"
+    "fanotify_init lookup_dcookie personality pidfd_getfd process_madvise memfd_create memfd_secret shmget msgget"
 ).split()
 
 

@@ -124,3 +124,22 @@ def test_strict_resume_without_resume_is_a_user_error(capsys):
 
     assert main(["train", "--config", "recipes/tiny-online.yaml", "--strict-resume"]) == 2
     assert "--strict-resume only applies with --resume RUN_DIR" in capsys.readouterr().err
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.is_symlink()) for p in root.rglob("*"))
+
+
+def test_a_step_folder_linked_outside_the_run_is_refused_before_anything_changes(trained_run, tmp_path):
+    run_dir, ckpt = _copy(trained_run, tmp_path)
+    outside = tmp_path / "elsewhere" / ckpt.name
+    outside.parent.mkdir()
+    shutil.move(ckpt, outside)
+    ckpt.symlink_to(outside, target_is_directory=True)
+    (ckpt.parent / "step-9.tmp").mkdir()  # a leftover the resume would otherwise clean
+    before = (_tree(run_dir), _tree(outside.parent), (run_dir / "metrics.jsonl").read_bytes())
+    with pytest.raises(UserError) as caught:
+        _resume(run_dir)
+    line = str(caught.value)
+    assert line.startswith(f"{ckpt} is a symbolic link (to {outside})") and "\n" not in line
+    assert (_tree(run_dir), _tree(outside.parent), (run_dir / "metrics.jsonl").read_bytes()) == before

@@ -85,3 +85,44 @@ def test_humaneval_canonical_solutions_all_pass_and_mutants_all_fail(mode, statu
     assert main(["code-eval", mode, "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["statuses"] == {status: 164}
+
+
+@pytest.mark.sandbox
+def test_bad_bytes_and_line_separators_in_samples_are_counted_rows_not_a_traceback(
+    problems, tmp_path, capsys
+):
+    samples = tmp_path / "samples.jsonl"
+    right = {"task_id": "mine/add", "completion": "    # a\u2028b\n    return a + b\n"}
+    samples.write_bytes(
+        json.dumps(right, ensure_ascii=False).encode()  # a raw U+2028 inside the string: still one row
+        + b'\n{"task_id": "mine/add", "completion": "    return \xff"}\n'
+        + json.dumps({"task_id": "mine/add", "completion": "    return a - b\n"}).encode()
+        + b"\n\xfe\n"
+    )
+    out = tmp_path / "out"
+    args = ["code-eval", "--jsonl", str(problems), "--samples", str(samples), "--out", str(out)]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (results["checks"], results["statuses"]) == (2, {"passed": 1, "failed": 1})
+    assert results["pass_at_k"] == {"pass@1": 0.5}
+    assert results["skipped_rows"] == 3  # the bad problem row (line 3 of mine.jsonl) and sample lines 2 and 4
+    assert [m.split(": ")[0].rsplit(":", 1)[1] for m in results["skipped"]] == ["3", "2", "4"]
+    assert "line skipped" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_humaneval_wrong_completions_that_shadow_stdlib_modules_all_fail(tmp_path):
+    """`return None` plus, at the top level, a forged-verdict module written under every stdlib name
+    into every folder of the import path (the escape suite's `shadow_module_*` cases): pass@1 0."""
+    from pasodoble.code.problems import load_humaneval
+    from tests.sandbox.cases import SHADOW_WRITES
+
+    samples = tmp_path / "forging.jsonl"
+    completion = "    return None\n\n\n" + SHADOW_WRITES
+    rows = [{"task_id": p.task_id, "completion": completion} for p in load_humaneval()]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["code-eval", "--samples", str(samples), "--out", str(tmp_path / "out")]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["pass_at_k"] == {"pass@1": 0.0} and results["checks"] == 164
+    assert "passed" not in results["statuses"]

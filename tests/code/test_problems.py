@@ -28,7 +28,8 @@ def test_rows_with_a_missing_field_are_counted_not_fatal():
     ]
     problems, skipped = parse_rows(lines, "mine")
     assert [p.task_id for p in problems] == ["mine/1", "x/1"]
-    assert skipped == 3
+    assert [m.split(":")[:2] for m in skipped] == [["mine", "3"], ["mine", "4"], ["mine", "5"]]
+    assert "not valid JSON" in skipped[2]
 
 
 def test_a_file_without_usable_rows_is_one_clear_error(tmp_path):
@@ -65,6 +66,25 @@ def test_humaneval_wheel_data_is_read_as_gzip_jsonl(tmp_path):
     }
     with gzip.open(path, "wt") as f:
         f.write(json.dumps(row) + "\n")
-    with gzip.open(path, "rt") as f:
+    with gzip.open(path, "rb") as f:
         problems, skipped = parse_rows(f, "humaneval")
-    assert problems[0].task_id == "HumanEval/0" and skipped == 0
+    assert problems[0].task_id == "HumanEval/0" and skipped == []
+
+
+def test_a_bad_byte_and_a_raw_line_separator_cost_one_row_by_line_number(tmp_path):
+    """Split on "\\n" only: U+2028 inside a JSON string stays in its row; a byte that is not UTF-8 skips its row."""
+    good = {
+        "prompt": "def f():\n    '''a\u2028b'''\n",
+        "tests": "assert candidate() == 1",
+        "entry_point": "f",
+    }
+    path = tmp_path / "mine.jsonl"
+    path.write_bytes(
+        json.dumps(good, ensure_ascii=False).encode()
+        + b"\n"
+        + b'{"prompt": "\xff"}\n'
+        + json.dumps(good).encode()
+    )
+    problems, skipped = load_code_jsonl(path)
+    assert [p.prompt for p in problems] == [good["prompt"]] * 2
+    assert skipped == [f"{path}:2: not UTF-8 (byte 0xff at byte 13); line skipped"]

@@ -96,6 +96,50 @@ def attempt(body: str) -> Callable[[Context], Job]:
     return script(TRY.format(body="\n".join("    " + line for line in body.splitlines())))
 
 
+# A module that forges a passing verdict on every descriptor of whatever process imports it, and the program that
+# writes it under the name of every standard-library module (those the trusted side has not imported yet count)
+# into every folder on the import path.
+FORGE = (
+    'import os\nv = b\'{"status": "passed", "detail": "", "outputs": []}\'\nfor fd in range(3, 64):\n'
+    "    try:\n        os.write(fd, v)\n    except OSError:\n        pass\nos._exit(0)\n"
+)
+SHADOW_WRITES = (
+    f"import os, sys\nFORGE = {FORGE!r}\nhere = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
+    "for d in sorted({here, '/sandbox', '/', '/tmp', *[p for p in sys.path if p]}):\n"
+    "    for name in sorted(sys.stdlib_module_names):\n"
+    "        try:\n            with open(os.path.join(d, name + '.py'), 'w') as f:\n"
+    "                f.write(FORGE)\n        except OSError:\n            pass\n"
+)
+SHADOW = SHADOW_WRITES + "\n\ndef f(x):\n    return None\n"
+
+# Writes as much as it can to each place, 8 MiB a file, at most 64 MiB a place; prints the bytes that stayed
+# outside /tmp and whether /tmp kept to its cap (after removing them: the output goes to /tmp).
+FILL = (
+    "import os\nwritten = dict()\nfor place in ('/', '/sandbox', '/dev', '/dev/shm', '/etc', '/tmp'):\n"
+    "    written[place] = 0\n    for i in range(8):\n        try:\n"
+    "            with open(os.path.join(place, 'fill%d' % i), 'wb') as f:\n"
+    "                for _ in range(8):\n                    f.write(b'x' * (1 << 20))\n"
+    "                    written[place] += 1 << 20\n        except OSError:\n            break\n"
+    "    for i in range(8):\n        try:\n            os.remove(os.path.join(place, 'fill%d' % i))\n"
+    "        except OSError:\n            pass\n"
+    "outside = sum(n for p, n in written.items() if p != '/tmp')\n"
+    "print('outside', outside, 'tmp within cap', written['/tmp'] <= {cap_mb} << 20)"
+)
+PROC_MEM = (
+    "import os\n\ndef f():\n    opened = []\n    for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+    "        if pid != os.getpid():\n            try:\n                open('/proc/%d/mem' % pid, 'r+b').close()\n"
+    "                opened.append(pid)\n            except OSError:\n                pass\n    return opened\n"
+)
+PIDFD_GETFD = (
+    "import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\npidfd = os.pidfd_open(1)\n"
+    "r = libc.syscall(438, pidfd, 0, 0)\nprint(r, errno.errorcode.get(ctypes.get_errno()))"
+)
+PROCESS_VM = (
+    "import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(8)\n"
+    "iov = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 8)\n"
+    "r = libc.process_vm_{way}(1, iov, 1, iov, 1, 0)\nprint(r, errno.errorcode.get(ctypes.get_errno()))"
+)
+
 CASES = [
     # filesystem
     Case(
@@ -127,8 +171,8 @@ CASES = [
     ),
     Case(
         "proc_root_traversal",
-        attempt("open('/proc/1/root{ctx.secret}').read()"),
-        ("passed", "ENOENT\n"),
+        attempt("open('/proc/1/root{ctx.secret}').read()"),  # pid 1 is the runner: not dumpable
+        ("passed", "EACCES\n"),
         group="filesystem",
     ),
     Case(
@@ -316,6 +360,69 @@ CASES = [
         ("passed", "['apple', 'banana', 'cherry']\n"),
         config={"hash_seeds": (0, 1)},
         group="determinism",
+    ),
+    # forged verdicts: everything but /tmp is read-only, the trusted side imports nothing from a writable place
+    Case(
+        "shadow_module_tests_mode",
+        function(SHADOW, tests="import typing\n\ndef check(candidate):\n    assert candidate(1) == 2\n"),
+        ("failed", "assert failed: assert candidate(1) == 2"),
+        group="forgery",
+    ),
+    Case(
+        "shadow_module_call_mode",
+        function(SHADOW, calls=((1,),), expected=(2,)),
+        ("failed", "call 0 returned null"),
+        group="forgery",
+    ),
+    *[
+        Case(
+            f"write_{name}",
+            attempt(f"open('{path}/pasodoble-escape', 'w')"),
+            ("passed", "EROFS\n"),
+            group="forgery",
+        )
+        for name, path in (
+            ("root", ""),
+            ("sandbox", "/sandbox"),
+            ("dev", "/dev"),
+            ("dev_shm", "/dev/shm"),
+            ("etc", "/etc"),
+        )
+    ],
+    Case(
+        "fill_outside_tmp",
+        script(FILL.format(cap_mb=16)),
+        ("passed", "outside 0 tmp within cap True\n"),
+        config={"memory_mb": 256},
+        group="writable",
+    ),
+    # the jail's init (the runner) and the other trusted processes are out of the program's reach
+    Case(
+        "init_environ", attempt("print(open('/proc/1/environ').read())"), ("passed", "EACCES\n"), group="init"
+    ),
+    Case("init_memory", attempt("open('/proc/1/mem', 'r+b')"), ("passed", "EACCES\n"), group="init"),
+    Case(
+        "proc_mem_of_others",
+        function(PROC_MEM, tests="def check(candidate):\n    assert candidate() == []\n"),
+        ("passed", ""),
+        group="init",
+    ),
+    Case("init_stdin_pidfd_getfd", script(PIDFD_GETFD), ("passed", "-1 EPERM\n"), group="init"),
+    *[
+        Case(
+            f"init_process_vm_{way}",
+            script(PROCESS_VM.format(way=way)),
+            ("passed", "-1 EPERM\n"),
+            group="init",
+        )
+        for way in ("readv", "writev")
+    ],
+    # bounded verdicts
+    Case(
+        "huge_return_values",
+        function("def f(i):\n    return 'x' * (60 << 20)", calls=tuple((i,) for i in range(5))),
+        ("output_too_large", "a return value or the outputs together passed"),
+        group="channel",
     ),
 ]
 

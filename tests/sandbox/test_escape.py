@@ -60,11 +60,12 @@ def outliving(before: set[int], grace_s: float = 30.0) -> set[int]:
 
 
 def test_removing_seccomp_changes_a_verdict(ctx):
-    """The suite can fail: without the seccomp layer kill(-1) takes the runner down and the case's verdict changes."""
+    """The suite can fail: without the seccomp layer kill(-1) is made, and finds no process it may signal (the
+    runner is the jail's init, which kill(-1) skips), so the case's verdict changes."""
     case = next(c for c in CASES if c.name == "kill_all")
     verdict = run_case(case, ctx, _layers_off=("seccomp",))
     assert not verdict_matches(case, verdict)
-    assert verdict.status == "crashed"
+    assert (verdict.status, verdict.outputs) == ("passed", ("ESRCH\n",))
 
 
 def test_no_sandbox_refuses_unless_allowed(caplog, tmp_path):
@@ -122,3 +123,28 @@ def test_a_program_that_never_gets_to_its_calls_has_a_verdict(program, entry, de
     verdict = check(Job(program=program, entry_point=entry, calls=((1,),)), SandboxConfig(timeout_s=2.0))
     assert verdict.status == ("timeout" if not detail else "error")
     assert verdict.detail.startswith(detail) and verdict.outputs == ()
+
+
+@pytest.mark.parametrize("off", [(), ("cgroup",)], ids=["cgroup_on", "cgroup_off"])
+def test_nothing_outside_tmp_takes_a_byte_with_or_without_the_cgroup(off, ctx):
+    """Every place but the capped /tmp is read-only: whether a cgroup also caps memory or not."""
+    case = next(c for c in CASES if c.name == "fill_outside_tmp")
+    verdict = run_case(case, ctx, _layers_off=off)
+    assert (verdict.status, verdict.outputs) == ("passed", ("outside 0 tmp within cap True\n",))
+
+
+@pytest.mark.parametrize("off", [(), ("cgroup",)], ids=["cgroup_on", "cgroup_off"])
+def test_a_write_past_the_caps_is_a_verdict(off):
+    """An uncaught write to a read-only place or past /tmp's cap ends as an `error` verdict naming it."""
+    from pasodoble.sandbox import Job
+
+    cfg = SandboxConfig(timeout_s=5.0, _layers_off=off)
+    root = check(Job(program="open('/pasodoble-escape', 'w')"), cfg)
+    assert (root.status, root.detail) == (
+        "error",
+        "OSError: [Errno 30] Read-only file system: '/pasodoble-escape'",
+    )
+    full = check(
+        Job(program="for i in range(4):\n    open('/tmp/x%d' % i, 'wb').write(b'x' * (6 << 20))"), cfg
+    )
+    assert (full.status, full.detail) == ("error", "OSError: [Errno 28] No space left on device")
