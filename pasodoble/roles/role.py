@@ -111,7 +111,9 @@ class RoleConfig:
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
     gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
     trainable: bool = True  # False: the role only generates (no optimizer is built)
-    engine: str = "hf"  # rollout engine: "hf" | "vllm" (in process) | "vllm_server" (see docs/ROLLOUTS.md)
+    engine: str = (
+        "auto"  # rollout engine: "auto" (vllm on CUDA with vLLM, else hf) | "hf" | "vllm" | "vllm_server"
+    )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # settings of the vllm / vllm_server engines
     lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
     tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)

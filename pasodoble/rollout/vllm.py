@@ -15,8 +15,9 @@ the tied head re-tied); adapters are written in peft format and registered under
 computed with old weights is reused. A sync that does not finish in `sync_timeout_s` raises.
 
 Departures and limits: with `top_p < 1` or `top_k`, vLLM's processed log-probs are renormalised over the kept
-tokens while the loss scores the full softmax; `rollout/logprob_diff/*` shows that gap. Sleep mode (GPU only) puts
-the engine to sleep between rollouts. On a GPU the same /dev/shm reload path is used (a copy through host memory,
+tokens while the loss scores the full softmax; `rollout/logprob_diff/*` shows that gap. Sleep mode (on by default on
+a GPU, `rollout.vllm_sleep`): the engine sleeps from its start; a sync wakes the weights only, a rollout wakes the KV
+cache too and puts everything back to sleep when it ends. On a GPU the same /dev/shm reload path is used (a copy through host memory,
 about a second per GB); vLLM's NCCL/IPC weight-transfer engines are not wired in yet.
 
 Run: `VLLMEngine(VLLMConfig(), "path/to/model", tokenizer, max_model_len=2048)`; tests in
@@ -35,9 +36,10 @@ from pathlib import Path
 import torch
 
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.settings import VLLMConfig
+from pasodoble.rollout.settings import VLLMConfig, sleeps
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
 from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
+from pasodoble.rollout.vllm_sleep import SleepCycle
 from pasodoble.rollout.weights import write_weights
 
 _ENGINES = itertools.count()  # engines started in this process (CPU core pinning)
@@ -88,13 +90,14 @@ class VLLMEngine(ServesAdapters):
             tensor_parallel_size=cfg.tensor_parallel_size,
             enforce_eager=cfg.enforce_eager if cfg.enforce_eager is not None else self.on_cpu,
             enable_prefix_caching=cfg.enable_prefix_caching,
-            enable_sleep_mode=cfg.sleep_mode,
+            enable_sleep_mode=sleeps(cfg, cuda=not self.on_cpu),
             logprobs_mode="processed_logprobs",
             worker_extension_cls=WORKER_EXTENSION,
             seed=0,
             **kwargs,
         )
-        self._asleep = False
+        self.sleep = SleepCycle(self.llm, sleeps(cfg, cuda=not self.on_cpu))
+        self.sleep.start()
 
     # ------------------------------------------------------------------ sampling
     def _generate(
@@ -105,14 +108,16 @@ class VLLMEngine(ServesAdapters):
 
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("VLLMEngine.generate got an empty prompt; every prompt needs at least one token")
-        self._wake()
+        self.sleep.for_generation()
         params = [VSamplingParams(**vllm_sampling(sampling, i)) for i in range(len(prompt_ids))]
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
         lora = self._lora.get(adapter) if adapter is not None else None
         if adapter is not None and lora is None:
             raise RuntimeError(f"adapter {adapter!r} has not been synced to the vLLM engine yet")
-        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False, lora_request=lora)
-        self._sleep()
+        try:
+            outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False, lora_request=lora)
+        finally:
+            self.sleep.after_generation()
         result = [
             [
                 make_completion(
@@ -136,7 +141,7 @@ class VLLMEngine(ServesAdapters):
         folder = self._shm / f"weights-{self._version}"
         write_weights(model, folder)
         try:
-            self._wake()
+            self.sleep.for_load()
             self._rpc("pasodoble_reload", str(folder))
             self.llm.reset_prefix_cache()
         finally:
@@ -151,7 +156,7 @@ class VLLMEngine(ServesAdapters):
         shutil.copytree(adapter_dir, folder)
         old = self._lora.get(name)
         request = LoRARequest(name, next(self._lora_ids), str(folder))
-        self._wake()
+        self.sleep.for_load()
         start = time.perf_counter()
         self.llm.llm_engine.add_lora(request)
         if time.perf_counter() - start > self.cfg.sync_timeout_s:
@@ -172,17 +177,6 @@ class VLLMEngine(ServesAdapters):
                 f"vLLM weight sync ({method}) did not finish within sync_timeout_s={self.cfg.sync_timeout_s}; "
                 "the engine may be dead or overloaded"
             ) from None
-
-    # ------------------------------------------------------------------ sleep mode (GPU only)
-    def _sleep(self) -> None:
-        if self.cfg.sleep_mode and not self._asleep:
-            self.llm.sleep(level=1)
-            self._asleep = True
-
-    def _wake(self) -> None:
-        if self._asleep:
-            self.llm.wake_up()
-            self._asleep = False
 
     def close(self) -> None:
         """Stop the engine's processes (idempotent)."""
