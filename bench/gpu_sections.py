@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from gpu_check import build_model_dir, sync
+from transformers import AutoModelForCausalLM
 
 from pasodoble.core import precision
 from pasodoble.core.grpo import group_advantages
@@ -180,8 +181,6 @@ def measure_arm(ctx: dict, fn, tokens: int, params: int) -> dict:
 
 
 def section_update(ctx: dict) -> dict:
-    from transformers import AutoModelForCausalLM
-
     shape, device = ctx["shape"], ctx["device"]
     path, params = model_dir(ctx, shape.arch, 0)
     samples, advantages = synthetic_batch(shape, shape.arch["vocab_size"], seed=0)
@@ -251,20 +250,19 @@ def timed_sync(engine_sync, model, device: str, reps: int) -> float:
 
 
 def sync_into_vllm(ctx: dict, path: Path, trainer) -> dict:
-    """Today's /dev/shm reload against the direct load from tensors, in one engine, and greedy outputs after each."""
+    """Today's /dev/shm reload against the direct load from tensors, in one engine whose core runs in this process
+    (so that it can take both), and greedy outputs after each."""
     shape = ctx["shape"]
-    engine = vllm_engine(ctx, path, enforce_eager=True, enable_prefix_caching=False)
+    engine = vllm_engine(ctx, path, enforce_eager=True, enable_prefix_caching=False, weight_sync="direct")
     try:
         prompts = synthetic_prompts(shape, trainer.config.vocab_size, seed=5)[:2]
         before = greedy(engine, prompts, 8)
-        out = {"shm_reload_s": timed_sync(engine.update_weights, trainer, ctx["device"], shape.reps + 1)}
+        out = {"shm_reload_s": timed_sync(engine.reload_through_shm, trainer, ctx["device"], shape.reps + 1)}
         after_shm = greedy(engine, prompts, 8)
-        direct = getattr(engine, "update_weights_direct", None)
-        if direct is None:
-            out["direct"] = {"skipped": "the direct load from tensors is not in this version"}
-        else:
-            out["direct_load_s"] = timed_sync(direct, trainer, ctx["device"], shape.reps + 1)
-            out["direct_equals_shm_greedy"] = greedy(engine, prompts, 8) == after_shm
+        with torch.no_grad():  # back to the saved weights, so that the direct load has something to change
+            engine.load_direct(AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32))
+        out["direct_load_s"] = timed_sync(engine.load_direct, trainer, ctx["device"], shape.reps + 1)
+        out["direct_equals_shm_greedy"] = greedy(engine, prompts, 8) == after_shm
         out["weights_changed_greedy"] = before != after_shm
         return out
     finally:
@@ -272,8 +270,6 @@ def sync_into_vllm(ctx: dict, path: Path, trainer) -> dict:
 
 
 def section_weight_sync(ctx: dict) -> dict:
-    from transformers import AutoModelForCausalLM
-
     from pasodoble.rollout.shm import make_shm_dir
     from pasodoble.rollout.weights import write_weights
 

@@ -24,6 +24,7 @@ from pasodoble.errors import ConfigError
 from pasodoble.rollout.server_auth import is_loopback
 
 ENGINES = ("auto", "hf", "vllm", "vllm_server")
+WEIGHT_SYNCS = ("auto", "direct", "shm")
 LONG_COMPLETION_TOKENS = 1024  # from here on, `hf` on a GPU warns (generation dominates the step)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32 CPU attention kernels
 INSTALL_HINT = "install it with `make vllm-env` (CPU build) or `pip install vllm` (GPU), or use engine=hf"
@@ -42,6 +43,9 @@ class VLLMConfig:
     )
     max_lora_rank: int = 16  # largest LoRA rank the engine accepts (LoRA roles)
     sync_timeout_s: float = 300.0  # a weight sync slower than this is an error
+    # in-process weight sync: "direct" (the trainer's tensors, engine core in this process), "shm" (safetensors
+    # under /dev/shm, reloaded by a child engine core), "auto" (direct on a GPU with tensor_parallel_size 1, else shm)
+    weight_sync: str = "auto"
     cpu_kvcache_space_gb: int = 1  # CPU build: KV-cache memory per engine (VLLM_CPU_KVCACHE_SPACE)
     cpu_threads_bind: str | None = None  # CPU build: cores of the engine (None: engine k on core k mod cores)
     server_url: str | None = None  # vllm_server: an already running server (None: start one)
@@ -70,6 +74,15 @@ class VLLMConfig:
                 f"{self.server_host!r} lets other machines reach the server; set vllm.allow_remote=true to "
                 "accept that, or use 127.0.0.1",
             )
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ConfigError(
+                "vllm.weight_sync", f"unknown {self.weight_sync!r}; use {', '.join(WEIGHT_SYNCS)}"
+            )
+        if self.weight_sync == "direct" and self.tensor_parallel_size > 1:
+            raise ConfigError(
+                "vllm.weight_sync",
+                "direct needs tensor_parallel_size 1 (one worker, in this process); use auto or shm",
+            )
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError("vllm.dtype", f"unknown {self.dtype!r}; use auto, float32, bfloat16 or float16")
 
@@ -90,6 +103,14 @@ def sleeps(cfg: VLLMConfig, *, cuda: bool) -> bool:
     """Whether an in-process engine sleeps between rollouts: `sleep_mode`, or by default on a GPU (colocated with
     training, so the engine's weights and KV cache give their memory back to the update)."""
     return cuda if cfg.sleep_mode is None else cfg.sleep_mode
+
+
+def direct_sync(cfg: VLLMConfig, *, cuda: bool) -> bool:
+    """Whether an in-process engine takes the trainer's tensors directly (`weight_sync`; see `VLLMConfig`). On a CPU
+    `auto` keeps the child engine core: in this process its thread binding would pin the trainer's threads too."""
+    if cfg.weight_sync == "auto":
+        return cuda and cfg.tensor_parallel_size == 1
+    return cfg.weight_sync == "direct"
 
 
 def hf_on_gpu_warning(engine: str, *, cuda: bool, max_completion_length: int, role: str) -> str | None:
