@@ -10,7 +10,7 @@ tokenizer of the same vocabulary; no hub, no dataset):
     `aten::_local_scalar_dense`, `aten::nonzero`, `aten::item`) and `op_calls_vs_plain` (aten calls over the plain
     loop's);
   - `weight_sync`: at 0.6B and 1.7B, the seconds of a sync into an in-process vLLM engine, direct from the trainer's
-    tensors against today's /dev/shm reload, and whether greedy outputs after both agree;
+    tensors against today's /dev/shm reload, and the log-prob gap of seeded samples after both;
   - `generation`: tokens/s of vLLM against the HF loop at 256 and 1,024 new tokens;
   - `two_roles`: two 0.6B roles on one device through one dual-play step with the default engine (vLLM with sleep
     mode on a GPU), free device memory (host RSS on a CPU) at each phase.

@@ -233,9 +233,18 @@ def vllm_engine(ctx: dict, path: Path, **fields):
     )
 
 
-def greedy(engine, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
-    params = SamplingParams(n=1, temperature=0.0, max_new_tokens=new_tokens, seed=0)
-    return [g[0].token_ids for g in engine.generate(prompts, params)]
+def outputs(engine, prompts: list[list[int]], new_tokens: int) -> list[tuple[list[int], list[float]]]:
+    """Seeded samples and their log-probs: a random model with a tied head tends to repeat its input greedily
+    whatever its weights, so sampled log-probs are what tells two sets of weights apart."""
+    params = SamplingParams(n=1, temperature=1.0, max_new_tokens=new_tokens, seed=0)
+    return [(g[0].token_ids, g[0].logprobs) for g in engine.generate(prompts, params)]
+
+
+def gap(a, b) -> float:
+    """Largest log-prob difference of two `outputs` (infinite where the sampled tokens differ)."""
+    if [ids for ids, _ in a] != [ids for ids, _ in b]:
+        return float("inf")
+    return max((abs(x - y) for (_, la), (_, lb) in zip(a, b) for x, y in zip(la, lb)), default=0.0)
 
 
 def timed_sync(engine_sync, model, device: str, reps: int) -> float:
@@ -251,19 +260,19 @@ def timed_sync(engine_sync, model, device: str, reps: int) -> float:
 
 def sync_into_vllm(ctx: dict, path: Path, trainer) -> dict:
     """Today's /dev/shm reload against the direct load from tensors, in one engine whose core runs in this process
-    (so that it can take both), and greedy outputs after each."""
+    (so that it can take both), and the sampled outputs after each."""
     shape = ctx["shape"]
     engine = vllm_engine(ctx, path, enforce_eager=True, enable_prefix_caching=False, weight_sync="direct")
     try:
         prompts = synthetic_prompts(shape, trainer.config.vocab_size, seed=5)[:2]
-        before = greedy(engine, prompts, 8)
+        before = outputs(engine, prompts, 8)
         out = {"shm_reload_s": timed_sync(engine.reload_through_shm, trainer, ctx["device"], shape.reps + 1)}
-        after_shm = greedy(engine, prompts, 8)
+        after_shm = outputs(engine, prompts, 8)
         with torch.no_grad():  # back to the saved weights, so that the direct load has something to change
             engine.load_direct(AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32))
         out["direct_load_s"] = timed_sync(engine.load_direct, trainer, ctx["device"], shape.reps + 1)
-        out["direct_equals_shm_greedy"] = greedy(engine, prompts, 8) == after_shm
-        out["weights_changed_greedy"] = before != after_shm
+        out["direct_vs_shm_logprob_gap"] = gap(outputs(engine, prompts, 8), after_shm)
+        out["sync_changed_logprobs"] = gap(before, after_shm) > 1e-3
         return out
     finally:
         engine.close()

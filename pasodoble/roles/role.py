@@ -41,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import cpu_matmul, grpo, host_memory, lr_schedules, precision
-from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
+from pasodoble.core.chunked_logprobs import chunked_token_logprobs, inner_model, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_block import use_fused_blocks
 from pasodoble.core.fused_head import reuse_head_casts
@@ -668,7 +668,8 @@ class Role:
     ) -> torch.Tensor:
         """(B, T) log-probs for the loss. On an unsharded role whose model allows it: packed, each distinct prompt once
         (`packed`), else each distinct prompt run once through the KV cache when samples share one
-        (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`); otherwise through the whole logits."""
+        (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`, on every backend whose ranks hold the whole
+        head: one process, DDP, FSDP2, ZeRO-1/2); otherwise through the whole logits."""
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.logprob_chunk_tokens
@@ -687,7 +688,11 @@ class Role:
                     temperature=temperature,
                     chunk_tokens=chunk or batch["input_ids"].numel(),
                 )
-            if chunk is not None and unsharded and supports_chunking(model):
+            if (
+                chunk is not None
+                and self.sharding.head_outside_forward
+                and supports_chunking(inner_model(model))
+            ):
                 return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
             return grpo.token_logprobs(*args, temperature=temperature)
 

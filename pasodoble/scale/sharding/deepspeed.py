@@ -65,6 +65,7 @@ class DeepSpeedZero(Sharding):
     def __init__(self, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
         self.grad_scale = float(world_size)  # ZeRO averages gradients over ranks
         self.zero_stage, self.offload_optimizer = zero_stage, offload_optimizer
+        self.head_outside_forward = zero_stage < 3
         self.deepspeed = import_deepspeed()
         self._engines: dict[int, object] = {}  # id(module) and id(engine) -> engine
         # id(engine) -> the optimizer's parameters in their order (DeepSpeed swaps them for flat partitions)
