@@ -321,6 +321,12 @@ def _layer_sizes(model: torch.nn.Module) -> dict | None:
     }
 
 
+def adamw_options(params: Sequence[torch.Tensor]) -> dict:
+    """`fused=True` when every parameter is on CUDA (one kernel for the whole step, not one per tensor group);
+    torch's default elsewhere (the CPU path's speed was measured with it)."""
+    return {"fused": True} if params and all(p.is_cuda for p in params) else {}
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` -> the first CUDA device when there is one, else the CPU."""
     if name == "auto":
@@ -378,7 +384,7 @@ class Role:
         if cfg.trainable:
             self._build_optimizer(total_updates)
             self.train_model, self.optimizer = self.sharding.prepare(
-                name, model, self.optimizer, max_grad_norm=cfg.max_grad_norm
+                name, model, self.optimizer, max_grad_norm=cfg.max_grad_norm, compute_dtype=self.compute_dtype
             )
 
     @classmethod
@@ -405,7 +411,9 @@ class Role:
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, **adamw_options(params)
+        )
         self.scheduler = lr_schedules.build(
             self.cfg.lr_scheduler,
             self.optimizer,

@@ -75,7 +75,15 @@ class DeepSpeedZero(Sharding):
         self._gathers: dict[int, object] = {}  # id(engine) -> the open GatheredParameters (ZeRO-3)
         self._start_hooks: dict[int, object] = {}  # id(engine) -> ZeRO-3's removed start-of-forward hook
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+    def prepare(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         if len(optimizer.param_groups) != 1:  # the checkpoint layout below indexes one group
             raise ValueError(f"{name}: DeepSpeedZero expects one parameter group")
         params = list(optimizer.param_groups[0]["params"])
