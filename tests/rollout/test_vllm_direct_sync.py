@@ -78,3 +78,25 @@ def test_load_direct_refuses_an_engine_with_a_child_core(engines):
     model, _, made = engines
     with pytest.raises(RuntimeError, match="weight_sync=direct"):
         made["shm"].load_direct(model)
+
+
+def test_a_second_in_process_engine_beside_the_first(engines, tmp_path):
+    """Dual play holds two in-process engines (one a role) in one process: both start, load and sample."""
+    from pasodoble.rollout.vllm import VLLMEngine
+
+    model, tokenizer, made = engines
+    path = tmp_path / "second"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    second = VLLMEngine(VLLMConfig(weight_sync="direct"), path, tokenizer, max_model_len=128)
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p), alpha=0.05)
+        second.update_weights(model)
+        made["shm"].update_weights(model)
+        prompts = _prompts(tokenizer)
+        assert sample(second, prompts, greedy=False) == sample(made["shm"], prompts, greedy=False)
+        assert sample(made["direct"], prompts, greedy=True)  # the first in-process engine still serves
+    finally:
+        second.close()
