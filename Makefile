@@ -205,12 +205,13 @@ bench: fetch-real bench-env
 	$(BIN)/python bench/grader.py
 
 # On a GPU machine, with a python that holds torch (CUDA), transformers, accelerate, peft, TRL and datasets (GPU_PY):
-# the dual-play GPU check, the project vs TRL at Qwen3-0.6B size in bfloat16, then the update's layouts with a profile
+# the sectioned GPU check, the dual-play GPU run, the project vs TRL at Qwen3-0.6B size in bfloat16, then the update's layouts with a profile
 # (docs/PERFORMANCE.md).
 GPU_PY ?= python3
 bench-gpu:
 	mkdir -p bench-out
-	$(GPU_PY) bench/gpu_check.py --steps 1 --max-new-tokens 256 --json bench-out/gpu_check.json
+	$(GPU_PY) bench/gpu_check.py --json bench-out/gpu_check.json
+	$(GPU_PY) bench/gpu_dualplay.py --steps 1 --max-new-tokens 256 --json bench-out/gpu_dualplay.json
 	$(GPU_PY) bench/vs_trl.py --device cuda --rounds 2 --trl-python $$(command -v $(GPU_PY)) --out bench-out/gpu $(BENCH_ARGS)
 	$(GPU_PY) bench/update_layout.py --model qwen3-0.6b --device cuda --prompts 16 --samples 8 --new-tokens 256 --rounds 2 --profile 15 --out bench-out/gpu-update
 

@@ -2,7 +2,7 @@
 
 What: `choose(setting)` turns `PASODOBLE_ALLOCATOR` (`auto`, the default; `tcmalloc`; `jemalloc`; `system`) into the
 library to preload, `launch_env(setting, environ)` into the environment to start again with (None when the process
-already runs as asked), and `relaunch(setting)` replaces the process with that start (`os.execve`: same PID, same
+already runs as asked, and for `auto` on a CUDA machine: `sees_cuda`), and `relaunch(setting)` replaces the process with that start (`os.execve`: same PID, same
 arguments, same standard streams) before anything heavy is imported. `auto` takes TCMalloc when the machine has it
 (Debian: `apt-get install libtcmalloc-minimal4`) and glibc's malloc otherwise. `active()` names the allocator this
 process runs on, read from its mapped libraries. Child processes (vLLM workers, `torchrun` ranks) inherit the preload.
@@ -52,10 +52,24 @@ def choose(setting: str, finder=find) -> tuple[str | None, str | None]:
     return (name, library) if library else (None, None)
 
 
-def launch_env(setting: str, environ: Mapping[str, str], finder=find) -> dict[str, str] | None:
+def sees_cuda(environ: Mapping[str, str], driver: Path = Path("/proc/driver/nvidia/version")) -> bool:
+    """Whether a run here would train on CUDA: an NVIDIA driver is loaded and CUDA_VISIBLE_DEVICES hides no GPU
+    (read without importing torch: this runs before anything heavy)."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    return driver.exists() and visible not in ("", "-1")
+
+
+def launch_env(
+    setting: str, environ: Mapping[str, str], finder=find, cuda: bool | None = None
+) -> dict[str, str] | None:
     """The environment to start this command again with, `setting`'s allocator preloaded; None when there is
-    nothing to do (glibc's malloc asked, none installed, already preloaded, or this is already the new start)."""
+    nothing to do (glibc's malloc asked, none installed, already preloaded, this is already the new start, or
+    `auto` on a CUDA machine: the gain is the CPU update's, and the preload would reach vLLM's and NCCL's
+    processes, which bring their own allocators)."""
     if environ.get(GUARD):
+        return None
+    cuda = sees_cuda(environ) if cuda is None else cuda
+    if cuda and (setting or "auto").strip().lower() == "auto":
         return None
     name, library = choose(setting, finder)
     preload = environ.get("LD_PRELOAD", "")

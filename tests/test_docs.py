@@ -170,10 +170,10 @@ COMMANDS: dict[str, Run | Skip] = {
         "a timing bench (tens of minutes pinned to an idle core; PY is TRL's venv)"
     ),
     # docs/ROLLOUTS.md, the GPU check through the sharding backends
-    "python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2": Skip(
+    "python bench/gpu_dualplay.py --backend fsdp2 --engine hf --steps 2": Skip(
         "a GPU; tests/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
     ),
-    "torchrun --standalone --nproc_per_node 8 bench/gpu_check.py --backend ddp": Skip("8 GPUs"),
+    "torchrun --standalone --nproc_per_node 8 bench/gpu_dualplay.py --backend ddp": Skip("8 GPUs"),
     # docs/SCALE.md
     "accelerate launch --config_file recipes/accelerate/8gpu-dedicated.yaml -m pasodoble train --config "
     "recipes/qwen3-1.7b-online.yaml knowledge.path=/data/megamath distributed.rollout=dedicated "

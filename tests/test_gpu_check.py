@@ -1,4 +1,4 @@
-"""`bench/gpu_check.py` through the sharding backends on CPU ranks: the path the GPU check takes with `--backend`
+"""`bench/gpu_dualplay.py` through the sharding backends on CPU ranks: the path the GPU check takes with `--backend`
 (the GPU run itself is a device check, not a test). Marker `distributed`."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SMALL += ["--max-new-tokens", "16", "--prompt-words", "20"]
 def test_two_ranks_train_both_roles_and_rank_0_reports_the_sum(backend, tmp_path):
     out = tmp_path / "report.json"
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2"]
-    cmd += ["bench/gpu_check.py", *SMALL, "--backend", backend, "--json", str(out)]
+    cmd += ["bench/gpu_dualplay.py", *SMALL, "--backend", backend, "--json", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

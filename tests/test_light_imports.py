@@ -24,6 +24,7 @@ def test_loop_and_gpu_check_import_without_datasets_or_math_verify():
         "import pasodoble.dualplay, pasodoble.roles.role, pasodoble.roles.adapters, pasodoble.rollout.factory\n"
         "import pasodoble.rollout.server, pasodoble.grader.extract\n"
         "import runpy; runpy.run_path('bench/gpu_check.py', run_name='gpu_check')\n"
+        "runpy.run_path('bench/gpu_dualplay.py', run_name='gpu_dualplay')\n"
         "try:\n"
         "    from pasodoble.grader import Grader\n"
         "except ImportError:\n"

@@ -29,6 +29,11 @@ from pasodoble.core.grpo import entropy_from_logits
 CHUNK_TOKENS = 2048  # completion tokens per head application: 2048 x 49k float32 logits is 400 MB
 
 
+def inner_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model a data-parallel wrapper holds (DDP's and DeepSpeed's `module`); the model itself otherwise."""
+    return getattr(model, "module", model)
+
+
 def supports_chunking(model: torch.nn.Module) -> bool:
     """True when the model's logits are `lm_head(last hidden state)` with nothing applied after the head."""
     get_head = getattr(model, "get_output_embeddings", None)
@@ -78,8 +83,8 @@ def chunked_token_logprobs(
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     temperature = temperature if temperature > 0 else 1.0
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    head = model.get_output_embeddings()
-    with head_skipped(head):
+    head = inner_model(model).get_output_embeddings()
+    with head_skipped(head):  # through the wrapper's own forward (DDP, DeepSpeed): its gradient hooks stay
         hidden = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     rows, cols = (completion_mask[:, 1:] > 0).nonzero(as_tuple=True)  # completion tokens, scored from t - 1
     states = hidden[:, :-1][rows, cols]  # (N, H)

@@ -41,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import cpu_matmul, grpo, host_memory, lr_schedules, precision
-from pasodoble.core.chunked_logprobs import chunked_token_logprobs, supports_chunking
+from pasodoble.core.chunked_logprobs import chunked_token_logprobs, inner_model, supports_chunking
 from pasodoble.core.embedding_grad import rows_into_grad
 from pasodoble.core.fused_block import use_fused_blocks
 from pasodoble.core.fused_head import reuse_head_casts
@@ -111,7 +111,9 @@ class RoleConfig:
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
     gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
     trainable: bool = True  # False: the role only generates (no optimizer is built)
-    engine: str = "hf"  # rollout engine: "hf" | "vllm" (in process) | "vllm_server" (see docs/ROLLOUTS.md)
+    engine: str = (
+        "auto"  # rollout engine: "auto" (vllm on CUDA with vLLM, else hf) | "hf" | "vllm" | "vllm_server"
+    )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # settings of the vllm / vllm_server engines
     lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
     tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
@@ -319,6 +321,12 @@ def _layer_sizes(model: torch.nn.Module) -> dict | None:
     }
 
 
+def adamw_options(params: Sequence[torch.Tensor]) -> dict:
+    """`fused=True` when every parameter is on CUDA (one kernel for the whole step, not one per tensor group);
+    torch's default elsewhere (the CPU path's speed was measured with it)."""
+    return {"fused": True} if params and all(p.is_cuda for p in params) else {}
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` -> the first CUDA device when there is one, else the CPU."""
     if name == "auto":
@@ -376,7 +384,7 @@ class Role:
         if cfg.trainable:
             self._build_optimizer(total_updates)
             self.train_model, self.optimizer = self.sharding.prepare(
-                name, model, self.optimizer, max_grad_norm=cfg.max_grad_norm
+                name, model, self.optimizer, max_grad_norm=cfg.max_grad_norm, compute_dtype=self.compute_dtype
             )
 
     @classmethod
@@ -403,7 +411,9 @@ class Role:
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, **adamw_options(params)
+        )
         self.scheduler = lr_schedules.build(
             self.cfg.lr_scheduler,
             self.optimizer,
@@ -666,7 +676,8 @@ class Role:
     ) -> torch.Tensor:
         """(B, T) log-probs for the loss. On an unsharded role whose model allows it: packed, each distinct prompt once
         (`packed`), else each distinct prompt run once through the KV cache when samples share one
-        (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`); otherwise through the whole logits."""
+        (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`, on every backend whose ranks hold the whole
+        head: one process, DDP, FSDP2, ZeRO-1/2); otherwise through the whole logits."""
         temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
         args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.logprob_chunk_tokens
@@ -685,7 +696,11 @@ class Role:
                     temperature=temperature,
                     chunk_tokens=chunk or batch["input_ids"].numel(),
                 )
-            if chunk is not None and unsharded and supports_chunking(model):
+            if (
+                chunk is not None
+                and self.sharding.head_outside_forward
+                and supports_chunking(inner_model(model))
+            ):
                 return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
             return grpo.token_logprobs(*args, temperature=temperature)
 

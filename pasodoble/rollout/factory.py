@@ -2,13 +2,15 @@
 
 `build_engine(name, role_cfg, model, tokenizer, model_path)` returns an object behind `RolloutEngine`: `HFEngine`
 on the live model (`engine: hf`), `VLLMEngine` in process (`engine: vllm`), or `VLLMServerEngine` (`engine:
-vllm_server`). A LoRA role (its model an `adapters.AdapterView`) gets the engine's view of its adapter, synced once
+vllm_server`); `engine: auto` is resolved here, against the device the role's model sits on
+(`settings.resolve_engine`), and `hf` on a GPU with long completions prints its one-line warning. A LoRA role (its model an `adapters.AdapterView`) gets the engine's view of its adapter, synced once
 so the first rollout already samples it. `build_shared_engine` starts one vLLM engine for both adapters of a shared
 base. Roles and the loop never test which engine they hold.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -17,7 +19,7 @@ from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
 from pasodoble.rollout.hf import HFEngine
 from pasodoble.rollout.placement import Placement
-from pasodoble.rollout.settings import validate_engine
+from pasodoble.rollout.settings import hf_on_gpu_warning, resolve_engine, validate_engine
 
 
 def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
@@ -33,6 +35,22 @@ def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
     )
 
 
+def on_cuda(model: torch.nn.Module) -> bool:
+    return any(p.is_cuda for p in model.parameters())
+
+
+def chosen_engine(name: str, role_cfg, model: torch.nn.Module) -> str:
+    """The engine `role_cfg.engine` resolves to for `model`'s device; warns (one line) for `hf` where it is slow."""
+    cuda = on_cuda(model)
+    engine = resolve_engine(role_cfg.engine, cuda=cuda)
+    warning = hf_on_gpu_warning(
+        role_cfg.engine, cuda=cuda, max_completion_length=role_cfg.max_completion_length, role=name
+    )
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+    return engine
+
+
 def build_engine(
     name: str,
     role_cfg,
@@ -42,7 +60,7 @@ def build_engine(
     placement: Placement | None = None,
 ):
     """`placement` (`rollout.placement.Placement`): where a `vllm_server` role's server runs (None: one process)."""
-    engine, lora = role_cfg.engine, role_cfg.lora
+    engine, lora = chosen_engine(name, role_cfg, model), role_cfg.lora
     if engine == "hf":
         return hf_engine(role_cfg, model, tokenizer)
     try:
@@ -83,19 +101,20 @@ def build_shared_engine(
     roles_cfgs: dict, models: dict, tokenizer, base_path: str | Path, placement: Placement | None = None
 ) -> dict:
     """One engine for the adapters of a shared base: {role name: engine view}; `hf` gives each an HFEngine."""
-    first = next(iter(roles_cfgs.values()))
-    if first.engine == "hf":
+    first_name, first = next(iter(roles_cfgs.items()))
+    engine = chosen_engine(first_name, first, models[first_name])
+    if engine == "hf":
         return {n: hf_engine(c, models[n], tokenizer) for n, c in roles_cfgs.items()}
     for cfg in roles_cfgs.values():
         validate_engine(
-            cfg.engine,
+            engine,
             first.vllm,
             model_dir=base_path,
             lora_rank=cfg.lora.rank,
             on_cpu=not torch.cuda.is_available(),
         )
     max_len = max(c.max_sequence_length for c in roles_cfgs.values())
-    if first.engine == "vllm":
+    if engine == "vllm":
         from pasodoble.rollout.vllm import VLLMEngine
 
         core = VLLMEngine(

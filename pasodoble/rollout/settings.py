@@ -1,8 +1,11 @@
 """Engine settings: which rollout engine a role uses and the vLLM engine's knobs, checked before anything loads.
 
-`RoleConfig.engine` is `hf` (Hugging Face `generate` on the live model), `vllm` (an in-process vLLM engine) or
-`vllm_server` (a vLLM OpenAI-compatible server, started by the project or given by URL); `RoleConfig.vllm` holds
-the `VLLMConfig` below. Defaults work on one GPU shared with training (30% of its memory for vLLM) and on a CPU.
+`RoleConfig.engine` is `auto` (the default: `vllm` where CUDA and vLLM are both present, else `hf`; `resolve_engine`),
+`hf` (Hugging Face `generate` on the live model), `vllm` (an in-process vLLM engine) or `vllm_server` (a vLLM
+OpenAI-compatible server, started by the project or given by URL); `RoleConfig.vllm` holds the `VLLMConfig` below.
+Defaults work on one GPU shared with training (30% of its memory for vLLM, asleep between rollouts) and on a CPU.
+`hf` on a GPU with completions of `LONG_COMPLETION_TOKENS` or more is honoured but warned about in one line
+(`hf_on_gpu_warning`): the eager decode loop is several times slower than vLLM there.
 
 `validate_engine(role_cfg, model_dir)` turns each bad setting into one line naming the field and the fix: vLLM not
 importable, a memory share out of (0, 1], a tensor-parallel size that does not divide the model's attention heads
@@ -20,7 +23,9 @@ from pathlib import Path
 from pasodoble.errors import ConfigError
 from pasodoble.rollout.server_auth import is_loopback
 
-ENGINES = ("hf", "vllm", "vllm_server")
+ENGINES = ("auto", "hf", "vllm", "vllm_server")
+WEIGHT_SYNCS = ("auto", "direct", "shm")
+LONG_COMPLETION_TOKENS = 1024  # from here on, `hf` on a GPU warns (generation dominates the step)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32 CPU attention kernels
 INSTALL_HINT = "install it with `make vllm-env` (CPU build) or `pip install vllm` (GPU), or use engine=hf"
 
@@ -33,9 +38,14 @@ class VLLMConfig:
     dtype: str = "auto"  # engine dtype ("auto": the role's dtype)
     enforce_eager: bool | None = None  # no CUDA graphs (None: eager on CPU, graphs on GPU)
     enable_prefix_caching: bool = True  # reuse the prompt's KV across the n samples (reset after each sync)
-    sleep_mode: bool = False  # free engine memory between rollouts (GPU only)
+    sleep_mode: bool | None = (
+        None  # free engine memory between rollouts (None: on for an in-process GPU engine)
+    )
     max_lora_rank: int = 16  # largest LoRA rank the engine accepts (LoRA roles)
     sync_timeout_s: float = 300.0  # a weight sync slower than this is an error
+    # in-process weight sync: "direct" (the trainer's tensors, engine core in this process), "shm" (safetensors
+    # under /dev/shm, reloaded by a child engine core), "auto" (direct on a GPU with tensor_parallel_size 1, else shm)
+    weight_sync: str = "auto"
     cpu_kvcache_space_gb: int = 1  # CPU build: KV-cache memory per engine (VLLM_CPU_KVCACHE_SPACE)
     cpu_threads_bind: str | None = None  # CPU build: cores of the engine (None: engine k on core k mod cores)
     server_url: str | None = None  # vllm_server: an already running server (None: start one)
@@ -64,12 +74,53 @@ class VLLMConfig:
                 f"{self.server_host!r} lets other machines reach the server; set vllm.allow_remote=true to "
                 "accept that, or use 127.0.0.1",
             )
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ConfigError(
+                "vllm.weight_sync", f"unknown {self.weight_sync!r}; use {', '.join(WEIGHT_SYNCS)}"
+            )
+        if self.weight_sync == "direct" and self.tensor_parallel_size > 1:
+            raise ConfigError(
+                "vllm.weight_sync",
+                "direct needs tensor_parallel_size 1 (one worker, in this process); use auto or shm",
+            )
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError("vllm.dtype", f"unknown {self.dtype!r}; use auto, float32, bfloat16 or float16")
 
 
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_engine(engine: str, *, cuda: bool, vllm: bool | None = None) -> str:
+    """The engine `engine` names on this machine: `auto` is `vllm` where CUDA and vLLM are present, else `hf`."""
+    if engine != "auto":
+        return engine
+    vllm = vllm_available() if vllm is None else vllm
+    return "vllm" if cuda and vllm else "hf"
+
+
+def sleeps(cfg: VLLMConfig, *, cuda: bool) -> bool:
+    """Whether an in-process engine sleeps between rollouts: `sleep_mode`, or by default on a GPU (colocated with
+    training, so the engine's weights and KV cache give their memory back to the update)."""
+    return cuda if cfg.sleep_mode is None else cfg.sleep_mode
+
+
+def direct_sync(cfg: VLLMConfig, *, cuda: bool) -> bool:
+    """Whether an in-process engine takes the trainer's tensors directly (`weight_sync`; see `VLLMConfig`). On a CPU
+    `auto` keeps the child engine core: in this process its thread binding would pin the trainer's threads too."""
+    if cfg.weight_sync == "auto":
+        return cuda and cfg.tensor_parallel_size == 1
+    return cfg.weight_sync == "direct"
+
+
+def hf_on_gpu_warning(engine: str, *, cuda: bool, max_completion_length: int, role: str) -> str | None:
+    """The one-line warning for the HF engine asked for on a GPU with long completions (None: nothing to say)."""
+    if engine != "hf" or not cuda or max_completion_length < LONG_COMPLETION_TOKENS:
+        return None
+    return (
+        f"warning: {role}.engine=hf samples {max_completion_length}-token completions with the eager decode loop on "
+        f"a GPU, several times slower than vLLM; set {role}.engine=auto (vLLM) unless you need the HF loop"
+    )
 
 
 def _model_config(model_dir: str | Path | None) -> dict | None:
@@ -92,6 +143,7 @@ def validate_engine(
     """One clear `ConfigError` for an engine setting that cannot work (see module docstring)."""
     if engine not in ENGINES:
         raise ConfigError("engine", f"unknown {engine!r}; use one of {', '.join(ENGINES)}")
+    engine = resolve_engine(engine, cuda=not on_cpu)
     if engine == "hf":
         return
     if engine == "vllm" and not vllm_available():
@@ -108,7 +160,7 @@ def validate_engine(
             "lora.rank",
             f"rank {lora_rank} is above vllm.max_lora_rank={cfg.max_lora_rank}; raise max_lora_rank or lower rank",
         )
-    if cfg.sleep_mode and on_cpu:
+    if cfg.sleep_mode is True and on_cpu:
         raise ConfigError("vllm.sleep_mode", "sleep mode is not supported on a CPU; set it to false")
     config = _model_config(model_dir)
     if config is None:

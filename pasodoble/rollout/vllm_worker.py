@@ -1,8 +1,10 @@
 """Worker-side half of the vLLM weight sync: a vLLM worker extension (`worker_extension_cls`).
 
 vLLM mixes this class into every worker, so its methods can be called by name through `collective_rpc` (in
-process) or the server's `/collective_rpc` endpoint (server mode). Only strings cross the boundary: tensors do not
-pickle through the RPC, so the trainer writes the new weights as safetensors under /dev/shm and passes the folder.
+process) or the server's `/collective_rpc` endpoint (server mode). Across processes only strings cross the boundary
+(tensors do not pickle through the RPC), so the trainer writes the new weights as safetensors under /dev/shm and
+passes the folder (`pasodoble_reload`). An engine core in the trainer's own process takes the tensors themselves
+(`pasodoble_load`, the same layer-wise reload fed from an iterator of (name, tensor) pairs).
 
 `pasodoble_reload(path)` uses the worker's own `reload_weights` (layer-wise reload, which re-runs the CPU build's
 weight repacking; writing into `model.load_weights` directly loads into parameters the CPU kernels no longer read)
@@ -31,6 +33,18 @@ class SyncExtension:
         if refusal is not None:
             raise PermissionError(f"pasodoble_reload refused {path!r}: {refusal}")
         self.reload_weights(weights_path=path)
+        self._pasodoble_retie_head()
+        return "ok"
+
+    def pasodoble_load(self, weights) -> str:
+        """Load (name, tensor) pairs straight into the layer-wise reload. Only an engine core in the caller's own
+        process gets here with the tensors themselves (`VLLMEngine` with `weight_sync: direct`); they are never
+        serialised."""
+        self.reload_weights(weights_iterator=iter(weights))
+        self._pasodoble_retie_head()
+        return "ok"
+
+    def _pasodoble_retie_head(self) -> None:
         model = self.model_runner.get_model()
         head = getattr(model, "lm_head", None)
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
@@ -41,4 +55,3 @@ class SyncExtension:
             method = getattr(head, "quant_method", None)
             if method is not None:  # the CPU build packs the head's weight for its GEMM: pack the new one
                 method.process_weights_after_loading(head)
-        return "ok"

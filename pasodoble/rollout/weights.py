@@ -5,12 +5,16 @@ they are: the engine casts to its dtype), one tensor for tied parameters (the em
 storage; vLLM re-ties the head itself). `FullWeights(model, state_dict)` is a sharded module seen with the full
 weights its sharding backend gathered (`scale.sharding.fsdp2.FullyShard.sync_engine`), so an engine reads it like a module.
 
+`cast_tensors(model, dtype)` is the same tensors as a lazy stream of (name, tensor) pairs in the engine's dtype, for
+an engine that loads them directly (`rollout.vllm`, in process: no file at all).
+
 Why not `save_pretrained`: transformers writes nothing on ranks other than 0 once torch.distributed is initialised
 (`should_save_on_this_rank`), silently; every rank of a colocated layout syncs its own engine, so each must write.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -34,13 +38,25 @@ def write_weights(model, folder: str | Path) -> Path:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    out, seen = {}, set()
+    out = {name: tensor.contiguous().cpu() for name, tensor in unique_tensors(model)}
+    save_file(out, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+    return folder
+
+
+def unique_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, detached tensor) of `model.state_dict()`, each storage once: a tied parameter under its first name."""
+    seen = set()
     for name, tensor in model.state_dict().items():
         tensor = tensor.detach()
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen:  # a tied parameter: its first name carries it
+        if key in seen:
             continue
         seen.add(key)
-        out[name] = tensor.contiguous().cpu()
-    save_file(out, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-    return folder
+        yield name, tensor
+
+
+def cast_tensors(model, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """`unique_tensors` cast to `dtype` one tensor at a time, as the consumer asks for them: a direct load holds at
+    most the tensors of the layer it is loading in the engine's dtype, never a second copy of the model."""
+    for name, tensor in unique_tensors(model):
+        yield name, tensor.to(dtype) if tensor.is_floating_point() else tensor

@@ -7,14 +7,16 @@ raises one `LayoutError` line naming the numbers (exit 2):
   - GPUs asked for (`distributed.gpus`) vs GPUs visible; training processes on a node vs training GPUs on it
     (visible minus `distributed.vllm_gpus`, the GPUs of dedicated vLLM servers);
   - vLLM tensor parallel size vs the models' attention and key/value heads, and vs the vLLM GPUs;
-  - the memory estimate per GPU for both roles (they live in the same processes) plus vLLM's share, vs the GPU.
+  - the memory estimate per GPU for both roles (they live in the same processes) plus their vLLM engines, vs the GPU.
 The memory estimate (GB = 1e9 bytes) per role: weights (dtype bytes x parameters), gradients (same dtype),
 AdamW states (two fp32 moments, plus an fp32 master copy when training in 16 bits: 12 or 8 bytes a parameter),
 divided by the world size where the backend shards them (ZeRO-1: states; ZeRO-2: states and gradients; ZeRO-3:
 states, gradients and the weights' shard AND their full copy, gathered for each generation phase; FSDP2: states,
 the weights' shard and full copy, and full gradients, accumulated over micro-batches before one reduce-scatter), optimizer states at 0 on the GPU when offloaded (one rank: never sharded nor offloaded); activations for one micro-batch of
 prompt + completion tokens (with gradient checkpointing one hidden state per layer plus one layer's working set,
-else every layer's) plus the fp32 logits of the loss; a frozen reference model when beta > 0. It is an estimate
+else every layer's) plus the fp32 logits of the loss; a frozen reference model when beta > 0. Each role whose engine runs in process on the GPU (`engine: vllm`, or `auto`
+where vLLM is installed) adds its `vllm.gpu_memory_utilization` of the GPU (`engine_memory_gb`); engines in sleep
+mode are awake one at a time, so only the largest of them counts. It is an estimate
 to catch impossible layouts early (a 4B model fully fine-tuned without offload on a 24 GB GPU), not a profiler.
 
 Why: the reference code hard-codes GPU ids and ports and only works when the number of training GPUs divides 6; a
@@ -34,6 +36,7 @@ from pasodoble.core.token_budget import auto_micro_batch_tokens
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.realmodels import entry_dir, is_pkg_spec
 from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
+from pasodoble.rollout.settings import resolve_engine, sleeps
 from pasodoble.scale.collectives import share_sizes
 
 BACKENDS = ("ddp", "fsdp2", "deepspeed")
@@ -73,7 +76,9 @@ class DistributedConfig:
         0  # GPUs set aside on each node for the dedicated vLLM servers (the paper: 2); 0 with colocated
     )
     tensor_parallel_size: int = 1  # vLLM tensor parallel size; must divide the attention and key/value heads
-    vllm_memory_fraction: float = 0.0  # share of each training GPU a colocated vLLM engine reserves
+    vllm_memory_fraction: float = (
+        0.0  # share of each training GPU reserved beyond the roles' own vLLM engines
+    )
     gpu_memory_gb: float | None = None  # memory of one GPU (None: read from the first visible GPU)
     decisions_log: bool = False  # every rank writes RUN_DIR/decisions/rank-R.jsonl (rank-consistency checks)
     resolved: ResolvedLayout | None = None  # written at launch into the run's config.yaml; ignored when read
@@ -303,9 +308,14 @@ def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[li
         total += role_total
         parts.append(f"{name} {role_total:.1f}")
         lines.append(f"{name:<12}" + "".join(f"{mem[c]:>12.2f}" for c in cols) + f"{role_total:>10.2f}")
-    vllm = d.vllm_memory_fraction * gpu_gb if gpu_gb else 0.0
+    engines = engine_memory_gb(cfg, launch, gpu_gb)
+    for name, gb in engines["rows"].items():
+        lines.append(f"{'vllm ' + name:<12}{'':>60}{gb:>10.2f}")
+    vllm = engines["peak"] + (d.vllm_memory_fraction * gpu_gb if gpu_gb else 0.0)
     total += vllm
-    lines.append(f"{'vllm':<12}{'':>60}{vllm:>10.2f}")
+    lines.append(
+        f"{'vllm':<12}{'':>60}{vllm:>10.2f}" + ("  (asleep but one at a time)" if engines["sleep"] else "")
+    )
     lines.append(f"{'total':<12}{'':>60}{total:>10.2f}" + (f"  of {gpu_gb:g} GB" if gpu_gb else ""))
     overflow = None
     how = (
@@ -320,6 +330,27 @@ def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[li
             "or shorter sequences / smaller micro batches"
         )
     return lines, overflow
+
+
+def engine_memory_gb(cfg, launch: Launch, gpu_gb: float | None) -> dict:
+    """Each colocated in-process engine's GB on a training GPU ({"rows": {role: GB}, "peak": GB counted, "sleep"}):
+    `gpu_memory_utilization` of the GPU per engine (one for a shared base); with every engine in sleep mode only the
+    largest counts, since one is awake at a time, else their sum."""
+    cuda = launch.visible_gpus > 0
+    rows, sleeping = {}, []
+    if not gpu_gb or not cuda or cfg.distributed.rollout != "colocated":
+        return {"rows": rows, "peak": 0.0, "sleep": False}
+    for name, role in generating_roles(cfg).items():
+        if resolve_engine(role.engine, cuda=cuda) != "vllm":
+            continue
+        rows[name] = role.vllm.gpu_memory_utilization * gpu_gb
+        sleeping.append(sleeps(role.vllm, cuda=cuda))
+    shared = getattr(getattr(cfg, "roles", None), "shared_base", False)
+    if shared and rows:  # one engine serves both adapters
+        rows = {"shared": max(rows.values())}
+    sleep = bool(sleeping) and all(sleeping) and len(rows) > 1
+    peak = max(rows.values(), default=0.0) if sleep else sum(rows.values())
+    return {"rows": rows, "peak": peak, "sleep": sleep}
 
 
 def launch_from_env(world_size: int) -> Launch:

@@ -28,10 +28,21 @@ class Sharding(Protocol):
     grad_scale: (
         float  # turns the backend's gradient average over ranks into the full-batch sum (1.0: one rank)
     )
+    # the LM head may be applied to hidden states outside the model's forward (the chunked log-probs): its weight is
+    # whole on every rank there; ZeRO-3 partitions it, so it says False
+    head_outside_forward: bool = True
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+    def prepare(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         """The model the loss runs through and the optimizer to step (`max_grad_norm`: for engines that clip
-        inside their own step)."""
+        inside their own step; `compute_dtype`: the role's, for backends that cast what they gather)."""
         return model, optimizer
 
     def accumulate(self, model: torch.nn.Module, last: bool):

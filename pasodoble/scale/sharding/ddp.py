@@ -20,7 +20,15 @@ class Accelerated(Sharding):
         self.grad_scale = float(world_size)  # DDP averages gradients over ranks
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+    def prepare(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         return self.accelerator.prepare(model, optimizer)
 
     def accumulate(self, model: torch.nn.Module, last: bool):

@@ -65,6 +65,7 @@ class DeepSpeedZero(Sharding):
     def __init__(self, world_size: int, *, zero_stage: int = 2, offload_optimizer: bool = False):
         self.grad_scale = float(world_size)  # ZeRO averages gradients over ranks
         self.zero_stage, self.offload_optimizer = zero_stage, offload_optimizer
+        self.head_outside_forward = zero_stage < 3
         self.deepspeed = import_deepspeed()
         self._engines: dict[int, object] = {}  # id(module) and id(engine) -> engine
         # id(engine) -> the optimizer's parameters in their order (DeepSpeed swaps them for flat partitions)
@@ -74,7 +75,15 @@ class DeepSpeedZero(Sharding):
         self._gathers: dict[int, object] = {}  # id(engine) -> the open GatheredParameters (ZeRO-3)
         self._start_hooks: dict[int, object] = {}  # id(engine) -> ZeRO-3's removed start-of-forward hook
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+    def prepare(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         if len(optimizer.param_groups) != 1:  # the checkpoint layout below indexes one group
             raise ValueError(f"{name}: DeepSpeedZero expects one parameter group")
         params = list(optimizer.param_groups[0]["params"])

@@ -1,6 +1,7 @@
 """FSDP2 (`distributed.backend: fsdp2`): torch's `fully_shard` on each decoder layer and the whole model.
 
-Every rank gathers the full weights once per phase (`gathered`), so ranks may run different numbers of forwards;
+Every rank gathers the full weights once per phase (`gathered`), in bfloat16 for a bfloat16 role
+(`mixed_precision`: gradients still reduced in float32), so ranks may run different numbers of forwards;
 between phases weights, gradients and AdamW states are sharded. Checkpoints hold full, index-keyed state, so an
 FSDP2 run resumes on any world size and backend. The mechanism is in docs/SCALE.md ("FSDP2").
 """
@@ -14,6 +15,16 @@ import torch
 from pasodoble.rollout.base import RolloutEngine
 from pasodoble.rollout.weights import FullWeights
 from pasodoble.scale.sharding.base import Sharding, _by_index, _by_name, _tie, nested_once
+
+
+def mixed_precision(compute_dtype: torch.dtype | None) -> dict:
+    """`fully_shard`'s policy for a bfloat16 role: the float32 shards gathered as bfloat16 (half the all-gather and
+    the gathered copy) and gradients reduced in float32, as torch's FSDP2 recipes do; nothing for other dtypes."""
+    if compute_dtype != torch.bfloat16:
+        return {}
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
 
 
 class FullyShard(Sharding):
@@ -32,10 +43,19 @@ class FullyShard(Sharding):
         self._sharded: dict[int, list[torch.nn.Parameter]] = {}  # id(model) -> its sharded parameters
         self._depth: dict[int, int] = {}  # id(model) -> nesting depth of `gathered`
 
-    def prepare(self, name: str, model: torch.nn.Module, optimizer, *, max_grad_norm: float | None = None):
+    def prepare(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
         kwargs = {"mesh": self.mesh, **({"offload_policy": CPUOffloadPolicy()} if self.offload else {})}
+        kwargs.update(mixed_precision(compute_dtype))
         for layer in getattr(getattr(model, "model", model), "layers", []):
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
