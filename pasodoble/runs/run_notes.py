@@ -53,16 +53,21 @@ def eval_command(solver_dir: Path, run_dir: Path, *, tiers: Path | None, solver_
 
 def train_finished(run_dir: Path, *, roles: list[str], tiers: Path | None, solver_template: str) -> str:
     """The closing lines of `pasodoble train`: outputs, trained roles' folders, next commands."""
-    lines = [f"run directory: {run_dir} (config.yaml, metrics.jsonl, samples.jsonl, checkpoints/)"]
     ckpt = latest_checkpoint(run_dir)
+    samples = (run_dir / "samples.jsonl").is_file()  # off (samples_every: null) or not yet due: not promised
+    written = ["config.yaml", "metrics.jsonl", *(["samples.jsonl"] if samples else []), "checkpoints/"]
+    lines = [f"run directory: {run_dir} ({', '.join(written)})"]
     if ckpt is not None:
         for role in roles:
             lines.append(f"trained {role}: {ckpt / role / 'model'} (a Hugging Face model folder)")
     lines += [
         "next:",
         f"  pasodoble plot {_q(run_dir)}       # summary.png and one PNG per metric group, in plots/",
-        f"  pasodoble inspect {_q(run_dir)}    # samples.html: the rollouts, question by question",
     ]
+    if samples:
+        lines.append(
+            f"  pasodoble inspect {_q(run_dir)}    # samples.html: the rollouts, question by question"
+        )
     if ckpt is not None and "solver" in roles:
         lines.append(
             "  "
