@@ -22,6 +22,7 @@ from collections.abc import Collection, Sequence
 
 from pasodoble import __version__, allocator
 from pasodoble.errors import UserError
+from pasodoble.progress import quiet_libraries
 
 # (command, module that registers it, its line in `pasodoble --help`), in the order of `pasodoble --help`.
 COMMANDS = (
@@ -127,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     named = next((arg for arg in argv if not arg.startswith("-")), None)  # the top level has only options
     parser = build_parser(load=[named] if named else [])
     args = parser.parse_args(argv)
+    quiet_libraries()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
