@@ -2,8 +2,8 @@
 
 Why: a newcomer should not have to search for the run folder, the trained models or the resume command. `train`
 prints its run directory when it starts and, when it ends, the folders of the trained roles and the next commands
-(plot, inspect, evaluate the trained Solver, train further); `eval`, `sft` and `experiment` print their output
-folders the same way (see their modules).
+(plot, inspect, evaluate the trained Solver, train further); the demos end with the same kind of lines
+(`demo_next`); `eval`, `sft` and `experiment` print their output folders the same way (see their modules).
 
 Ctrl-C in `train`: the first one asks the loop to stop after the step it is in and write a checkpoint there (the
 loop's `stop_requested`); the run then ends with the resume command, and `run_train` raises KeyboardInterrupt
@@ -75,6 +75,20 @@ def train_finished(run_dir: Path, *, roles: list[str], tiers: Path | None, solve
         )
     lines.append(f"  pasodoble train --resume {_q(run_dir)} schedule.steps=N   # train further, to N steps")
     return "\n".join(lines)
+
+
+def demo_next(runs: list[Path], more: list[tuple[str, str]]) -> str:
+    """The closing lines of a demo: plot and inspect its first dual-play run, then `more` (command, why) pairs."""
+    pairs = []
+    if runs:
+        pairs.append((f"pasodoble plot {_q(runs[0])}", "summary.png and one PNG per metric group, in plots/"))
+        if (runs[0] / "samples.jsonl").is_file():
+            pairs.append(
+                (f"pasodoble inspect {_q(runs[0])}", "samples.html: the rollouts, question by question")
+            )
+    pairs += more
+    width = max((len(command) for command, _ in pairs), default=0)
+    return "\n".join(["next:", *(f"  {command:<{width}}  # {why}" for command, why in pairs)])
 
 
 @contextlib.contextmanager
