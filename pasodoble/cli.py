@@ -7,10 +7,9 @@ on stderr with exit code 2, so a user mistake never ends in a traceback.
 Most command modules import torch and transformers (several seconds, more on a cold disk), so only the module of the
 command named on the line is imported; the others appear in `pasodoble --help` by their line in `COMMANDS`.
 `--version`, `--help` and a mistyped command answer before torch is imported, as does every error of a command
-whose module does not import it (`plot`, `inspect`, `experiment`, `kb`, `verify-answers`, `config show`).
-
-    pasodoble --help
-    pasodoble <command> --help
+whose module does not import it (`plot`, `inspect`, `kb`, `verify-answers`, `experiment` with its config) and
+`config`'s argument errors. Commands that train or evaluate a model still import torch before they read their config:
+their config dataclasses live beside the code that uses torch.
 """
 
 from __future__ import annotations
@@ -126,9 +125,9 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     named = next((arg for arg in argv if not arg.startswith("-")), None)  # the top level has only options
+    quiet_libraries()  # before a command module imports transformers, which reads the setting once
     parser = build_parser(load=[named] if named else [])
     args = parser.parse_args(argv)
-    quiet_libraries()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -56,6 +56,8 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
         (("inspect", "no-such-run"), 2, "samples.jsonl not found"),
         (("plot",), 2, "the following arguments are required: run_dir"),
         (("config", "show", "--kind", "nope"), 2, "invalid choice: 'nope'"),
+        (("experiment", "recipes/tiny-ablation.yaml", "bogus=1"), 2, "bogus: unknown key"),
+        (("kb", "stats", "no-such.jsonl"), 2, "no-such.jsonl does not exist"),
         (("verify-answers", "no-such-file.jsonl", "--out", "o.jsonl"), 2, "no-such-file.jsonl"),
     ],
 )

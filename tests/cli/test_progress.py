@@ -72,3 +72,26 @@ def test_sft_bar_names_its_stop_rule_and_the_stop(tiny_lm, capsys):
     assert summary["solver/sft/steps"] == 3
     assert "SFT solver (at most 10 steps; stops early when the loss is low enough)" in err
     assert "SFT solver: stopped at step 3 of at most 10: the loss is low enough" in err
+
+
+def test_the_command_line_turns_transformers_bars_off_before_importing_it():
+    """transformers reads the hub's setting once, at its import: `main` must set it before a command module loads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('HF_HUB_DISABLE_PROGRESS_BARS', None)\n"
+        "from pasodoble.cli import main\n"
+        "try:\n"
+        "    main(['train', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "from transformers.utils import logging\n"
+        "print('transformers' in sys.modules, logging.is_progress_bar_enabled())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True False"
