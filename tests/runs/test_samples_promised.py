@@ -31,3 +31,17 @@ def test_no_samples_no_promise(tmp_path):
     text = _finished(tmp_path / "run")
     assert "samples.jsonl" not in text and "pasodoble inspect" not in text
     assert f"pasodoble plot {tmp_path / 'run'}" in text
+
+
+def test_demo_next_lines_plot_the_run_and_inspect_only_written_samples(tmp_path):
+    from pasodoble.runs.run_notes import demo_next
+
+    run = tmp_path / "demo" / "dualplay"
+    run.mkdir(parents=True)
+    tour = ("pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour", "the tour")
+    text = demo_next([run], [tour])
+    assert text.splitlines()[0] == "next:" and f"pasodoble plot {run}" in text and "inspect" not in text
+    assert text.splitlines()[-1].endswith("# the tour")
+    (run / "samples.jsonl").write_text("{}\n")
+    assert f"pasodoble inspect {run}" in demo_next([run], [tour])
+    assert demo_next([], [tour]).splitlines()[1].startswith("  pasodoble train")
