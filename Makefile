@@ -1,9 +1,19 @@
 # Two entry points for a fresh clone: `make demo` (install + run the tiny-world demo) and `make test`.
-# The CPU path pins torch to a CPU build (constraints.txt); see README for GPU installs.
+# torch: on a machine without an NVIDIA GPU (no nvidia-smi) the CPU build from PyTorch's CPU index, pinned as
+# torch==2.13.0+cpu so that pip cannot fall back to the default Linux wheel (the CUDA build and its nvidia packages,
+# several GB); with nvidia-smi, PyPI's default (CUDA) build. TORCH_INDEX_URL overrides the choice: another PyTorch
+# index (its last path segment is the local version, e.g. TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+# installs torch==2.13.0+cu126), or empty for PyPI's default build. See README for GPU installs.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(TORCH_CPU_INDEX))
+# pip's arguments for torch; one retry keeps an unreachable index (a mirror or offline wheel folder serving the same
+# pinned wheel through pip's config) to seconds instead of pip's default five retries.
+TORCH_PIP = $(if $(TORCH_INDEX_URL),"$(TORCH)+$(notdir $(TORCH_INDEX_URL))" --extra-index-url $(TORCH_INDEX_URL) \
+	--retries 1,"$(TORCH)")
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
@@ -15,7 +25,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/python -m pip install -q -c constraints.txt "$(TORCH)"
+	$(BIN)/python -m pip install -q -c constraints.txt $(TORCH_PIP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	touch $@
 
@@ -164,7 +174,7 @@ BENCH_ARGS ?=
 
 $(TRL_VENV)/.stamp-trl: constraints.txt
 	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
-	$(TRL_PY) -m pip install -q -c constraints.txt "$(TORCH)"
+	$(TRL_PY) -m pip install -q -c constraints.txt $(TORCH_PIP)
 	$(TRL_PY) -m pip install -q -c constraints.txt "trl==$(TRL_VERSION)"
 	$(TRL_PY) -c "import torch, transformers, trl; print('trl', trl.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"
 	$(TRL_PY) -c "import torch; assert torch.__version__.startswith('$(subst torch==,,$(TORCH))'), torch.__version__"

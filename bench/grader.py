@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pasodoble.grader import Grader, GraderConfig, extract_answer, extract_boxed, fastpath
 from pasodoble.grader.fastpath import parse_number
+from pasodoble.grader.goldforms import rounded_fractions
 
 SETS = ("aime24", "aime25", "amc23", "gsm8k", "math500", "minerva_math", "olympiadbench")
 STEPS = (
@@ -179,9 +180,10 @@ def worker_cpu_s(grader: Grader) -> float:
 
 def routed_to_math_verify(golds: list[str], responses: list[str]) -> list[bool]:
     """Which pairs a cold grader sends to a worker: not fast-path decided, first of their (gold, answer)."""
-    seen, routed = set(), []
+    seen, routed, places = set(), [], GraderConfig().rounded_answers
     for gold, response in zip(golds, responses, strict=True):
-        key = (gold.strip(), extract_answer(response)[0])
+        gold, answer = gold.strip(), extract_answer(response)[0]
+        key = (rounded_fractions(gold, answer or "", places) or gold, answer)
         routed.append(key not in seen and fastpath.fast_verdict(*key) is None)
         seen.add(key)
     return routed

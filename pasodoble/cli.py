@@ -4,8 +4,12 @@ Each subsystem module exposes `register(subparsers)`, which adds its subcommand(
 `run_*(args) -> int`. This file only assembles them and turns a `UserError` (bad flag, config, path) into one line
 on stderr with exit code 2, so a user mistake never ends in a traceback.
 
-    pasodoble --help
-    pasodoble <command> --help
+Most command modules import torch and transformers (several seconds, more on a cold disk), so only the module of the
+command named on the line is imported; the others appear in `pasodoble --help` by their line in `COMMANDS`.
+`--version`, `--help` and a mistyped command answer before torch is imported, as does every error of a command
+whose module does not import it (`plot`, `inspect`, `kb`, `verify-answers`, `experiment` with its config) and
+`config`'s argument errors. Commands that train or evaluate a model still import torch before they read their config:
+their config dataclasses live beside the code that uses torch.
 """
 
 from __future__ import annotations
@@ -13,30 +17,70 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pasodoble import __version__, allocator
 from pasodoble.errors import UserError
+from pasodoble.progress import quiet_libraries
 
-# Order is the order of `pasodoble --help`.
-COMMAND_MODULES = (
-    "pasodoble.runs.demo",
-    "pasodoble.runs.demo_real",
-    "pasodoble.runs.demo_qa",
-    "pasodoble.runs.train",
-    "pasodoble.runs.layout_cmd",
-    "pasodoble.runs.experiment",
-    "pasodoble.sft.cli",
-    "pasodoble.kb.cli",
-    "pasodoble.evals.cli",
-    "pasodoble.code.cli",
-    "pasodoble.grader.cli",
-    "pasodoble.reports.plotting",
-    "pasodoble.reports.samples_html",
-    "pasodoble.runs.config_show",
-    "pasodoble.runs.export",
-    "pasodoble.rollout.server",
+# (command, module that registers it, its line in `pasodoble --help`), in the order of `pasodoble --help`.
+COMMANDS = (
+    (
+        "demo",
+        "pasodoble.runs.demo",
+        "tiny world on CPU: build, SFT both roles, short dual-play run, evaluate the Solver per tier",
+    ),
+    (
+        "demo-real",
+        "pasodoble.runs.demo_real",
+        "real model (SmolLM2-135M) on CPU: cold-start SFT, dual-play, per-tier Solver table before/after",
+    ),
+    (
+        "demo-qa",
+        "pasodoble.runs.demo_qa",
+        "tiny QA world on CPU: cold start, dual-play seeds (and a random-reward control), per-tier eval",
+    ),
+    ("train", "pasodoble.runs.train", "dual-play RL of a Proposer and a Solver (online/offline schedules)"),
+    (
+        "layout",
+        "pasodoble.runs.layout_cmd",
+        "check a recipe's multi-GPU layout and print its memory estimate",
+    ),
+    (
+        "experiment",
+        "pasodoble.runs.experiment",
+        "tiny-world experiment: SFT vs dual-play vs controls vs oracle",
+    ),
+    (
+        "sft",
+        "pasodoble.sft.cli",
+        "supervised fine-tuning on {prompt, completion} JSONL (completion-only loss)",
+    ),
+    (
+        "sft-data",
+        "pasodoble.sft.cli",
+        "verified Proposer and Solver SFT sets from a teacher and a checker (resumable)",
+    ),
+    ("kb", "pasodoble.kb.cli", "knowledge-corpus tools: stats, dedup, sample"),
+    ("eval", "pasodoble.evals.cli", "evaluate a model on math benchmarks or any JSONL/Parquet/Hub set"),
+    ("eval-table", "pasodoble.evals.cli", "merge several eval runs into one Markdown table"),
+    ("code-eval", "pasodoble.code.cli", "run code problems (HumanEval, any JSONL) in the sandbox: pass@k"),
+    ("verify-answers", "pasodoble.grader.cli", "grade gold/pred pairs from a JSONL file"),
+    ("plot", "pasodoble.reports.plotting", "render PNG plots of a run from its metrics.jsonl"),
+    (
+        "inspect",
+        "pasodoble.reports.samples_html",
+        "write a self-contained HTML page of a run's rollout samples",
+    ),
+    (
+        "config",
+        "pasodoble.runs.config_show",
+        "print a recipe's resolved config with every key's default and comment",
+    ),
+    ("export", "pasodoble.runs.export", "write a run's last checkpoint as plain Hugging Face model folders"),
+    ("serve", "pasodoble.rollout.server", "start a vLLM OpenAI-compatible server for a model (server mode)"),
 )
+COMMAND_MODULES = tuple(dict.fromkeys(module for _, module, _ in COMMANDS))
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -58,7 +102,8 @@ def _use_formatter(parser: argparse.ArgumentParser) -> None:
                 _use_formatter(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; `load`: the commands whose modules are imported (None: all), the others listed by name."""
     parser = argparse.ArgumentParser(
         prog="pasodoble",
         description="Dual-play RL for LLM reasoning: train a Proposer and a Solver against each other.",
@@ -66,14 +111,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pasodoble {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="<command>")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    modules = {module for name, module, _ in COMMANDS if load is None or name in load}
+    for name, module, help_line in COMMANDS:
+        if module in modules:
+            importlib.import_module(module).register(subparsers)
+            modules.discard(module)  # registers all its commands at once
+        elif name not in subparsers.choices:
+            subparsers.add_parser(name, help=help_line)
     _use_formatter(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    named = next((arg for arg in argv if not arg.startswith("-")), None)  # the top level has only options
+    quiet_libraries()  # before a command module imports transformers, which reads the setting once
+    parser = build_parser(load=[named] if named else [])
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -10,7 +10,8 @@ key, metrics; `pasodoble.domains`, math by default), the domain's checker (`grad
                 `solver_phase_updates` updates, each on the next `solver_batch_questions` buffer questions,
                 re-answered J times and kept if learnable.
   oracle        (experiment control, not the method) Solver-only GRPO on questions with TRUE answers.
-Every inner step writes one row to metrics.jsonl; samples go to samples.jsonl every `samples_every` steps.
+Every inner step writes one row to metrics.jsonl; samples go to samples.jsonl every `samples_every` steps and
+at the last online step.
 State every rank must share (counters, diversity history, buffer, sampler position) lives in `LoopState`; each
 rank works on its share of a step (`scale/data_parallel.py`) and the gathered results give every rank the same
 decisions. Every random choice is seeded from (seed, inner step, tag), so a resumed run matches an uninterrupted one.
@@ -538,7 +539,11 @@ class DualPlay:
         self, step, passages, proposals, texts, rates, diversity, rewards, attempts, valid_idx
     ) -> None:
         every = self.schedule.samples_every
-        if self.run_dir is None or every is None or (step + 1) % every != 0 or self.collective.rank != 0:
+        # the last online step too, so that a run shorter than samples_every still has samples to inspect
+        last = self.schedule.mode != "offline" and step + 1 == self.schedule.steps
+        if self.run_dir is None or every is None or self.collective.rank != 0:
+            return
+        if (step + 1) % every != 0 and not last:
             return
         group_size = len(rates) // max(len(passages), 1)
         by_index = {i: q for q, i in enumerate(valid_idx)}

@@ -24,13 +24,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from pasodoble.errors import ConfigError
 from pasodoble.evals.metrics import add_qa_scores, average_sources, score_source
 from pasodoble.evals.problems import Problem
 from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
 from pasodoble.io import append_jsonl
+from pasodoble.progress import progress_bar
 from pasodoble.scale.collectives import SingleProcess, share
 
 DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -279,7 +278,7 @@ def evaluate(
             "eval/prompts_truncated": 0,
         }
     )
-    bar = tqdm(
+    bar = progress_bar(
         total=len(keys) * k, initial=resumed * k, unit="sample", disable=not (progress and lead), desc="eval"
     )
     size = settings.chunk_size

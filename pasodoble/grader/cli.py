@@ -27,14 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from pasodoble.errors import UserError
 from pasodoble.grader.extract import FALLBACKS
 from pasodoble.grader.goldforms import KINDS
 from pasodoble.grader.grader import PARTIAL_PARSES, Grader, GraderConfig
 from pasodoble.io import write_text_atomic
 from pasodoble.jsonl import dumps_strict, read_jsonl_skipping
+from pasodoble.progress import progress_bar
 
 _CHUNK = 2048  # lines graded per batch: bounds memory while keeping workers busy
 
@@ -130,7 +129,7 @@ def run_verify_answers(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     totals: dict[str, int] = {}
-    bar = tqdm(total=len(rows), unit="line", desc="verify-answers", disable=args.no_progress or None)
+    bar = progress_bar(total=len(rows), unit="line", desc="verify-answers", disable=args.no_progress or None)
     with Grader(config) as grader, bar:
         for start in range(0, len(rows), _CHUNK):
             chunk = rows[start : start + _CHUNK]

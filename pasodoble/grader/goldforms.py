@@ -13,8 +13,9 @@ wrappers removed plus the kinds removed (each counted by the grader as `gold_nor
 - `punctuation`: a trailing full stop after a digit, a letter or `}`;
 - `currency`: a leading `$`, `\\$`, `US$`, `€`, `£` or `¥` before a number;
 - `units`: a plain number followed by one to three words of two letters or more (`12 cm`, `5 apples`,
-  `3.50 dollars`, `45 degrees`) or by a degree sign (`45°`, `45 °C`); words math reads (`pi`, `sqrt`, `infty`,
-  `mod`, ...) are kept, and single letters are kept (`3 x` is 3x);
+  `3.50 dollars`, `45 degrees`), by such words in parentheses (ASDiv's `9 (apples)`, `0.46 (dollars)`) or by a
+  degree sign (`45°`, `45 °C`); words math reads (`pi`, `sqrt`, `infty`, `mod`, ...) are kept, and single letters
+  are kept (`3 x` is 3x, `3 (x)` is 3x);
 - `thousands`: a number whose commas are all followed by exactly three digits (`1,234`, `12,345.5`) loses them;
   any other comma is left alone (`3,5` stays the set {3, 5} as math-verify reads it);
 - `decimal_comma`: only when asked (`decimal_comma=True`): a number with one comma not followed by exactly three
@@ -27,6 +28,10 @@ number read from prose, and (`read_decimal_comma`) for `1,22` against the decima
 exactly three digits; `units` also inside `\\text{}` / `\\mathrm{}` / `\\mbox{}` (`12\\,\\text{cm}`), with a power
 (`3 cm^2`, `14 m²`) or a ratio (`60 km/h`); `relations`: `>=`, `\\ge`, `\\geqslant`, `≥` -> `\\geq` (and the same for
 `\\leq`, `\\neq`), `\\gt` / `\\lt` -> `>` / `<`, so equal relations compare as equal strings on the fast path.
+Rounded answers (`rounded_fractions`, the grader's `rounded_answers`): when the answer writes decimals of at least
+that many places and the gold writes none, the gold's integer fractions (`\\frac{1}{3}`, `8/3`) are written as
+decimals rounded half up to the answer's largest number of places, so `0.33` (or a vector or interval of such
+decimals) matches `\\frac{1}{3}` as math-verify's own tests expect at 2 places; `0.34` and `0.3` stay wrong.
 `set_size` counts a gold's top-level items, for reading several boxes as one answer.
 
 Texts longer than `MAX_CHARS` are returned unchanged (answers that long are not numbers with units); every pattern
@@ -36,6 +41,8 @@ is anchored and has no nested repetition, so the cost is linear in the length. N
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 
 MAX_CHARS = 200
 KINDS = (
@@ -62,6 +69,7 @@ _TRAILING_STOP = re.compile(r"(?<=[A-Za-z\d}])\s*\.$")
 _NUM = r"-?(?:\d+(?:[.,]\d+)*|\.\d+)(?:\s*/\s*\d+)?|-?\\[dt]?frac\{\d+\}\{\d+\}"
 _CURRENCY = re.compile(rf"^(-?)\s*(?:US\$|\\\$|\$|€|£|¥)\s*({_NUM})$")
 _WORD_UNITS = re.compile(rf"^({_NUM})\s*([A-Za-z]{{2,}}(?:\s+[A-Za-z]{{2,}}){{0,2}})$")
+_PAREN_UNITS = re.compile(rf"^({_NUM})\s*\(\s*([A-Za-z]{{2,}}(?:\s+[A-Za-z]{{2,}}){{0,2}})\s*\)$")
 _DEGREES = re.compile(rf"^({_NUM})\s*[°º]\s*[CFK]?$")
 MATH_WORDS = frozenset(
     {
@@ -156,7 +164,7 @@ def normalise_answer(
     if match := _CURRENCY.match(text):
         kinds.append("currency")
         text = match.group(1) + match.group(2)
-    words = _WORD_UNITS.match(text)
+    words = _WORD_UNITS.match(text) or _PAREN_UNITS.match(text)
     if words and MATH_WORDS.intersection(words.group(2).lower().split()):
         words = None
     if extended and words is None and not _DEGREES.match(text):
@@ -237,3 +245,30 @@ def set_size(text: str) -> int:
         elif mark in (")", "]", "}", "\\}"):
             depth = max(0, depth - 1)
     return items if items <= SET_SIZE_MAX else 1
+
+
+_GOLD_FRACTION = re.compile(
+    r"\\[dtc]?frac\{(\d+)\}\{(\d+)\}|\\[dtc]?frac(\d)(\d)|(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])"
+)
+_DECIMAL_PLACES = re.compile(r"(?<![\d.])\d*\.(\d+)")
+
+
+def rounded_fractions(gold: str, answer: str, min_places: int | None) -> str | None:
+    """`gold` with its integer fractions as decimals rounded to the answer's places, or None where that does not
+    apply (no such option, the gold writes decimals or no fraction, the answer no decimal of `min_places` or more)."""
+    if min_places is None or len(gold) > MAX_CHARS or len(answer) > MAX_CHARS or "." in gold:
+        return None
+    places = max((len(m.group(1)) for m in _DECIMAL_PLACES.finditer(answer)), default=0)
+    if places < min_places:
+        return None
+    step = Decimal(1).scaleb(-places)
+
+    def decimal(match: re.Match[str]) -> str:
+        numerator, denominator = (int(g) for g in match.groups() if g is not None)
+        if denominator == 0:
+            return match.group()
+        value = Fraction(numerator, denominator)
+        return str((Decimal(value.numerator) / Decimal(value.denominator)).quantize(step, ROUND_HALF_UP))
+
+    rounded = _GOLD_FRACTION.sub(decimal, gold)
+    return rounded if rounded != gold else None

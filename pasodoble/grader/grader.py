@@ -49,7 +49,13 @@ from dataclasses import dataclass, field
 from pasodoble.errors import ConfigError
 from pasodoble.grader.extract import FALLBACKS, extract_answer, extract_box_group
 from pasodoble.grader.fastpath import fast_verdict
-from pasodoble.grader.goldforms import KINDS, normalise_answer, read_decimal_comma, set_size
+from pasodoble.grader.goldforms import (
+    KINDS,
+    normalise_answer,
+    read_decimal_comma,
+    rounded_fractions,
+    set_size,
+)
 from pasodoble.grader.pool import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -76,6 +82,7 @@ COUNTER_NAMES = (
     "box_groups",  # several boxes read as one answer for a gold that lists as many items (fallback "auto")
     "gold_normalised",  # gold answers whose markup was removed before comparison (`goldforms.py`)
     "answer_normalised",  # extracted answers whose markup was removed before comparison
+    "rounded_golds",  # golds whose fractions were compared rounded to the answer's decimals (`rounded_answers`)
     *(f"normalised_{kind}" for kind in KINDS),  # golds and answers normalised, by kind of markup removed
     "timeouts",  # pairs whose check used up its CPU-time limit (now or, cached, earlier)
     "wall_timeouts",  # pairs abandoned at the wall-clock backstop: their worker used no CPU for the whole period
@@ -126,6 +133,9 @@ class GraderConfig:
     # (math-verify's), or "reject" it: graded wrong, since the verdict rests on a piece of the text (an answer
     # identical to the gold keeps its verdict).
     partial_parses: str = "keep"
+    # A decimal answer of at least this many places also matches the gold's fractions rounded to its places (`0.33`
+    # for 1/3, as math-verify's tests at 2 places expect; docs/GRADING.md); None compares exactly (6 places)
+    rounded_answers: int | None = 2
 
     def validate(self) -> None:
         if not 0 < self.timeout_s < math.inf:
@@ -149,6 +159,10 @@ class GraderConfig:
             raise ConfigError(
                 "grader.partial_parses",
                 f"must be one of {', '.join(PARTIAL_PARSES)}, got {self.partial_parses!r}",
+            )
+        if self.rounded_answers is not None and self.rounded_answers < 1:
+            raise ConfigError(
+                "grader.rounded_answers", f"must be >= 1 decimal places or null, got {self.rounded_answers}"
             )
         if self.memory_limit_mb is not None and self.memory_limit_mb < 256:
             raise ConfigError("grader.memory_limit_mb", f"must be >= 256 or null, got {self.memory_limit_mb}")
@@ -265,6 +279,11 @@ class Grader:
             answer_kinds, answer_text = self._normalised(answer, prose_number=source == "last_number")
             if self._extended:
                 gold_text, answer_text = self._paired(gold_text, answer_text, gold_kinds, answer_kinds)
+            if (
+                rounded := rounded_fractions(gold_text, answer_text, self.config.rounded_answers)
+            ) is not None:
+                counters["rounded_golds"] += 1
+                gold_text = rounded
             self._count(gold_kinds, "gold", counters)
             self._count(answer_kinds, "answer", counters)
             key = (gold_text, answer_text)

@@ -71,6 +71,11 @@ def plot_metrics(
     return written
 
 
+def is_dual_play(series: dict) -> bool:
+    """Whether the metrics are a dual-play run's: rows of either role (`proposer/...`, `solver/...`)."""
+    return any(key.split("/", 1)[0] in ("proposer", "solver") for key in series)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
@@ -102,7 +107,7 @@ def run_plot(args: argparse.Namespace) -> int:
         raise UserError(
             f"{metrics} has no numeric metrics" + (f" matching {args.metrics}" if patterns else "")
         )
-    if any(p.name in ("proposer.png", "solver.png") for p in paths):  # a dual-play run: the summary too
+    if is_dual_play(load_series(metrics)):  # the summary too
         paths.insert(0, draw_summary(args.run_dir, out / "summary.png"))
     for path in paths:
         print(path)

@@ -7,7 +7,9 @@ and the Solver's answers with their verdicts (identical answers shown once, with
 Proposer's full completion folded away.
 
 How: one file, `RUN_DIR/samples.html` (or `--out`), inline CSS, no script and no external asset, so it opens from
-disk in any browser and can be mailed or archived. Every text from the run is HTML-escaped: model outputs are
+disk in any browser and can be mailed or archived. Filters at the top (validity, reject reason, pass-rate band,
+step) are radio buttons that CSS alone obeys (`body:has(#id:checked) .card:not(.class) { display: none }`, any
+browser since 2023): each card carries one class per filter, and class names are indexes, never text from the run. Every text from the run is HTML-escaped: model outputs are
 arbitrary text, and a question holding `<script>` must show as text, not run.
 """
 
@@ -33,6 +35,9 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f6f6f6; paddin
 .label { font-weight: 600; margin-top: .4em; }
 ol { margin: .2em 0; padding-left: 2em; } li.ok::marker { content: "\\2713  "; color: #1b7e3e; }
 li.wrong::marker { content: "\\2717  "; color: #b3261e; } li pre { display: inline-block; width: 90%; }
+.filters { position: sticky; top: 0; background: #fff; border-bottom: 1px solid #ccc; padding: .3em 0; }
+.filters div { margin: .15em 0; } .filters .name { display: inline-block; width: 5em; font-weight: 600; }
+.filters label { margin-right: .8em; white-space: nowrap; }
 """
 
 
@@ -56,8 +61,8 @@ def _number(row: dict, key: str, label: str) -> str:
     return f"{label} <strong>{value:.2f}</strong>"
 
 
-def render_card(row: dict, low: float = 0.2) -> str:
-    """One proposal as an HTML card (every value escaped)."""
+def render_card(row: dict, low: float = 0.2, filters: str = "") -> str:
+    """One proposal as an HTML card (every value escaped); `filters`: its filter classes (`filter_classes`)."""
     band = _band(row, low)
     facts = [
         _number(row, "pass_rate", "pass rate"),
@@ -67,7 +72,7 @@ def render_card(row: dict, low: float = 0.2) -> str:
     if row.get("invalid_reason"):
         facts.insert(0, f"invalid: <strong>{_e(row['invalid_reason'])}</strong>")
     parts = [
-        f'<div class="card {band}">',
+        f'<div class="card {band} {filters}">',
         f'<div class="meta">{" &middot; ".join(f for f in facts if f)}</div>',
     ]
     for key, label in (("passage", "Passage"), ("question", "Question"), ("answer", "Proposer's answer")):
@@ -94,33 +99,86 @@ def render_card(row: dict, low: float = 0.2) -> str:
     return "\n".join(parts)
 
 
+def _filter_options(steps: list[int], low: float, reasons: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """Filter name -> its options as (class suffix, HTML label), in the order shown."""
+    return {
+        "validity": [("valid", "valid"), ("invalid", "invalid")],
+        "reason": [(str(i), _e(reason)) for i, reason in enumerate(reasons)],
+        "band": [
+            ("hard", f"too hard (p &le; {low:g})"),
+            ("learnable", f"learnable ({low:g} &lt; p &lt; 1)"),
+            ("solved", "solved (p = 1)"),
+        ],
+        "step": [(str(step), str(step)) for step in steps],
+    }
+
+
+def filter_classes(row: dict, low: float, reasons: list[str]) -> str:
+    """A card's classes, one per filter: `validity-valid`, `reason-<index>`, `band-learnable`, `step-<n>`."""
+    reason = row.get("invalid_reason")
+    classes = [f"validity-{'invalid' if reason else 'valid'}", f"step-{int(row.get('step', 0))}"]
+    if reason:
+        classes.append(f"reason-{reasons.index(str(reason))}")
+    elif band := _band(row, low):
+        classes.append(f"band-{band}")
+    return " ".join(classes)
+
+
+def _filters(options: dict[str, list[tuple[str, str]]], counts: dict[str, int]) -> tuple[str, str]:
+    """(the filter form, the CSS rules that obey it): one radio group a filter, `all` checked."""
+    rows, rules = [], []
+    for name, values in options.items():
+        if not values:
+            continue
+        radios = [f'<label><input type="radio" name="{name}" id="f-{name}-all" checked> all</label>']
+        for value, label in values:
+            ident = f"{name}-{value}"
+            radios.append(
+                f'<label><input type="radio" name="{name}" id="f-{ident}"> {label} ({counts.get(ident, 0)})</label>'
+            )
+            rules.append(f"body:has(#f-{ident}:checked) .card:not(.{ident}) {{ display: none; }}")
+            if name == "step":
+                rules.append(f"body:has(#f-{ident}:checked) h2:not(#step-{value}) {{ display: none; }}")
+        rows.append(f'<div><span class="name">{name}</span> {" ".join(radios)}</div>')
+    return '<form class="filters">' + "".join(rows) + "</form>", "\n".join(rules)
+
+
 def render_page(rows: list[dict], title: str, low: float = 0.2) -> str:
-    """The whole page: a header with counts, a step index, then the cards of each step."""
-    by_step: dict[int, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_step[int(row.get("step", 0))].append(row)
+    """The whole page: a header with counts, the filters, a step index, then the cards of each step."""
+    steps = sorted({int(row.get("step", 0)) for row in rows})
     valid = [r for r in rows if not r.get("invalid_reason")]
     bands = defaultdict(int)
     for r in valid:
         bands[_band(r, low)] += 1
     summary = (
-        f"{len(rows)} proposals over {len(by_step)} logged steps; {len(valid)} valid: "
+        f"{len(rows)} proposals over {len(steps)} logged steps; {len(valid)} valid: "
         f"{bands['hard']} too hard (pass rate &le; {low:g}), {bands['learnable']} learnable, "
         f"{bands['solved']} solved by every Solver answer."
     )
-    nav = " ".join(f'<a href="#step-{s}">{s}</a>' for s in sorted(by_step))
+    reasons = sorted({str(r["invalid_reason"]) for r in rows if r.get("invalid_reason")})
+    classes = [filter_classes(r, low, reasons) for r in rows]
+    counts: dict[str, int] = defaultdict(int)
+    for names in classes:
+        for name in names.split():
+            counts[name] += 1
+    form, rules = _filters(_filter_options(steps, low, reasons), counts)
+    nav = " ".join(f'<a href="#step-{s}">{s}</a>' for s in steps)
     body = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_e(title)}</title>",
-        f"<style>{CSS}</style></head><body>",
+        f"<style>{CSS}{rules}\n</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         f"<p>{summary} Left edge: green learnable, orange too hard, purple solved; red background: invalid.</p>",
+        form,
         f"<nav>Steps: {nav}</nav>",
     ]
-    for step in sorted(by_step):
+    cards: dict[int, list[str]] = defaultdict(list)
+    for row, names in zip(rows, classes, strict=True):
+        cards[int(row.get("step", 0))].append(render_card(row, low, names))
+    for step in steps:
         body.append(f'<h2 id="step-{step}">Step {step}</h2>')
-        body += [render_card(r, low) for r in by_step[step]]
+        body += cards[step]
     body.append("</body></html>")
     return "\n".join(body) + "\n"
 

@@ -47,6 +47,7 @@ from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.reports.series import load_series
 from pasodoble.reports.tracking import Tracker
 from pasodoble.rollout import HFEngine
+from pasodoble.runs.run_notes import demo_next
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.cache import ensure_sft_models
@@ -366,6 +367,9 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
                 100 * c["sampled_avg"],
             )
     log.info("[demo] done in %.1fs", time.perf_counter() - started)
+    runs = [run_dir / "dualplay"] if after is not None else []
+    tour = "pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour"
+    log.info("%s", demo_next(runs, [(tour, "the tour: 40 online dual-play steps (README)")]))
     return run_dir
 
 

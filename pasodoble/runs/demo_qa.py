@@ -45,6 +45,7 @@ from pasodoble.qa.grading import QAGrader
 from pasodoble.qa.normalize import canonical
 from pasodoble.qa.world import TIERS
 from pasodoble.rollout import HFEngine
+from pasodoble.runs.run_notes import demo_next
 from pasodoble.runs.train import TrainConfig, run_train
 from pasodoble.world.qa_models import QAWarmUp, ensure_qa_models
 
@@ -242,6 +243,9 @@ def run_demo_qa(cfg: QADemoConfig, *, progress: bool = True) -> Path:
     for line in table.splitlines():
         log.info("%s", line)
     log.info("[demo-qa] done in %.0fs (%s)", time.perf_counter() - started, run_dir / "results.md")
+    runs = [run_dir / f"{condition}-seed{seed}" for condition in cfg.conditions for seed in cfg.seeds]
+    more = [("pasodoble train --config recipes/tiny-qa.yaml", "one QA dual-play run of your own")]
+    log.info("%s", demo_next(runs, more))
     return run_dir
 
 

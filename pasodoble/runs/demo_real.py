@@ -50,6 +50,7 @@ from pasodoble.runs.demo import (
     run_dualplay,
     tiers_above_sft,
 )
+from pasodoble.runs.run_notes import demo_next
 from pasodoble.sft import SFTConfig, train_sft
 from pasodoble.world import WorldConfig, build_world
 from pasodoble.world.select import SelectConfig
@@ -337,6 +338,12 @@ def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
     else:
         _report(config, before, next(iter(afters.values()), None), eval_dir)
     log.info("[demo-real] done in %.1f min (%.1f CPU-min)", total / 60, cpu / 60)
+    more = [(f"cat {eval_dir / 'results.md'}", "the per-tier table above, in Markdown")]
+    if config.dualplay.steps > 0:
+        more.append(
+            ("pasodoble train --config recipes/smollm2-135m-online.yaml", "longer dual-play on SmolLM2")
+        )
+    log.info("%s", demo_next([run_dir / name for name, _, _ in runs], more))
     return run_dir
 
 

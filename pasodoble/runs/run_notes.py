@@ -2,8 +2,8 @@
 
 Why: a newcomer should not have to search for the run folder, the trained models or the resume command. `train`
 prints its run directory when it starts and, when it ends, the folders of the trained roles and the next commands
-(plot, inspect, evaluate the trained Solver, train further); `eval`, `sft` and `experiment` print their output
-folders the same way (see their modules).
+(plot, inspect, evaluate the trained Solver, train further); the demos end with the same kind of lines
+(`demo_next`); `eval`, `sft` and `experiment` print their output folders the same way (see their modules).
 
 Ctrl-C in `train`: the first one asks the loop to stop after the step it is in and write a checkpoint there (the
 loop's `stop_requested`); the run then ends with the resume command, and `run_train` raises KeyboardInterrupt
@@ -53,16 +53,21 @@ def eval_command(solver_dir: Path, run_dir: Path, *, tiers: Path | None, solver_
 
 def train_finished(run_dir: Path, *, roles: list[str], tiers: Path | None, solver_template: str) -> str:
     """The closing lines of `pasodoble train`: outputs, trained roles' folders, next commands."""
-    lines = [f"run directory: {run_dir} (config.yaml, metrics.jsonl, samples.jsonl, checkpoints/)"]
     ckpt = latest_checkpoint(run_dir)
+    samples = (run_dir / "samples.jsonl").is_file()  # off (samples_every: null) or not yet due: not promised
+    written = ["config.yaml", "metrics.jsonl", *(["samples.jsonl"] if samples else []), "checkpoints/"]
+    lines = [f"run directory: {run_dir} ({', '.join(written)})"]
     if ckpt is not None:
         for role in roles:
             lines.append(f"trained {role}: {ckpt / role / 'model'} (a Hugging Face model folder)")
     lines += [
         "next:",
         f"  pasodoble plot {_q(run_dir)}       # summary.png and one PNG per metric group, in plots/",
-        f"  pasodoble inspect {_q(run_dir)}    # samples.html: the rollouts, question by question",
     ]
+    if samples:
+        lines.append(
+            f"  pasodoble inspect {_q(run_dir)}    # samples.html: the rollouts, question by question"
+        )
     if ckpt is not None and "solver" in roles:
         lines.append(
             "  "
@@ -70,6 +75,20 @@ def train_finished(run_dir: Path, *, roles: list[str], tiers: Path | None, solve
         )
     lines.append(f"  pasodoble train --resume {_q(run_dir)} schedule.steps=N   # train further, to N steps")
     return "\n".join(lines)
+
+
+def demo_next(runs: list[Path], more: list[tuple[str, str]]) -> str:
+    """The closing lines of a demo: plot and inspect its first dual-play run, then `more` (command, why) pairs."""
+    pairs = []
+    if runs:
+        pairs.append((f"pasodoble plot {_q(runs[0])}", "summary.png and one PNG per metric group, in plots/"))
+        if (runs[0] / "samples.jsonl").is_file():
+            pairs.append(
+                (f"pasodoble inspect {_q(runs[0])}", "samples.html: the rollouts, question by question")
+            )
+    pairs += more
+    width = max((len(command) for command, _ in pairs), default=0)
+    return "\n".join(["next:", *(f"  {command:<{width}}  # {why}" for command, why in pairs)])
 
 
 @contextlib.contextmanager

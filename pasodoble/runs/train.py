@@ -59,6 +59,7 @@ from pasodoble.runs.run_notes import stop_on_interrupt, train_finished
 from pasodoble.scale.collectives import from_env
 from pasodoble.scale.layout import (
     DistributedConfig,
+    Launch,
     check_layout,
     describe,
     generating_roles,
@@ -389,14 +390,23 @@ def _prepare_run_dir(cfg: TrainConfig, collective, resume: bool) -> Path:
     return run_dir
 
 
+def trains_on_gpu(cfg: TrainConfig, launch: Launch) -> bool:
+    """Whether a role of the run sits on a GPU: a GPU is visible and not every role is put on the CPU."""
+    return launch.visible_gpus > 0 and any(role.device != "cpu" for role in (cfg.proposer, cfg.solver))
+
+
 def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = False) -> Path:
     rank0 = collective.rank == 0
     launch = launch_from_env(collective.world_size)
+    on_gpu = trains_on_gpu(cfg, launch)
     cfg.distributed.resolved = check_layout(
         cfg,
         launch,
         model_architectures(cfg),
-        show=(lambda lines: print("\n".join(lines), flush=True)) if rank0 and not cfg.logging.quiet else None,
+        # the per-GPU memory table, where the run has a GPU to fill (`pasodoble layout` prints it anywhere)
+        show=(lambda lines: print("\n".join(lines), flush=True))
+        if rank0 and on_gpu and not cfg.logging.quiet
+        else None,
     )
     if rank0 and not cfg.logging.quiet and collective.world_size > 1:
         print(describe(cfg.distributed.resolved), flush=True)

@@ -41,10 +41,10 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.jsonl import read_jsonl_skipping, warn_skipped
+from pasodoble.progress import progress_bar
 
 IGNORE_INDEX = -100  # label value the HF loss skips
 _SORT_WINDOW = 32  # batches whose examples are sorted by length together
@@ -333,7 +333,8 @@ def train_sft(
     """Fine-tune `model` in place on `examples`; log `<role>/sft/*` rows to `tracker`; return summary metrics.
 
     `stop(step)`, when given, is called after each optimizer step (`step` counts from 1); True ends training there
-    (the tiny world's warm-up stops this way, `world/select.py`).
+    (the tiny world's warm-up stops this way, `world/select.py`); its `rule` attribute, when it has one, is the rule
+    in words, shown on the progress bar and in the line that says where training stopped.
 
     With `eval_examples`, `<role>/sft/eval_loss` is logged before training, every `eval_every` steps and at the end.
     With an `accelerate.Accelerator` of several processes, each process runs its share of every batch (see _Shard).
@@ -372,7 +373,9 @@ def train_sft(
     if held is not None:
         evaluate(0)
     window_loss, first_loss, tokens_total, start = 0.0, None, 0, time.perf_counter()
-    bar = tqdm(range(config.max_steps), desc=f"SFT {role}", disable=not progress, leave=False)
+    rule = getattr(stop, "rule", None)
+    desc = f"SFT {role}" + (f" (at most {config.max_steps} steps; stops early when {rule})" if rule else "")
+    bar = progress_bar(range(config.max_steps), desc=desc, disable=not progress, leave=False)
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
@@ -399,6 +402,12 @@ def train_sft(
         if held is not None and (last or (config.eval_every and (step + 1) % config.eval_every == 0)):
             evaluate(step + 1)
         if stopping:
+            bar.close()
+            if progress:
+                print(
+                    f"SFT {role}: stopped at step {step + 1} of at most {config.max_steps}: {rule or 'stop rule met'}",
+                    file=sys.stderr,
+                )
             break
     model.eval()
     seconds = time.perf_counter() - start

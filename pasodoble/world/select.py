@@ -100,6 +100,15 @@ class NextTierStop:
         self.checks: list[dict] = []
         self.stopped_at: int | None = None
 
+    @property
+    def rule(self) -> str | None:
+        """The rule in words (shown by `train_sft`); None when no check is made."""
+        c = self.config
+        if not c.every:
+            return None
+        reach = f" and {self.next_tier} >= {c.next_tier_acc:.2f}" if self.next_tier else ""
+        return f"SFT tiers >= {c.min_sft_acc:.2f}{reach} greedy, checked every {c.every} steps from {c.start}"
+
     def met(self, scores: dict[str, float]) -> bool:
         sft_ok = all(scores[t] >= self.config.min_sft_acc for t in self.sft_tiers)
         return sft_ok and (self.next_tier is None or scores[self.next_tier] >= self.config.next_tier_acc)

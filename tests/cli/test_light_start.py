@@ -1,0 +1,78 @@
+"""`pasodoble --version`, `--help`, a mistyped command and the errors of commands that need no model answer before
+torch or transformers is imported: the command line imports only the module of the command it was given.
+
+Each case runs the command line in a fresh interpreter with an import hook that records every top-level package
+imported (it changes nothing); no timing is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pasodoble.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers")
+RUN = """
+import json, sys
+seen = set()
+class Record:
+    def find_spec(self, name, path=None, target=None):
+        seen.add(name.split(".")[0])
+        return None
+sys.meta_path.insert(0, Record())
+from pasodoble.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as stop:
+    code = stop.code
+sys.stdout.flush()
+print("\\nIMPORTED " + json.dumps(sorted(seen)))
+sys.exit(code)
+"""
+
+
+def _run(*args: str) -> tuple[int, str, str, list[str]]:
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    text, _, imported = out.stdout.rpartition("\nIMPORTED ")
+    return out.returncode, text, out.stderr, json.loads(imported)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "shows"),
+    [
+        (("--version",), 0, "pasodoble 0.1.0"),
+        (("--help",), 0, "demo-real"),
+        ((), 2, "<command>"),
+        (("trian",), 2, "invalid choice: 'trian'"),
+        (("plot", "no-such-run"), 2, "metrics.jsonl not found"),
+        (("inspect", "no-such-run"), 2, "samples.jsonl not found"),
+        (("plot",), 2, "the following arguments are required: run_dir"),
+        (("config", "show", "--kind", "nope"), 2, "invalid choice: 'nope'"),
+        (("experiment", "recipes/tiny-ablation.yaml", "bogus=1"), 2, "bogus: unknown key"),
+        (("kb", "stats", "no-such.jsonl"), 2, "no-such.jsonl does not exist"),
+        (("verify-answers", "no-such-file.jsonl", "--out", "o.jsonl"), 2, "no-such-file.jsonl"),
+    ],
+)
+def test_answers_before_torch_is_imported(args, code, shows):
+    returncode, stdout, stderr, imported = _run(*args)
+    assert returncode == code, stderr[-2000:]
+    assert shows in stdout + stderr
+    assert not set(HEAVY) & set(imported), f"{args}: imported {set(HEAVY) & set(imported)}"
+    if code == 2 and stderr:
+        assert "Traceback" not in stderr
+
+
+def test_top_level_help_lines_are_the_commands_own():
+    """`COMMANDS` names every command with the help line its module registers (a renamed command or a changed line
+    would leave `pasodoble --help` out of date)."""
+    full = next(a for a in build_parser()._actions if a.dest == "command")
+    registered = {action.dest: action.help for action in full._choices_actions}
+    assert registered == {name: help_line for name, _, help_line in COMMANDS}

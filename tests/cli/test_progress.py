@@ -1,0 +1,97 @@
+"""Progress output: one plain line every few percent where the output is not a terminal, tqdm's redrawn bar on a
+terminal, library bars and notes off, and the SFT bar saying its stop rule and where it stopped."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+
+from pasodoble.progress import LOG_PERCENT, progress_bar, quiet_libraries
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_log_gets_a_line_every_few_percent_and_no_carriage_return():
+    out = io.StringIO()
+    for _ in progress_bar(range(1000), desc="work", file=out):
+        pass
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert "\r" not in text and "\x1b" not in text
+    assert len(lines) <= 100 // LOG_PERCENT + 2
+    assert lines[-1].startswith("work: 100%") and "1000/1000" in lines[-1]
+
+
+def test_a_terminal_gets_tqdms_redrawn_bar():
+    out = _Terminal()
+    for _ in progress_bar(range(50), desc="work", file=out, mininterval=0):
+        pass
+    assert out.getvalue().count("\r") > 10
+
+
+def test_a_disabled_bar_prints_nothing():
+    out = io.StringIO()
+    for _ in progress_bar(range(10), file=out, disable=True):
+        pass
+    assert out.getvalue() == ""
+
+
+def test_quiet_libraries_turns_off_hub_bars_unless_the_user_set_them(monkeypatch):
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.setattr(logging.getLogger("matplotlib"), "level", logging.NOTSET)
+    quiet_libraries()
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    assert logging.getLogger("matplotlib").getEffectiveLevel() == logging.WARNING
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+    quiet_libraries()
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
+
+
+class _StopAt:
+    rule = "the loss is low enough"
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def __call__(self, step: int) -> bool:
+        return step == self.step
+
+
+def test_sft_bar_names_its_stop_rule_and_the_stop(tiny_lm, capsys):
+    from pasodoble.sft.trainer import SFTConfig, train_sft
+
+    model, tokenizer, _ = tiny_lm
+    examples = [{"prompt": "1+1", "completion": "2"}, {"prompt": "2+2", "completion": "4"}] * 4
+    config = SFTConfig(max_steps=10, batch_size=4, warmup_steps=1, log_every=1, num_threads=None)
+    summary = train_sft(model, tokenizer, examples, config, progress=True, role="solver", stop=_StopAt(3))
+    err = capsys.readouterr().err
+    assert summary["solver/sft/steps"] == 3
+    assert "SFT solver (at most 10 steps; stops early when the loss is low enough)" in err
+    assert "SFT solver: stopped at step 3 of at most 10: the loss is low enough" in err
+
+
+def test_the_command_line_turns_transformers_bars_off_before_importing_it():
+    """transformers reads the hub's setting once, at its import: `main` must set it before a command module loads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('HF_HUB_DISABLE_PROGRESS_BARS', None)\n"
+        "from pasodoble.cli import main\n"
+        "try:\n"
+        "    main(['train', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "from transformers.utils import logging\n"
+        "print('transformers' in sys.modules, logging.is_progress_bar_enabled())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True False"
