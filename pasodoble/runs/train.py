@@ -43,6 +43,7 @@ from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
 from pasodoble.domains import get_domain
+from pasodoble.domains.labels import LabelConfig
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
@@ -109,6 +110,7 @@ class TrainConfig:
         default_factory=ScheduleConfig
     )  # online/offline/oracle, steps, checkpoints
     rewards: RewardConfig = field(default_factory=RewardConfig)  # reward names and thresholds
+    labels: LabelConfig = field(default_factory=LabelConfig)  # label check (wrong_label) and injected noise
     prompts: PromptConfig = field(default_factory=PromptConfig)  # both roles' prompt templates
     knowledge: KnowledgeConfig = field(
         default_factory=KnowledgeConfig
@@ -463,6 +465,7 @@ def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, res
             verbose=rank0 and not cfg.logging.quiet,
             decisions_dir=run_dir / "decisions" if cfg.distributed.decisions_log else None,
             domain=domain,
+            labels=cfg.labels,
         )
         if resume:
             at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)
