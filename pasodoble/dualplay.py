@@ -49,6 +49,7 @@ from pasodoble.core.step_metrics import (
     Timer,
     console_line,
     mean,
+    no_answer_fraction,
     proposer_metrics,
     role_update_metrics,
     rollout_totals,
@@ -456,11 +457,11 @@ class DualPlay:
         flat = [c for group in attempts.completions for c in group]
         out = {
             "solver/correct/mean": mean([float(x) for row in attempts.correct for x in row]),
-            "solver/no_answer/fraction": mean([float(not x) for row in attempts.answered for x in row]),
             "solver/completion_len_tokens/mean": mean([len(c.token_ids) for c in flat]),
             # Monte-Carlo entropy estimate: mean negative log-prob of the sampled tokens.
             "solver/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
             **self.domain.metrics(attempts.counters),
+            **no_answer_fraction(attempts.answered),
             **role_update_metrics("solver", stats),
         }
         if stats:

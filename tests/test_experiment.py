@@ -139,6 +139,7 @@ def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
         return {
             "accuracy": {"t3": 0.6, "t4": 0.2},
             "sampled": None,
+            "scores": {"greedy": {"t3/a": 1.0, "t4/b": 0.0}},
             "eval_s": 1.0,
             "eval": eval_settings(cfg),
         }

@@ -9,6 +9,7 @@ with the check off measures its own label noise):
     proposer/label/correct     share of the checkable ones whose label was right
     proposer/label/noised      share of valid proposals whose label the injected noise replaced
     proposer/operands/<n>      share of checkable questions with n int literals (the tiny world's tier mix)
+(a share whose denominator is 0 that step is not logged).
 
 Why: a Proposer that copies a wrong value rewards the Solver for agreeing with it; the paper verifies its cold
 start's labels only. The noise knob draws the curve of gain against label accuracy (docs/EXPERIMENTS.md).
@@ -68,12 +69,14 @@ def label_step(
     operands = Counter(
         n for i in valid if verdicts[i] is not None and (n := operand_count(out[i].question)) is not None
     )
-    metrics = {
-        "proposer/label/checkable": len(checked) / len(valid) if valid else 0.0,
-        "proposer/label/correct": sum(checked) / len(checked) if checked else 0.0,
-        "proposer/label/noised": noised / len(valid) if valid else 0.0,
-        **{f"proposer/operands/{n}": c / max(len(checked), 1) for n, c in sorted(operands.items())},
-    }
+    # A share with nothing to count is left out, not logged as 0, so means over steps stay unbiased.
+    metrics = {}
+    if valid:
+        metrics["proposer/label/checkable"] = len(checked) / len(valid)
+        metrics["proposer/label/noised"] = noised / len(valid)
+    if checked:
+        metrics["proposer/label/correct"] = sum(checked) / len(checked)
+        metrics |= {f"proposer/operands/{n}": c / len(checked) for n, c in sorted(operands.items())}
     if cfg.check:
         for i, verdict in verdicts.items():
             if verdict is False:

@@ -43,7 +43,8 @@ class Interval:
     n: int  # problems (paired), seeds (hierarchical, t)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """JSON-ready: an unbounded end (the t interval of one seed) becomes None."""
+        return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in asdict(self).items()}
 
 
 def _pairs(before: Sequence[float], after: Sequence[float]) -> np.ndarray:
@@ -108,14 +109,18 @@ def seed_t_interval(deltas: Sequence[float]) -> Interval:
 
 
 def verdict(interval: Interval) -> str:
-    """The interval in words: "above the start", "below the start" or "within noise"."""
-    if interval.low > 0:
+    """The interval in words: "above the start", "below the start" or "within noise" (None: unbounded)."""
+    if interval.low is not None and interval.low > 0:
         return "above the start"
-    if interval.high < 0:
+    if interval.high is not None and interval.high < 0:
         return "below the start"
     return "within noise"
 
 
 def points(interval: Interval) -> str:
-    """`+3.5 [+0.4, +6.6]` in points (accuracy x 100)."""
-    return f"{100 * interval.estimate:+.1f} [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+    """`+3.5 [+0.4, +6.6]` in points (accuracy x 100); an unbounded end is written as such."""
+
+    def end(x: float | None) -> str:
+        return "unbounded" if x is None or math.isinf(x) else f"{100 * x:+.1f}"
+
+    return f"{100 * interval.estimate:+.1f} [{end(interval.low)}, {end(interval.high)}]"

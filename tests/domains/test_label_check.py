@@ -122,3 +122,11 @@ def test_label_noise_is_validated():
 
     with pytest.raises(ConfigError):
         LabelConfig(noise=1.5).validate()
+
+
+def test_shares_without_a_denominator_are_left_out():
+    props = [Proposal("Name a prime.", "7", None), Proposal(None, None, "no_problem_tag")]
+    _, metrics = label_step(get_domain("math"), props, LabelConfig(), random.Random(0))
+    assert metrics == {"proposer/label/checkable": 0.0, "proposer/label/noised": 0.0}
+    _, none_valid = label_step(get_domain("math"), props[1:], LabelConfig(), random.Random(0))
+    assert none_valid == {}

@@ -82,3 +82,10 @@ def test_verdicts_in_words():
 def test_unpaired_input_is_refused():
     with pytest.raises(ValueError):
         paired_bootstrap([1, 0], [1])
+
+
+def test_one_seed_t_interval_is_unbounded_in_json_and_words():
+    iv = seed_t_interval([0.05])
+    assert iv.as_dict() == {"estimate": 0.05, "low": None, "high": None, "n": 1}
+    assert points(Interval(**iv.as_dict())) == "+5.0 [unbounded, unbounded]"
+    assert verdict(Interval(**iv.as_dict())) == "within noise"
