@@ -6,7 +6,8 @@ What, for scores per problem (1/0 greedy, or a sampled pass rate) before and aft
     hierarchical_bootstrap(runs)         runs = [(before, after), ...] one per seed: resample seeds, then problems
                                          inside each drawn seed; the interval of the mean change over seeds
     seed_t_interval(deltas)              mean change over seeds +- t(0.975, n-1) * sd / sqrt(n)
-Each returns an `Interval(estimate, low, high, n)`; `verdict(interval)` reads it in words.
+Each returns an `Interval(estimate, low, high, n)`; `verdict(interval)` reads it in words. `scores_by_problem`
+reads an evaluation's samples file into the per-problem scores these take.
 
 Why: at 100 problems a tier one problem is one point, and a single seed's change of a few points is noise; a
 claim needs an interval. The paired bootstrap answers "did this run move on these problems"; the hierarchical one
@@ -21,8 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
+
+from pasodoble.io import read_jsonl
 
 RESAMPLES = 10_000
 LEVEL = 0.95
@@ -124,3 +128,21 @@ def points(interval: Interval) -> str:
         return "unbounded" if x is None or math.isinf(x) else f"{100 * x:+.1f}"
 
     return f"{100 * interval.estimate:+.1f} [{end(interval.low)}, {end(interval.high)}]"
+
+
+def scores_by_problem(samples_path: Path) -> dict[str, float]:
+    """`<source>/<id>` -> mean correctness of its samples (1/0 greedy), from an evaluation's samples.jsonl."""
+    rows: dict[str, list[float]] = {}
+    for row in read_jsonl(samples_path):
+        rows.setdefault(f"{row['source']}/{row['id']}", []).append(float(bool(row["correct"])))
+    return {key: sum(v) / len(v) for key, v in sorted(rows.items())}
+
+
+def paired_by_key(
+    before: dict[str, float], after: dict[str, float], prefix: str = "", seed: int = 0
+) -> Interval:
+    """Paired bootstrap of two runs' `scores_by_problem` on the keys starting with `prefix` (a tier: "t3/")."""
+    keys = sorted(k for k in before if k.startswith(prefix))
+    if keys != sorted(k for k in after if k.startswith(prefix)):
+        raise ValueError(f"the two evaluations hold different problems under {prefix!r}")
+    return paired_bootstrap([before[k] for k in keys], [after[k] for k in keys], seed=seed)

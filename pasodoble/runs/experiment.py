@@ -95,6 +95,8 @@ class ExperimentConfig:
     min_gain: float = 0.04  # success needs at least this change (and the go/no-go the control's seed 0)
     margin: float = 0.03  # non-inferiority margin on guard_tiers
     guard_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers that must not drop
+    cold_start: str | None = None  # a `pasodoble demo-real` run folder: both roles start from its
+    # checkpoints/sft and read its world/corpus.jsonl (a real model); None: the recipe's models (tiny:)
 
     def conditions_table(self) -> dict[str, list[str]]:
         return {**CONDITIONS, **self.arms}
@@ -115,6 +117,13 @@ class ExperimentConfig:
             )
         if self.eval_split not in ("dev", "test"):
             raise ConfigError("eval_split", "use test (reported figures) or dev (tuning)")
+        if self.cold_start is not None:
+            for part in ("checkpoints/sft/config.json", "world/corpus.jsonl"):
+                if not (Path(self.cold_start) / part).is_file():
+                    raise ConfigError(
+                        "cold_start",
+                        f"{self.cold_start} has no {part}; give a `pasodoble demo-real --out DIR` run folder",
+                    )
         for name in ("primary_arm", "control_arm"):
             value = getattr(self, name)
             if value is not None and value not in self.conditions:
@@ -134,7 +143,13 @@ def train_config(cfg: ExperimentConfig, condition: str, seed: int):
     from pasodoble.runs.train import TrainConfig
 
     run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
+    start = []
+    if cfg.cold_start is not None:
+        sft = Path(cfg.cold_start) / "checkpoints" / "sft"
+        corpus = Path(cfg.cold_start) / "world" / "corpus.jsonl"
+        start = [f"proposer.model={sft}", f"solver.model={sft}", f"knowledge.path={corpus}"]
     overrides = [
+        *start,
         *cfg.overrides,
         *cfg.conditions_table()[condition],
         f"seed={seed}",
@@ -174,6 +189,7 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig, samples_dir: 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pasodoble.evals import EvalSettings, evaluate
+    from pasodoble.evals.intervals import scores_by_problem
     from pasodoble.grader import Grader
     from pasodoble.rollout import HFEngine
 
@@ -203,16 +219,8 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig, samples_dir: 
                 engine, tokenizer, problems, settings, grader, samples_path=path, progress=False
             )
             scores[name] = {tier: result["avg@k"] for tier, result in report.per_source.items()}
-            scores["scores"][name] = per_problem(path)
+            scores["scores"][name] = scores_by_problem(path)
     return scores
-
-
-def per_problem(samples_path: Path) -> dict[str, float]:
-    """`<tier>/<id>` -> mean correctness of its samples (1/0 greedy), from an evaluation's samples file."""
-    rows: dict[str, list[float]] = {}
-    for row in read_jsonl(samples_path):
-        rows.setdefault(f"{row['source']}/{row['id']}", []).append(float(bool(row["correct"])))
-    return {key: sum(v) / len(v) for key, v in sorted(rows.items())}
 
 
 def mechanism(run_dir: Path) -> dict[str, float | None]:
@@ -304,6 +312,10 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
             return Path(resolve(train.solver.model, train))
         return latest_checkpoint(run_dir) / "solver" / "model"
 
+    if condition == "sft" and cfg.eval_samples == 0 and seed != cfg.seeds[0]:
+        # greedy only: every seed's start is the same model scored the same way; score it once
+        first = run_one(cfg, condition, cfg.seeds[0])
+        return {**first, "seed": seed}
     result = json.loads(done.read_text()) if done.exists() else None
     # Runs scored before per-problem scores were kept count as stale: the intervals need them.
     stale = result is not None and (result.get("eval") != eval_settings(cfg) or "scores" not in result)

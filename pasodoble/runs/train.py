@@ -261,7 +261,10 @@ def corpus_fact_source(cfg: TrainConfig):
     from pasodoble.world import arith
 
     facts = []
-    for row in read_jsonl(_tiny_models(cfg).world.corpus):
+    corpus = (
+        cfg.knowledge.path or _tiny_models(cfg).world.corpus
+    )  # a real model's run names its world's corpus
+    for row in read_jsonl(corpus):
         if row["text"].startswith("Fact: ") and " = " in row["text"]:
             question = f"What is {row['text'][len('Fact: ') :].rsplit(' = ', 1)[0]}?"
             facts.append((question, str(arith.solve(question))))
