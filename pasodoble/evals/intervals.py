@@ -146,3 +146,20 @@ def paired_by_key(
     if keys != sorted(k for k in after if k.startswith(prefix)):
         raise ValueError(f"the two evaluations hold different problems under {prefix!r}")
     return paired_bootstrap([before[k] for k in keys], [after[k] for k in keys], seed=seed)
+
+
+def change_rows(scores: Sequence[dict[str, float]], labels: Sequence[str]) -> list[str]:
+    """Markdown rows: each run after the first against the first, per source, as `points` with the verdict.
+    A source whose problems differ between the two runs is marked as not paired."""
+    sources = sorted({key.split("/", 1)[0] for key in scores[0]})
+    lines = ["| Change vs " + labels[0] + " | " + " | ".join(sources) + " |", "|---|" + "---|" * len(sources)]
+    for run, label in zip(scores[1:], labels[1:]):
+        cells = []
+        for source in sources:
+            try:
+                iv = paired_by_key(scores[0], run, prefix=f"{source}/")
+                cells.append(f"{points(iv)} {verdict(iv)}")
+            except ValueError:
+                cells.append("not paired (other problems)")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines

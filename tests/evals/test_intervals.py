@@ -89,3 +89,13 @@ def test_one_seed_t_interval_is_unbounded_in_json_and_words():
     assert iv.as_dict() == {"estimate": 0.05, "low": None, "high": None, "n": 1}
     assert points(Interval(**iv.as_dict())) == "+5.0 [unbounded, unbounded]"
     assert verdict(Interval(**iv.as_dict())) == "within noise"
+
+
+def test_change_rows_pair_by_problem_and_mark_unpaired_sources():
+    from pasodoble.evals.intervals import change_rows
+
+    first = {"a/1": 0.0, "a/2": 0.0, "b/1": 1.0}
+    later = {"a/1": 1.0, "a/2": 1.0, "b/9": 1.0}
+    rows = change_rows([first, later], ["base", "tuned"])
+    assert rows[0] == "| Change vs base | a | b |"
+    assert rows[2] == "| tuned | +100.0 [+100.0, +100.0] above the start | not paired (other problems) |"
