@@ -138,14 +138,21 @@ def scores_by_problem(samples_path: Path) -> dict[str, float]:
     return {key: sum(v) / len(v) for key, v in sorted(rows.items())}
 
 
-def paired_by_key(
-    before: dict[str, float], after: dict[str, float], prefix: str = "", seed: int = 0
-) -> Interval:
-    """Paired bootstrap of two runs' `scores_by_problem` on the keys starting with `prefix` (a tier: "t3/")."""
+def paired_scores(
+    before: dict[str, float], after: dict[str, float], prefix: str = ""
+) -> tuple[list[float], list[float]]:
+    """Two runs' `scores_by_problem` on the keys starting with `prefix` (a tier: "t3/"), in one problem order."""
     keys = sorted(k for k in before if k.startswith(prefix))
     if keys != sorted(k for k in after if k.startswith(prefix)):
         raise ValueError(f"the two evaluations hold different problems under {prefix!r}")
-    return paired_bootstrap([before[k] for k in keys], [after[k] for k in keys], seed=seed)
+    return [before[k] for k in keys], [after[k] for k in keys]
+
+
+def paired_by_key(
+    before: dict[str, float], after: dict[str, float], prefix: str = "", seed: int = 0
+) -> Interval:
+    """Paired bootstrap of two runs' `scores_by_problem` on the keys starting with `prefix`."""
+    return paired_bootstrap(*paired_scores(before, after, prefix), seed=seed)
 
 
 def change_rows(scores: Sequence[dict[str, float]], labels: Sequence[str]) -> list[str]:
