@@ -69,3 +69,17 @@ def test_runs_on_different_problems_are_refused():
     results = [run("sft", 0, 40), run("verified", 0, 45, n=90)]
     with pytest.raises(ValueError, match="different problems"):
         summary(ExperimentConfig(conditions=["sft", "verified"], seeds=[0]), results)
+
+
+def test_summary_file_names_folders_not_machine_paths(tmp_path):
+    import json
+
+    from pasodoble.runs.experiment import write_summary
+
+    cfg = config(out_dir=str(tmp_path / "deep" / "label-noise"))
+    write_summary(
+        cfg, [run("sft", 0, 40), run("verified", 0, 45), run("uniform_true", 0, 50)], tmp_path / "s.json"
+    )
+    written = json.loads((tmp_path / "s.json").read_text())
+    assert written["config"]["out_dir"] == "label-noise" and written["config"]["cold_start"] is None
+    assert str(tmp_path) not in (tmp_path / "s.json").read_text()

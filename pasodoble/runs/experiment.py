@@ -501,10 +501,14 @@ def plot_difficulty(cfg: ExperimentConfig, out: Path) -> None:
 def write_summary(cfg: ExperimentConfig, results: list[dict], path: Path) -> dict:
     """summary.json: the config, per-run and pooled changes with intervals, mechanism, verdict (no per-problem
     scores: small enough to commit under docs/results/)."""
-    intervals = {
-        "config": to_dict(cfg),
-        **experiment_summary.summary(cfg, results),
-    }  # without an sft run: no changes to pair
+    config = to_dict(cfg)
+    for key in (
+        "out_dir",
+        "cold_start",
+    ):  # folder names only: the file is committed, a machine's paths are not
+        config[key] = Path(config[key]).name if config[key] else None
+    # without an sft run there are no changes to pair: the summary then holds the arms and no intervals
+    intervals = {"config": config, **experiment_summary.summary(cfg, results)}
     write_json_atomic(path, intervals)
     return intervals
 
