@@ -50,6 +50,9 @@ def test_changes_intervals_and_a_met_verdict():
     assert v["go_no_go"] == {"control_arm": "uniform_true", "seed0_change": pytest.approx(0.06), "go": True}
     assert v["primary_vs_control"]["estimate"] == pytest.approx(0.04)
     assert v["non_inferiority"]["t1"]["met"]  # t1 unchanged
+    assert v["other_tiers"] == {}  # t1 is a guard tier, t3 the primary: nothing else was scored
+    others = summary(config(guard_tiers=[]), results)["verdict"]["other_tiers"]
+    assert list(others) == ["t1"] and others["t1"]["estimate"] == 0.0
     text = summary_markdown(s)
     assert "MET" in text and "+10.0 [" in text and "go." in text
 

@@ -9,7 +9,8 @@ a sampled pass rate), `summary(cfg, results)` computes
     verdict  the pre-registered criteria of docs/EXPERIMENTS.md when the config names a primary arm: the primary
              endpoint (change of `primary_arm` on `primary_tier`, greedy: hierarchical interval above 0, at least
              `min_gain`, every seed positive), the go/no-go of `control_arm` at seed 0 (change >= `min_gain`),
-             primary vs control, non-inferiority on `guard_tiers` (interval's low end above -`margin`)
+             primary vs control, non-inferiority on `guard_tiers` (interval's low end above -`margin`), and
+             the primary arm's change on the other tiers (t4), with no criterion
 `summary_markdown` renders it; the experiment writes both (`summary.json`, `results.md`).
 
 Why here: the experiment module runs things; this one only reads numbers, so it is tested on literal scores.
@@ -161,6 +162,11 @@ def criteria(cfg, by: dict, pooled: dict) -> dict:
         if cell is not None:
             guards[guard] = {"change": cell["hierarchical"], "met": cell["hierarchical"]["low"] > -cfg.margin}
     out["non_inferiority"] = guards
+    # the remaining tiers (t4 in the experiments): reported, no criterion
+    greedy = pooled.get(arm, {}).get("greedy", {})
+    out["other_tiers"] = {
+        t: cell["hierarchical"] for t, cell in greedy.items() if t != tier and t not in cfg.guard_tiers
+    }
     return out
 
 
@@ -229,4 +235,6 @@ def verdict_lines(v: dict) -> str:
         out.append(f"Primary minus control: {_from(v['primary_vs_control'])}.")
     for tier, g in v.get("non_inferiority", {}).items():
         out.append(f"Non-inferiority {tier}: {_from(g['change'])} -> {'met' if g['met'] else 'NOT met'}.")
+    for tier, iv in v.get("other_tiers", {}).items():
+        out.append(f"Change on {tier} (no criterion): {_from(iv)}, {verdict(Interval(**iv))}.")
     return "\n".join(out)
