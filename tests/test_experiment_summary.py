@@ -86,3 +86,16 @@ def test_summary_file_names_folders_not_machine_paths(tmp_path):
     written = json.loads((tmp_path / "s.json").read_text())
     assert written["config"]["out_dir"] == "label-noise" and written["config"]["cold_start"] is None
     assert str(tmp_path) not in (tmp_path / "s.json").read_text()
+
+
+def test_a_condition_may_run_at_fewer_seeds():
+    from pasodoble.errors import ConfigError
+
+    cfg = config(arm_seeds={"uniform_true": [0]})
+    assert cfg.seeds_of("uniform_true") == [0] and cfg.seeds_of("verified") == [0, 1, 2]
+    results = [run("sft", s, 40) for s in range(3)] + [run("verified", s, 45) for s in range(3)]
+    results.append(run("uniform_true", 0, 50))
+    pooled = summary(cfg, results)["pooled"]
+    assert pooled["uniform_true"]["seeds"] == [0] and pooled["verified"]["seeds"] == [0, 1, 2]
+    with pytest.raises(ConfigError):
+        config(arm_seeds={"oracle": [0]}).validate()

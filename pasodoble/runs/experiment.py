@@ -75,6 +75,9 @@ class ExperimentConfig:
         default_factory=lambda: ["sft", "online", "offline", "random_reward", "no_diversity", "oracle"]
     )  # names in CONDITIONS
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # one run per seed and condition
+    arm_seeds: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # a condition's own seeds (a control at fewer)
     steps: int = 30  # updates per run (offline: converted to iterations, see module docstring)
     overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
@@ -101,12 +104,20 @@ class ExperimentConfig:
     def conditions_table(self) -> dict[str, list[str]]:
         return {**CONDITIONS, **self.arms}
 
+    def seeds_of(self, condition: str) -> list[int]:
+        return self.arm_seeds.get(condition, self.seeds)
+
     def validate(self) -> None:
         known = self.conditions_table()
         unknown = [c for c in self.conditions if c not in known]
         if unknown:
             raise ConfigError(
                 "conditions", f"unknown {unknown}; use names from {', '.join(known)} or add arms"
+            )
+        stray = sorted(set(self.arm_seeds) - set(self.conditions))
+        if stray or not all(self.arm_seeds.values()):
+            raise ConfigError(
+                "arm_seeds", f"give non-empty seeds for conditions in the run ({stray or 'empty list'})"
             )
         clash = sorted(set(self.arms) & set(CONDITIONS))
         if clash:
@@ -475,7 +486,7 @@ def plot_difficulty(cfg: ExperimentConfig, out: Path) -> None:
             continue
         rates: dict[int, list[float]] = {}
         shares: dict[int, list[float]] = {}
-        for seed in cfg.seeds:
+        for seed in cfg.seeds_of(condition):
             run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
             if not (run_dir / "metrics.jsonl").exists():
                 continue
@@ -520,7 +531,7 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
     print(f"[experiment] results in {out} (runs under {out / 'runs'}; finished runs are reused)", flush=True)
     started, results = time.perf_counter(), []
     for condition in cfg.conditions:
-        for seed in cfg.seeds:
+        for seed in cfg.seeds_of(condition):
             t0 = time.perf_counter()
             result = run_one(cfg, condition, seed)
             results.append(result)
