@@ -50,11 +50,13 @@ from pasodoble.core.step_metrics import (
     Timer,
     console_line,
     mean,
+    no_answer_fraction,
     proposer_metrics,
     role_update_metrics,
     rollout_totals,
 )
 from pasodoble.domains import Domain, get_domain, read_proposals
+from pasodoble.domains.labels import LabelConfig, label_step
 from pasodoble.errors import ConfigError
 from pasodoble.io import append_jsonl
 from pasodoble.roles.role import Role, Sample
@@ -191,10 +193,12 @@ class DualPlay:
         verbose: bool = True,
         decisions_dir: str | Path | None = None,
         domain: Domain | None = None,
+        labels: LabelConfig | None = None,
     ):
         self.proposer, self.solver, self.grader = proposer, solver, grader
         self.domain = domain if domain is not None else get_domain("math")
         self.schedule, self.rewards, self.prompts = schedule, rewards, prompts
+        self.labels = labels if labels is not None else LabelConfig()
         self.sampler, self.seed, self.tracker = sampler, seed, tracker
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.collective = collective or SingleProcess()
@@ -273,14 +277,17 @@ class DualPlay:
             )
         # Rank 0's gate decides, and only rank 0 runs it: a gate that runs code costs sandbox launches and may judge
         # differently on each rank (a timeout under load).
-        gated = None
+        gated = label_row = None
         if self.collective.rank == 0:
-            gated = read_proposals(
+            read = read_proposals(
                 self.domain,
                 [c.text for group in groups for c in group],
                 [passage for passage, group in zip(passages, groups, strict=True) for _ in group],
             )
+            rng = random.Random(derive_seed(self.seed, s, "labels"))
+            gated, label_row = label_step(self.domain, read, self.labels, rng)  # noise, measure, then check
         proposals = self.collective.broadcast(gated, "proposals after the gate")
+        label_row = self.collective.broadcast(label_row, "label metrics")
         valid_idx = [i for i, p in enumerate(proposals) if p.invalid_reason is None]
         attempts = self.solve(
             [proposals[i].question for i in valid_idx], [proposals[i].answer for i in valid_idx], s, timer
@@ -314,6 +321,7 @@ class DualPlay:
                     for q in decision["learnable"]
                 )
         row = self._online_metrics(groups, proposals, rates, diversity, decision, attempts, updates, timer)
+        row.update(label_row)
         texts = [c.text for group in groups for c in group]
         self._dump_samples(
             s, passages, proposals, texts, rates, diversity, decision["proposer_rewards"], attempts, valid_idx
@@ -454,6 +462,7 @@ class DualPlay:
             # Monte-Carlo entropy estimate: mean negative log-prob of the sampled tokens.
             "solver/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
             **self.domain.metrics(attempts.counters),
+            **no_answer_fraction(attempts.answered),
             **role_update_metrics("solver", stats),
         }
         if stats:
@@ -480,6 +489,8 @@ class DualPlay:
             ),
             "proposer/entropy/mean": mean([-lp for c in flat for lp in c.logprobs]),
             "proposer/learnable/count": float(len(decision["learnable"])),
+            # 1 when some advantage is non-zero: the Proposer's update has a gradient (mean over steps: the share)
+            "proposer/advantage/nonzero": float(any(a != 0 for a in decision["proposer_advantages"])),
             **role_update_metrics("proposer", updates.get("proposer")),
             **self._solver_metrics(attempts, updates.get("solver")),
             "buffer/size": float(len(self.state.buffer)),

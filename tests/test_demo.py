@@ -18,6 +18,7 @@ from pasodoble.runs.demo import (
     changes,
     register,
     run_demo,
+    verdict_line,
 )
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
@@ -81,11 +82,25 @@ def test_recipe_spells_out_the_defaults():
     assert load_config(DemoConfig, recipe) == DemoConfig()
 
 
-def test_change_table_signs():
-    def summary(greedy, sampled):
-        return {"per_tier": {"t3": {"greedy_acc": greedy, "sampled_avg": sampled, "in_band": 0.5, "n": 10}}}
+def test_change_table_signs_intervals_and_verdict():
+    def summary(right, sampled):
+        return {
+            "per_tier": {"t3": {"greedy_acc": right / 10, "sampled_avg": sampled, "in_band": 0.5, "n": 10}},
+            "scores": {
+                "greedy": {f"t3/{i}": float(i < right) for i in range(10)},
+                "sampled": {f"t3/{i}": sampled for i in range(10)},
+            },
+        }
 
-    before, after = summary(0.5, 0.4), summary(0.6, 0.3)
-    assert changes(before, after)["t3"]["greedy_acc"] == pytest.approx(0.1)
+    before, after = summary(5, 0.4), summary(6, 0.3)
+    change = changes(before, after)["t3"]
+    assert change["greedy_acc"] == pytest.approx(0.1)
     row = change_table(before, after, ["t3"]).splitlines()[-1]
-    assert row.startswith("| t3 (above SFT) | 10 | 50.0 | 60.0 | +10.0 | 40.0 | 30.0 | -10.0 |")
+    # one problem of ten gained: resampled means are k/10 with k ~ Binomial(10, 0.1), whose 2.5% and 97.5%
+    # quantiles are 0 and 3; the sampled change is -0.1 on every problem
+    assert row.startswith(
+        "| t3 (above SFT) | 10 | 50.0 | 60.0 | +10.0 [+0.0, +30.0] | 40.0 | 30.0 | -10.0 [-10.0, -10.0] |"
+    )
+    line = verdict_line("t3", change)
+    assert "greedy +10.0 [+0.0, +30.0] points, within noise" in line
+    assert "sampled -10.0 [-10.0, -10.0] points, below the start" in line

@@ -197,3 +197,22 @@ def test_schedule_validation_names_the_field():
         ScheduleConfig(mode="both").validate()
     with pytest.raises(ConfigError, match="buffer_max_size"):
         ScheduleConfig(buffer_eviction="fifo").validate()
+
+
+WRONG_LABEL_PROPOSALS = [*PROPOSALS[:3], "<problem>What is 4+4?</problem><answer>\\boxed{9}</answer>"]
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_label_accuracy_is_measured_before_the_check_and_the_check_rejects_wrong_labels(tmp_path, check):
+    from pasodoble.domains.labels import LabelConfig
+
+    loop = make_loop(tmp_path, labels=LabelConfig(check=check))
+    loop.proposer.engine.script = lambda prompt, j: WRONG_LABEL_PROPOSALS[j % 4]
+    row = loop.online_step()
+    # three valid proposals, all checkable; 1+1=2 and 3+3=6 right, 4+4=9 wrong: measured with the check on or off
+    assert row["proposer/label/checkable"] == 1.0
+    assert row["proposer/label/correct"] == pytest.approx(2 / 3)
+    assert row["proposer/operands/2"] == 1.0
+    assert row["proposer/valid/fraction"] == (0.5 if check else 0.75)
+    assert row.get("proposer/invalid/wrong_label") == (1.0 if check else None)
+    assert row["proposer/advantage/nonzero"] == 1.0 and row["solver/no_answer/fraction"] == 0.0

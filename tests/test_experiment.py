@@ -139,6 +139,7 @@ def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
         return {
             "accuracy": {"t3": 0.6, "t4": 0.2},
             "sampled": None,
+            "scores": {"greedy": {"t3/a": 1.0, "t4/b": 0.0}},
             "eval_s": 1.0,
             "eval": eval_settings(cfg),
         }
@@ -210,6 +211,12 @@ def test_tiny_experiment_end_to_end(tmp_path):
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert all(set(run["sampled"]) == {"t1", "t2", "t3", "t4"} for run in runs)
     assert (out / "difficulty.png").read_bytes()[:4] == b"\x89PNG"
+    intervals = json.loads((out / "summary.json").read_text())
+    assert intervals["arms"] == ["online", "oracle"] and intervals["n_per_tier"] == {
+        f"t{i}": 2 for i in range(1, 5)
+    }
+    assert {r["metric"] for r in intervals["runs"]} == {"greedy", "sampled"}
+    assert "Changes with intervals" in (out / "results.md").read_text()
     # A larger evaluation later re-scores the final weights; the training (its metrics) is not redone.
     metrics = (out / "runs" / "online-s0" / "metrics.jsonl").read_bytes()
     cfg.eval_limit = 3

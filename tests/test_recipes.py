@@ -53,6 +53,10 @@ def test_recipe_validates(path, monkeypatch, tmp_path):
     if isinstance(cfg, ExperimentConfig):  # every run's TrainConfig (overrides included) validates too
         from pasodoble.runs.experiment import train_config
 
+        if Path(cfg.recipe).name in NEEDS_CORPUS:  # a real model's experiment: cold_start names the corpus
+            (tmp_path / "corpus.jsonl").write_text('{"text": "Fact: 22 + 6 = 28."}\n')
+            cfg.overrides.append(f"knowledge.path={tmp_path / 'corpus.jsonl'}")
+
         for condition in cfg.conditions:
             train_config(cfg, condition, cfg.seeds[0]).validate()
     if isinstance(cfg, TrainConfig):

@@ -71,6 +71,12 @@ def proposer_metrics(
     return out
 
 
+def no_answer_fraction(answered: Sequence[Sequence[bool]]) -> dict[str, float]:
+    """`solver/no_answer/fraction`: the Solver's answers with nothing to extract (absent when none were made)."""
+    flat = [a for row in answered for a in row]
+    return {"solver/no_answer/fraction": mean([float(not a) for a in flat])} if flat else {}
+
+
 def grader_metrics(counters: dict[str, int]) -> dict[str, float]:
     """Grader counters: deterministic ones under grader/, cache-dependent ones under proc/grader/."""
     out = {}

@@ -4,7 +4,9 @@ What: a domain supplies the corpus reader (its passages carry `.text`), both rol
 a staged validity gate (each rejection a reason from `invalid_reasons`, counted in `proposer/invalid/<reason>`),
 answer extraction, a checker (`grade(golds, responses)` -> verdicts + counters; it never raises, is bounded in
 time, and runs anything it executes outside the trainer process), a diversity key, its metrics and the names of
-its evaluation sets. `read_proposals` runs parse then gate, stage by stage, on a step's completions.
+its evaluation sets. A domain may also define `check_label(question, answer) -> bool | None` (the label is
+right / wrong / cannot be checked); `domains/labels.py` uses it where present (math: integer arithmetic).
+`read_proposals` runs parse then gate, stage by stage, on a step's completions.
 
 Why: the loop (`pasodoble.dualplay`) holds the method; what a question, an answer and a correct answer are belongs to
 the domain, so a new domain is a new module here, never an `if domain ==` in the loop. docs/DOMAINS.md says how.

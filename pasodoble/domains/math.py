@@ -4,7 +4,8 @@ Every piece is the project's existing math code: passages from `core/knowledge.p
 `<problem>`/`<answer>`/`\\boxed{}` parser from `core/prompts.py` (the gate's stages are its `boxed_in_question`
 and `answer_leaked` checks, in that order), answers read by `grader/extract.py`, the checker is the math-verify
 `Grader` with its killable worker pool (`grader/pool.py`: each check bounded in CPU time, outside the trainer
-process), diversity over the question's token ids, the grader's counters as `grader/...` metrics, and the paper's
+process), diversity over the question's token ids, labels of integer arithmetic questions checked by
+`domains/label_check.py` (`check_label`; the loop rejects a wrong one only with `labels.check` on), the grader's counters as `grader/...` metrics, and the paper's
 six benchmarks as evaluation sets. tests/domains/test_math.py holds it equal to those functions.
 """
 
@@ -15,6 +16,8 @@ from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import Proposal
 from pasodoble.core.step_metrics import grader_metrics
 from pasodoble.domains.base import GateStage
+from pasodoble.domains.label_check import label_verdict
+from pasodoble.domains.labels import WRONG_LABEL
 from pasodoble.grader.extract import extract_answer
 
 # The paper's six test sets, its AVG columns (`pasodoble.evals.benchmarks` defines how each is read).
@@ -27,7 +30,7 @@ def _stage(reason_of):
 
 class MathDomain:
     name = "math"
-    invalid_reasons = prompts.INVALID_REASONS
+    invalid_reasons = (*prompts.INVALID_REASONS, WRONG_LABEL)  # wrong_label: only with labels.check on
     gate = (
         GateStage("no box in the question", _stage(prompts.box_in_question_reason)),
         GateStage("answer not in the question", _stage(prompts.leak_reason)),
@@ -45,6 +48,10 @@ class MathDomain:
 
     def parse(self, text: str) -> Proposal:
         return prompts.parse_tags(text)
+
+    def check_label(self, question: str, answer: str) -> bool | None:
+        """Whether the label is the value of an integer arithmetic question (None: not such a question)."""
+        return label_verdict(question, answer)
 
     def extract_answer(self, text: str) -> str | None:
         return extract_answer(text)[0]

@@ -465,6 +465,15 @@ def run_eval_table(args: argparse.Namespace) -> int:
     for result, label in zip(results, unique_labels(results, args.run_dirs)):
         result["label"] = label
     table = merge_tables(results, args.metric)
+    samples = [Path(d) / "samples.jsonl" for d in args.run_dirs]
+    if len(results) > 1 and all(p.is_file() for p in samples):
+        from pasodoble.evals.intervals import change_rows, scores_by_problem
+
+        rows = change_rows([scores_by_problem(p) for p in samples], [r["label"] for r in results])
+        table += (
+            "\n\nChange in points over the first run, per problem paired (mean correctness of its samples), "
+            "95% bootstrap interval over problems (10,000 resamples):\n\n" + "\n".join(rows)
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table + "\n", encoding="utf-8")

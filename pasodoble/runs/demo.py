@@ -40,6 +40,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble.config import load_config, save_config
 from pasodoble.errors import ConfigError
 from pasodoble.evals import EvalSettings, Problem, evaluate
+from pasodoble.evals.intervals import Interval, paired_by_key, points, scores_by_problem, verdict
 from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
 from pasodoble.grader import Grader, GraderConfig
@@ -192,6 +193,8 @@ def evaluate_solver(
             write_run_outputs(out_dir / name, results[name])
     band = band_shares(out_dir / "sampled" / "samples.jsonl")
     summary = {
+        # per problem, so a change can be given a paired interval (`changes`)
+        "scores": {name: scores_by_problem(out_dir / name / "samples.jsonl") for name in runs},
         "model": str(model_dir),
         "band": list(BAND),
         "per_tier": {
@@ -257,30 +260,46 @@ def tiers_above_sft(world: WorldConfig) -> list[str]:
 
 
 def change_table(before: dict, after: dict, above: list[str]) -> str:
-    """Markdown: per tier, the SFT start and the dual-play Solver, greedy and sampled, with the change in points."""
+    """Markdown: per tier, the SFT start and the dual-play Solver, greedy and sampled, with the change in points
+    and its paired bootstrap 95% interval over the tier's problems."""
     lines = [
-        "| Tier | n | Greedy SFT | Greedy after | change | Sampled SFT | Sampled after | change "
+        "| Tier | n | Greedy SFT | Greedy after | change [95%] | Sampled SFT | Sampled after | change [95%] "
         "| In band SFT | In band after |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    delta = changes(before, after)
     for tier, b in before["per_tier"].items():
-        a = after["per_tier"][tier]
-        g, s = 100 * (a["greedy_acc"] - b["greedy_acc"]), 100 * (a["sampled_avg"] - b["sampled_avg"])
+        a, c = after["per_tier"][tier], delta[tier]
         mark = " (above SFT)" if tier in above else ""
         lines.append(
-            f"| {tier}{mark} | {int(b['n'])} | {100 * b['greedy_acc']:.1f} | {100 * a['greedy_acc']:.1f} | {g:+.1f} "
-            f"| {100 * b['sampled_avg']:.1f} | {100 * a['sampled_avg']:.1f} | {s:+.1f} "
+            f"| {tier}{mark} | {int(b['n'])} | {100 * b['greedy_acc']:.1f} | {100 * a['greedy_acc']:.1f} "
+            f"| {points(Interval(**c['greedy_interval']))} | {100 * b['sampled_avg']:.1f} "
+            f"| {100 * a['sampled_avg']:.1f} | {points(Interval(**c['sampled_interval']))} "
             f"| {100 * b['in_band']:.0f}% | {100 * a['in_band']:.0f}% |"
         )
     return "\n".join(lines)
 
 
-def changes(before: dict, after: dict) -> dict[str, dict[str, float]]:
-    """Per tier: after minus before, greedy and sampled, as fractions."""
-    return {
-        tier: {key: after["per_tier"][tier][key] - b[key] for key in ("greedy_acc", "sampled_avg", "in_band")}
-        for tier, b in before["per_tier"].items()
-    }
+def changes(before: dict, after: dict) -> dict[str, dict]:
+    """Per tier: after minus before, greedy and sampled, as fractions, with paired bootstrap intervals."""
+    out = {}
+    for tier, b in before["per_tier"].items():
+        out[tier] = {
+            key: after["per_tier"][tier][key] - b[key] for key in ("greedy_acc", "sampled_avg", "in_band")
+        }
+        for name in ("greedy", "sampled"):
+            iv = paired_by_key(before["scores"][name], after["scores"][name], prefix=f"{tier}/")
+            out[tier][f"{name}_interval"] = iv.as_dict()
+    return out
+
+
+def verdict_line(tier: str, change: dict) -> str:
+    """`t3 (above the SFT data): greedy +1.0 [-5.0, +7.0] points, within noise; sampled ...`."""
+    parts = []
+    for name in ("greedy", "sampled"):
+        iv = Interval(**change[f"{name}_interval"])
+        parts.append(f"{name} {points(iv)} points, {verdict(iv)}")
+    return f"[demo] {tier} (above the SFT data) over the SFT start, 95% paired bootstrap: " + "; ".join(parts)
 
 
 def _log_eval(tracker: Tracker, summary: dict, prefix: str, step: int) -> None:
@@ -359,13 +378,7 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
         log.info("%s", line)
     if after is not None:
         for tier in above:
-            c = summary["change"][tier]
-            log.info(
-                "[demo] %s (above the SFT data): greedy %+.1f, sampled %+.1f points over the SFT start",
-                tier,
-                100 * c["greedy_acc"],
-                100 * c["sampled_avg"],
-            )
+            log.info("%s", verdict_line(tier, summary["change"][tier]))
     log.info("[demo] done in %.1fs", time.perf_counter() - started)
     runs = [run_dir / "dualplay"] if after is not None else []
     tour = "pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour"

@@ -38,6 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
 from pasodoble.errors import ConfigError
+from pasodoble.evals.intervals import hierarchical_bootstrap, paired_scores, points, seed_t_interval
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.reports.tracking import Tracker
@@ -401,10 +402,32 @@ def seeds_table(
     return "\n".join(lines)
 
 
+def pooled_table(before: dict, afters: dict[str, dict], runs: list[tuple[str, str, int]]) -> str:
+    """Markdown: per condition and tier, the mean change over seeds (points) with its hierarchical bootstrap 95%
+    interval (seeds, then problems) and its seed-level t interval, greedy and sampled."""
+    lines = [
+        "| Condition | Tier | Greedy change [hierarchical] | t interval | Sampled change [hierarchical] | t interval |",
+        "|---|---|---|---|---|---|",
+    ]
+    for condition in dict.fromkeys(c for _, c, _ in runs):
+        names = [name for name, c, _ in runs if c == condition]
+        for tier in before["per_tier"]:
+            cells = []
+            for metric in ("greedy", "sampled"):
+                pairs = [
+                    paired_scores(before["scores"][metric], afters[n]["scores"][metric], f"{tier}/")
+                    for n in names
+                ]
+                deltas = [statistics.fmean(a) - statistics.fmean(b) for b, a in pairs]
+                cells += [points(hierarchical_bootstrap(pairs)), points(seed_t_interval(deltas))]
+            lines.append(f"| {condition} | {tier} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _report_seeds(config: RealDemoConfig, before: dict, afters: dict[str, dict], eval_dir: Path) -> None:
     """Writes eval/results.{json,md} for several dual-play runs (seeds and conditions) and logs the table."""
     above, runs = tiers_above_sft(config.world), config.runs()
-    table = seeds_table(before, afters, runs, above)
+    table = seeds_table(before, afters, runs, above) + "\n\n" + pooled_table(before, afters, runs)
     summary = {
         "sft": before,
         "runs": {name: {"condition": c, "seed": s, "eval": afters[name]} for name, c, s in runs},

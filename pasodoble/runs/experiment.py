@@ -10,6 +10,16 @@ Solver on the world's held-out tiers twice: greedily, and with the paper's proto
     no_diversity   online without the diversity gate and term (ablation)
     no_knowledge   online, Proposer prompted without a passage (ablation; not in the default list)
     oracle         Solver-only GRPO on true-answer questions (the supervised upper bound)
+    verified       online with the label check on (`labels.check`: a wrong label is rejected): arm A
+    uniform_true   Solver-only GRPO on the corpus's facts drawn uniformly, true answers (`oracle.source=corpus`):
+                   arm B, the positive control (can the assay see learning; does an adaptive Proposer beat it?)
+    frozen_proposer  verified with the Proposer not trained: arm C
+A recipe may name more conditions under `arms:` (name -> overrides), e.g. the label-noise curve's noise levels.
+With `eval_seed` set, every run is scored on fresh evaluation sets of `eval_sizes` problems a tier drawn by that
+seed from the `eval_split` side (`world/eval_split.py`: disjoint from the corpus, the SFT data and the dev split),
+and `summary.json` holds each run's change over the start with a paired bootstrap interval, the pooled changes
+with hierarchical bootstrap and seed-level t intervals, the mechanism metrics and the pre-registered verdict
+(`runs/experiment_summary.py`).
 Reported (`OUT/results.md`, `OUT/results.json`), for each metric: accuracy per tier (mean and std over seeds), the
 mean on the tiers above the SFT data, its gain over SFT, the share of the oracle's gain that each condition
 recovers, and the Proposer's label accuracy, overall and on questions of three or more operands (its answers
@@ -38,6 +48,7 @@ from pathlib import Path
 from pasodoble.config import load_config, save_config, to_dict
 from pasodoble.errors import ConfigError
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
+from pasodoble.runs import experiment_summary
 
 CONDITIONS = {
     "sft": [],
@@ -47,6 +58,9 @@ CONDITIONS = {
     "no_diversity": ["schedule.mode=online", "rewards.use_diversity=false"],
     "no_knowledge": ["schedule.mode=online", "schedule.no_knowledge=true"],
     "oracle": ["schedule.mode=oracle"],
+    "verified": ["schedule.mode=online", "labels.check=true"],
+    "uniform_true": ["schedule.mode=oracle", "oracle.source=corpus"],
+    "frozen_proposer": ["schedule.mode=online", "labels.check=true", "proposer.trainable=false"],
 }
 
 
@@ -61,6 +75,9 @@ class ExperimentConfig:
         default_factory=lambda: ["sft", "online", "offline", "random_reward", "no_diversity", "oracle"]
     )  # names in CONDITIONS
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # one run per seed and condition
+    arm_seeds: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # a condition's own seeds (a control at fewer)
     steps: int = 30  # updates per run (offline: converted to iterations, see module docstring)
     overrides: list[str] = field(default_factory=list)  # dotted overrides for every run's TrainConfig
     sft_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers of the SFT data
@@ -68,11 +85,60 @@ class ExperimentConfig:
     eval_max_new_tokens: int = 96  # completion budget of both evaluations
     eval_samples: int = 6  # sampled evaluation: samples per problem (the paper: 6; 0 = greedy only)
     eval_temperature: float = 0.6  # sampled evaluation: temperature (the paper: 0.6)
+    arms: dict[str, list[str]] = field(default_factory=dict)  # more conditions: name -> train overrides
+    eval_seed: int | None = None  # draws the evaluation sets (world/eval_split.py); None: the world's tiers
+    eval_sizes: dict[str, int | None] = field(
+        default_factory=dict
+    )  # with eval_seed: tier -> problems (None: all)
+    eval_split: str = "test"  # with eval_seed: "test" for reported figures, "dev" for tuning
+    resamples: int = 10_000  # bootstrap resamples of every interval
+    primary_arm: str | None = None  # pre-registered primary arm (None: no verdict in summary.json)
+    control_arm: str | None = None  # positive control: go/no-go at seed 0 and primary vs control
+    primary_tier: str = "t3"  # tier of the primary endpoint (greedy change over the start)
+    min_gain: float = 0.04  # success needs at least this change (and the go/no-go the control's seed 0)
+    margin: float = 0.03  # non-inferiority margin on guard_tiers
+    guard_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers that must not drop
+    cold_start: str | None = None  # a `pasodoble demo-real` run folder: both roles start from its
+    # checkpoints/sft and read its world/corpus.jsonl (a real model); None: the recipe's models (tiny:)
+
+    def conditions_table(self) -> dict[str, list[str]]:
+        return {**CONDITIONS, **self.arms}
+
+    def seeds_of(self, condition: str) -> list[int]:
+        return self.arm_seeds.get(condition, self.seeds)
 
     def validate(self) -> None:
-        unknown = [c for c in self.conditions if c not in CONDITIONS]
+        known = self.conditions_table()
+        unknown = [c for c in self.conditions if c not in known]
         if unknown:
-            raise ConfigError("conditions", f"unknown {unknown}; use names from {', '.join(CONDITIONS)}")
+            raise ConfigError(
+                "conditions", f"unknown {unknown}; use names from {', '.join(known)} or add arms"
+            )
+        stray = sorted(set(self.arm_seeds) - set(self.conditions))
+        if stray or not all(self.arm_seeds.values()):
+            raise ConfigError(
+                "arm_seeds", f"give non-empty seeds for conditions in the run ({stray or 'empty list'})"
+            )
+        clash = sorted(set(self.arms) & set(CONDITIONS))
+        if clash:
+            raise ConfigError("arms", f"{clash} are built-in conditions; give the arm another name")
+        if self.eval_seed is not None and not self.eval_sizes:
+            raise ConfigError(
+                "eval_sizes", "eval_seed needs per-tier sizes, e.g. {t1: 200, t2: null, t3: 800}"
+            )
+        if self.eval_split not in ("dev", "test"):
+            raise ConfigError("eval_split", "use test (reported figures) or dev (tuning)")
+        if self.cold_start is not None:
+            for part in ("checkpoints/sft/config.json", "world/corpus.jsonl"):
+                if not (Path(self.cold_start) / part).is_file():
+                    raise ConfigError(
+                        "cold_start",
+                        f"{self.cold_start} has no {part}; give a `pasodoble demo-real --out DIR` run folder",
+                    )
+        for name in ("primary_arm", "control_arm"):
+            value = getattr(self, name)
+            if value is not None and value not in self.conditions:
+                raise ConfigError(name, f"{value!r} is not in conditions {self.conditions}")
         if not self.seeds:
             raise ConfigError("seeds", "give at least one seed, e.g. [0, 1, 2]")
         if self.steps < 1:
@@ -88,9 +154,15 @@ def train_config(cfg: ExperimentConfig, condition: str, seed: int):
     from pasodoble.runs.train import TrainConfig
 
     run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
+    start = []
+    if cfg.cold_start is not None:
+        sft = Path(cfg.cold_start) / "checkpoints" / "sft"
+        corpus = Path(cfg.cold_start) / "world" / "corpus.jsonl"
+        start = [f"proposer.model={sft}", f"solver.model={sft}", f"knowledge.path={corpus}"]
     overrides = [
+        *start,
         *cfg.overrides,
-        *CONDITIONS[condition],
+        *cfg.conditions_table()[condition],
         f"seed={seed}",
         f"run_dir={run_dir}",
         "schedule.samples_every=1",
@@ -107,26 +179,39 @@ def train_config(cfg: ExperimentConfig, condition: str, seed: int):
     return train
 
 
-def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, dict[str, float]]:
+def evaluation_problems(train, cfg: ExperimentConfig) -> list:
+    """The problems every run is scored on: fresh sets by `eval_seed`, else the world's held-out tiers."""
+    if cfg.eval_seed is not None:
+        from pasodoble.world.eval_split import evaluation_problems as drawn
+
+        return drawn(cfg.eval_sizes, cfg.eval_seed, cfg.eval_split)
+    from pasodoble.world.tiers import held_out_problems
+
+    # Straight from the split, so the limit may pass the world's tier_size (its tiers.jsonl is the start of this).
+    return held_out_problems(train.world.seed, cfg.eval_limit or train.world.tier_size)
+
+
+def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig, samples_dir: Path) -> dict:
     """Accuracy per held-out tier of the Solver in `model_dir` (prompted with the training template).
 
-    Returns `{"greedy": {tier: acc}, "sampled": {tier: avg@k}}` ("sampled" only when `cfg.eval_samples` > 0).
+    Returns `{"greedy": {tier: acc}, "sampled": {tier: avg@k}, "scores": {metric: {"<tier>/<id>": score}}}`
+    ("sampled" only when `cfg.eval_samples` > 0); the answers go to `samples_dir/<metric>.jsonl`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pasodoble.evals import EvalSettings, evaluate
+    from pasodoble.evals.intervals import scores_by_problem
     from pasodoble.grader import Grader
     from pasodoble.rollout import HFEngine
-    from pasodoble.world.tiers import held_out_problems
 
-    # Straight from the split, so the limit may pass the world's tier_size (its tiers.jsonl is the start of this).
-    problems = held_out_problems(train.world.seed, cfg.eval_limit or train.world.tier_size)
+    problems = evaluation_problems(train, cfg)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
     protocols = {"greedy": (1, 0.0)}
     if cfg.eval_samples > 0:
         protocols["sampled"] = (cfg.eval_samples, cfg.eval_temperature)
-    scores = {}
+    scores: dict = {"scores": {}}
+    samples_dir.mkdir(parents=True, exist_ok=True)
     with Grader(train.grader) as grader:
         for name, (samples, temperature) in protocols.items():
             settings = EvalSettings(
@@ -139,9 +224,27 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, 
                 max_prompt_length=train.solver.max_prompt_length,
                 chunk_size=max(1, 256 // samples),
             )
-            report = evaluate(engine, tokenizer, problems, settings, grader, progress=False)
+            path = samples_dir / f"{name}.jsonl"
+            path.unlink(missing_ok=True)  # answers of other weights or settings must not be resumed
+            report = evaluate(
+                engine, tokenizer, problems, settings, grader, samples_path=path, progress=False
+            )
             scores[name] = {tier: result["avg@k"] for tier, result in report.per_source.items()}
+            scores["scores"][name] = scores_by_problem(path)
     return scores
+
+
+def mechanism(run_dir: Path) -> dict[str, float | None]:
+    """Means over a run's steps of the mechanism metrics (`experiment_summary.MECHANISM`), from metrics.jsonl."""
+    from pasodoble.runs.experiment_summary import MECHANISM
+
+    path = run_dir / "metrics.jsonl"
+    rows = [r for r in read_jsonl(path) if "phase" in r] if path.exists() else []
+    out = {}
+    for name, key in MECHANISM.items():
+        values = [r[key] for r in rows if key in r]
+        out[name] = statistics.mean(values) if values else None
+    return out
 
 
 def operand_count(question: str) -> int:
@@ -179,7 +282,9 @@ def proposer_stats(run_dir: Path) -> dict:
 
 def eval_settings(cfg: ExperimentConfig) -> dict:
     """What a run's scores depend on besides its weights; stored in eval.json to tell when they must be redone."""
+    drawn = {"eval_seed": cfg.eval_seed, "sizes": cfg.eval_sizes, "split": cfg.eval_split}
     return {
+        **(drawn if cfg.eval_seed is not None else {}),  # absent for the world's tiers, as before these keys
         "limit": cfg.eval_limit,
         "samples": cfg.eval_samples,
         "temperature": cfg.eval_temperature,
@@ -190,10 +295,11 @@ def eval_settings(cfg: ExperimentConfig) -> dict:
 def _scores(train, model_dir: Path, cfg: ExperimentConfig) -> dict:
     """The evaluation part of a run's eval.json."""
     start = time.perf_counter()
-    scores = evaluate_solver(train, model_dir, cfg)
+    scores = evaluate_solver(train, model_dir, cfg, Path(train.run_dir) / "eval")
     return {
         "accuracy": scores["greedy"],
         "sampled": scores.get("sampled"),
+        "scores": scores["scores"],
         "eval_s": time.perf_counter() - start,
         "eval": eval_settings(cfg),
     }
@@ -217,16 +323,21 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
             return Path(resolve(train.solver.model, train))
         return latest_checkpoint(run_dir) / "solver" / "model"
 
+    if condition == "sft" and cfg.eval_samples == 0 and seed != cfg.seeds[0]:
+        # greedy only: every seed's start is the same model scored the same way; score it once
+        first = run_one(cfg, condition, cfg.seeds[0])
+        return {**first, "seed": seed}
     result = json.loads(done.read_text()) if done.exists() else None
-    stale = result is not None and result.get("eval") != eval_settings(cfg)
+    # Runs scored before per-problem scores were kept count as stale: the intervals need them.
+    stale = result is not None and (result.get("eval") != eval_settings(cfg) or "scores" not in result)
     if stale and condition != "sft" and latest_checkpoint(run_dir) is None:
         result = None  # nothing left to evaluate again: train again
     if result is not None:
         if stale:
             result.update(_scores(train, solver_dir(), cfg))
-        missing_stats = condition != "sft" and "label_accuracy_3plus" not in result  # from before that column
+        missing_stats = condition != "sft" and "mechanism" not in result  # from before these columns
         if missing_stats:
-            result.update(proposer_stats(run_dir))
+            result.update(proposer_stats(run_dir), mechanism=mechanism(run_dir))
         if stale or missing_stats:
             write_json_atomic(done, result)  # once: later loads read it back
         return result
@@ -246,6 +357,7 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
         "steps": 0 if condition == "sft" else train.schedule.steps,
         **_scores(train, solver_dir(), cfg),
         **proposer_stats(run_dir),
+        "mechanism": mechanism(run_dir),
     }
     write_json_atomic(done, result)
     return result
@@ -374,7 +486,7 @@ def plot_difficulty(cfg: ExperimentConfig, out: Path) -> None:
             continue
         rates: dict[int, list[float]] = {}
         shares: dict[int, list[float]] = {}
-        for seed in cfg.seeds:
+        for seed in cfg.seeds_of(condition):
             run_dir = Path(cfg.out_dir) / "runs" / f"{condition}-s{seed}"
             if not (run_dir / "metrics.jsonl").exists():
                 continue
@@ -397,6 +509,21 @@ def plot_difficulty(cfg: ExperimentConfig, out: Path) -> None:
     plt.close(fig)
 
 
+def write_summary(cfg: ExperimentConfig, results: list[dict], path: Path) -> dict:
+    """summary.json: the config, per-run and pooled changes with intervals, mechanism, verdict (no per-problem
+    scores: small enough to commit under docs/results/)."""
+    config = to_dict(cfg)
+    for key in (
+        "out_dir",
+        "cold_start",
+    ):  # folder names only: the file is committed, a machine's paths are not
+        config[key] = Path(config[key]).name if config[key] else None
+    # without an sft run there are no changes to pair: the summary then holds the arms and no intervals
+    intervals = {"config": config, **experiment_summary.summary(cfg, results)}
+    write_json_atomic(path, intervals)
+    return intervals
+
+
 def run_experiment(cfg: ExperimentConfig) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -404,7 +531,7 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
     print(f"[experiment] results in {out} (runs under {out / 'runs'}; finished runs are reused)", flush=True)
     started, results = time.perf_counter(), []
     for condition in cfg.conditions:
-        for seed in cfg.seeds:
+        for seed in cfg.seeds_of(condition):
             t0 = time.perf_counter()
             result = run_one(cfg, condition, seed)
             results.append(result)
@@ -421,8 +548,14 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
         out / "results.json",
         {"config": to_dict(cfg), "summary": summaries["accuracy"], "summaries": summaries, "runs": results},
     )
+    intervals = write_summary(cfg, results, out / "summary.json")
     plot_difficulty(cfg, out / "difficulty.png")
-    write_text_atomic(out / "results.md", results_markdown(cfg, summaries, time.perf_counter() - started))
+    write_text_atomic(
+        out / "results.md",
+        results_markdown(cfg, summaries, time.perf_counter() - started)
+        + "\n## Changes with intervals\n\n"
+        + experiment_summary.summary_markdown(intervals),
+    )
     print((out / "results.md").read_text(), flush=True)
     print(
         f"[experiment] wrote {out / 'results.md'}, results.json and difficulty.png; each run's folder is "

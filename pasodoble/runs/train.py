@@ -43,6 +43,7 @@ from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
 from pasodoble.domains import get_domain
+from pasodoble.domains.labels import LabelConfig
 from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
@@ -81,7 +82,14 @@ TINY_TIERS = "tiny:tiers"  # eval.problems_file value: the tiny world's held-out
 class OracleConfig:
     tiers: list[str] = field(
         default_factory=lambda: ["t1", "t2", "t3", "t4"]
-    )  # tiny-world tiers to draw from
+    )  # tiny-world tiers to draw from (source: generate)
+    source: str = (
+        "generate"  # "generate": fresh training-side questions of `tiers`; "corpus": the world's facts
+    )
+
+    def validate(self) -> None:
+        if self.source not in ("generate", "corpus"):
+            raise ConfigError("oracle.source", f"unknown {self.source!r}; use generate or corpus")
 
 
 @dataclass
@@ -110,6 +118,7 @@ class TrainConfig:
         default_factory=ScheduleConfig
     )  # online/offline/oracle, steps, checkpoints
     rewards: RewardConfig = field(default_factory=RewardConfig)  # reward names and thresholds
+    labels: LabelConfig = field(default_factory=LabelConfig)  # label check (wrong_label) and injected noise
     prompts: PromptConfig = field(default_factory=PromptConfig)  # both roles' prompt templates
     knowledge: KnowledgeConfig = field(
         default_factory=KnowledgeConfig
@@ -246,10 +255,36 @@ def build_evaluator(cfg: TrainConfig, grader) -> SolverEvaluator | None:
     return SolverEvaluator(problems, settings, grader, metric=ev.metric, samples_dir=ev.samples_dir)
 
 
+def corpus_fact_source(cfg: TrainConfig):
+    """The world's worked passages (`Fact: 38 + 47 * 6 = 320.`) as questions with true answers, drawn uniformly:
+    plain RL on the facts the Proposer reads (the experiment's positive control)."""
+    from pasodoble.io import read_jsonl
+    from pasodoble.world import arith
+
+    facts = []
+    corpus = (
+        cfg.knowledge.path or _tiny_models(cfg).world.corpus
+    )  # a real model's run names its world's corpus
+    for row in read_jsonl(corpus):
+        if row["text"].startswith("Fact: ") and " = " in row["text"]:
+            question = f"What is {row['text'][len('Fact: ') :].rsplit(' = ', 1)[0]}?"
+            facts.append((question, str(arith.solve(question))))
+    if not facts:
+        raise ConfigError("oracle.source", "corpus needs a world of worked passages (world.passages=worked)")
+
+    def source(step: int, n: int) -> list[tuple[str, str]]:
+        rng = random.Random(derive_seed(cfg.seed, step, "corpus_facts"))
+        return [rng.choice(facts) for _ in range(n)]
+
+    return source
+
+
 def oracle_source(cfg: TrainConfig):
     """Tiny-world questions with true answers, a pure function of (seed, step)."""
     from pasodoble.world import problems
 
+    if cfg.oracle.source == "corpus":
+        return corpus_fact_source(cfg)
     tiers = cfg.oracle.tiers
 
     def source(step: int, n: int) -> list[tuple[str, str]]:
@@ -474,6 +509,7 @@ def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, res
             verbose=rank0 and not cfg.logging.quiet,
             decisions_dir=run_dir / "decisions" if cfg.distributed.decisions_log else None,
             domain=domain,
+            labels=cfg.labels,
         )
         if resume:
             at = prepare_resume(run_dir, loop, sampler, strict=strict_resume)

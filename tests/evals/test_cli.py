@@ -258,10 +258,12 @@ def test_eval_table_never_prints_two_rows_with_one_label(tiny_lm, own_set, tmp_p
         assert main(_eval_args(tiny_lm[2], own_set, tmp_path / name, "--label", "same")) == 0
     capsys.readouterr()
     assert main(["eval-table", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "a")]) == 0
-    rows = [
-        line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| ")
-    ]
+    scores, changes = capsys.readouterr().out.split("\n\n", 1)
+    rows = [line.split("|")[1].strip() for line in scores.splitlines() if line.startswith("| ")]
     assert rows[1:] == ["same (a) #1", "same (b)", "same (a) #2"]
+    # the same model and settings twice: every problem's score is unchanged, so the paired change is exactly 0
+    change = [line for line in changes.splitlines() if line.startswith("| same (b)")]
+    assert change and "+0.0 [+0.0, +0.0] within noise" in change[0]
 
 
 def test_default_labels_tell_checkpoints_apart():

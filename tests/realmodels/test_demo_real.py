@@ -112,3 +112,19 @@ def test_quick_demo_real_runs_every_phase(smol_dir, tmp_path, caplog):
     for tier in TIERS:
         assert f"| {tier}" in table
     assert "| t4 (above SFT) |" in caplog.text and "[demo-real] done in" in caplog.text
+
+
+def test_pooled_table_gives_the_change_over_seeds_with_both_intervals():
+    from pasodoble.runs.demo_real import pooled_table
+
+    def result(right: int) -> dict:
+        scores = {f"t1/{i}": float(i < right) for i in range(10)}
+        return {"per_tier": {"t1": {}}, "scores": {"greedy": scores, "sampled": scores}}
+
+    runs = [("dualplay-seed0", "dualplay", 0), ("dualplay-seed1", "dualplay", 1)]
+    lines = pooled_table(
+        result(5), {"dualplay-seed0": result(6), "dualplay-seed1": result(8)}, runs
+    ).splitlines()
+    # changes +10 and +30 points: mean +20; t(1) = 12.706, sd = 14.14, half-width 12.706 * 14.14 / sqrt(2) = 127.1
+    assert lines[2].startswith("| dualplay | t1 | +20.0 [")
+    assert "| +20.0 [-107.1, +147.1] |" in lines[2]
