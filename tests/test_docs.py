@@ -160,18 +160,18 @@ COMMANDS: dict[str, Run | Skip] = {
     "--config recipes/qwen3-1.7b-online.yaml": Skip("8 GPUs and Qwen3-1.7B-Base from the Hub"),
     "accelerate launch --multi_gpu --num_processes 2 --main_process_port 0 -m pasodoble train "
     "--config recipes/tiny-online.yaml": Skip(
-        "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
+        "a 2-process launch; tests/scale/test_train_distributed.py (marker distributed) runs it with few steps"
     ),
     # docs/ROLLOUTS.md, the GPU check through the sharding backends
     "python bench/gpu_check.py --backend fsdp2 --engine hf --steps 2": Skip(
-        "a GPU; tests/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
+        "a GPU; tests/bench/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
     ),
     "torchrun --standalone --nproc_per_node 8 bench/gpu_check.py --backend ddp": Skip("8 GPUs"),
     # docs/SCALE.md
     "accelerate launch --config_file recipes/accelerate/8gpu-dedicated.yaml -m pasodoble train --config "
     "recipes/qwen3-1.7b-online.yaml knowledge.path=/data/megamath distributed.rollout=dedicated "
     "distributed.vllm_gpus=2 proposer.engine=vllm_server solver.engine=vllm_server": Skip(
-        "8 GPUs, vLLM and Qwen3-1.7B-Base from the Hub; tests/test_recipes.py resolves this layout"
+        "8 GPUs, vLLM and Qwen3-1.7B-Base from the Hub; tests/runs/test_recipes.py resolves this layout"
     ),
     "torchrun --standalone --nproc_per_node 2 -m pasodoble train --config recipes/tiny-online.yaml "
     "world.model.head_dim=32 distributed.rollout=dedicated proposer.engine=vllm_server "
@@ -180,7 +180,7 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80 "
     "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(
-        "needs the model's config.json; tests/test_layout.py runs `pasodoble layout` on a written one"
+        "needs the model's config.json; tests/runs/test_layout.py runs `pasodoble layout` on a written one"
     ),
     # README.md and docs/ROLLOUTS.md, evaluation engines and ranks
     "torchrun --standalone --nproc_per_node 8 -m pasodoble eval --model M --benchmarks paper --engine vllm "
@@ -200,7 +200,7 @@ COMMANDS: dict[str, Run | Skip] = {
         add="schedule.steps=1 schedule.passages_per_step=1 run_dir=runs/lora"
     ),
     "pasodoble export runs/train-... --merge --out out/exported": Skip(
-        "a placeholder run name; tests/test_adapters.py runs export --merge on a trained LoRA run"
+        "a placeholder run name; tests/roles/test_adapters.py runs export --merge on a trained LoRA run"
     ),
     "pasodoble serve --model out/sft": Skip(
         "needs the vLLM venv; tests/rollout/test_vllm_server.py (vllm) starts one"
@@ -214,7 +214,7 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "pasodoble train --config RECIPE roles.shared_base=true proposer.lora.rank=16 solver.lora.rank=16 "
     "proposer.engine=vllm solver.engine=vllm": Skip(
-        "needs the vLLM venv; tests/test_vllm_runs.py (vllm, slow) runs the shared base on one vLLM engine"
+        "needs the vLLM venv; tests/runs/test_vllm_runs.py (vllm, slow) runs the shared base on one vLLM engine"
     ),
     "CUDA_VISIBLE_DEVICES=1 pasodoble serve --model out/sft --port 8000 --dtype bfloat16 --max-model-len 7424 "
     "--gpu-memory-utilization 0.9 [--adapters 2 --max-lora-rank 16]": Skip(
@@ -355,7 +355,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "--out runs/demo-qa-random_reward": Skip("the measured control of docs/QA.md; see the entry above"),
     "pasodoble demo-qa --config recipes/tiny-qa-grounded.yaml seeds=[0,1,2] conditions=[dualplay] "
     "--out runs/qa-grounded-dualplay": Skip(
-        "the measured grounded-Proposer run of docs/QA.md (minutes per seed); tests/test_demo_qa.py and "
+        "the measured grounded-Proposer run of docs/QA.md (minutes per seed); tests/runs/test_demo_qa.py and "
         "tests/world/test_qa_models.py test its pieces"
     ),
     "pasodoble demo-qa --config recipes/tiny-qa-grounded.yaml seeds=[0,1,2] conditions=[random_reward] "

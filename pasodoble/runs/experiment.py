@@ -115,9 +115,9 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig) -> dict[str, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pasodoble.evals import EvalSettings, evaluate
+    from pasodoble.evals.tiers import held_out_problems
     from pasodoble.grader import Grader
     from pasodoble.rollout import HFEngine
-    from pasodoble.world.tiers import held_out_problems
 
     # Straight from the split, so the limit may pass the world's tier_size (its tiers.jsonl is the start of this).
     problems = held_out_problems(train.world.seed, cfg.eval_limit or train.world.tier_size)
