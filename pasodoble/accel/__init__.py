@@ -39,7 +39,7 @@ from pasodoble.accel.cpu_matmul import use_cpu_matmul
 from pasodoble.accel.settings import AccelConfig
 from pasodoble.update import fast_paths
 
-__all__ = ["AccelConfig", "apply", "configure", "release_freed", "status", "with_cpu_matmul"]
+__all__ = ["AccelConfig", "apply", "configure", "release_freed", "status"]
 
 _COMPILED = (
     decode_kernel,
@@ -61,23 +61,21 @@ def configure(cfg: AccelConfig | None) -> dict[str, str]:
     return modes
 
 
-def with_cpu_matmul(choice: str | None) -> AccelConfig | None:
-    """The process's settings with `cpu_matmul` set to `choice` (a role's deprecated `cpu_matmul`); None when
-    `choice` is None (the process's settings as they are)."""
-    if choice is None:
-        return None
-    return dataclasses.replace(settings.current(), cpu_matmul=choice)
-
-
-def apply(model: torch.nn.Module, cfg: AccelConfig | None = None) -> dict[str, int]:
+def apply(
+    model: torch.nn.Module, cfg: AccelConfig | None = None, *, cpu_matmul: str | None = None
+) -> dict[str, int]:
     """Turns `model` onto the fast paths that are on (`cfg`, when given, becomes the process's settings first);
-    returns how many modules each turned. The attention interface is always installed: the update's packed and
-    shared-prompt layouts read it (it takes SDPA where the kernel is off)."""
+    returns how many modules each turned. `cpu_matmul`: a role's own choice (its deprecated `cpu_matmul`), for this
+    model only (`PASODOBLE_ACCEL=off` still wins). The attention interface is always installed: the update's packed
+    and shared-prompt layouts read it (it takes SDPA where the kernel is off)."""
     if cfg is not None:
         configure(cfg)
+    own = None if cpu_matmul is None else dataclasses.replace(settings.current(), cpu_matmul=cpu_matmul)
     return {
         "grouped_attention": int(grouped_attention.use_grouped_attention(model)),
-        "cpu_matmul": use_cpu_matmul(model, settings.mode("cpu_matmul")),
+        "cpu_matmul": use_cpu_matmul(
+            model, settings.resolve(own)["cpu_matmul"] if own else settings.mode("cpu_matmul")
+        ),
         "fused_layers": fused_layers.use_fused_layers(model),
         "fused_blocks": fused_block.use_fused_blocks(model),
     }

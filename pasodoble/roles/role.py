@@ -389,7 +389,7 @@ class Role:
         dtype = precision.weights_dtype(cfg.dtype, cfg.trainable)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         model = model.to(resolve_device(cfg.device))
-        accel.apply(model, accel.with_cpu_matmul(cfg.cpu_matmul))
+        accel.apply(model, cpu_matmul=cfg.cpu_matmul)
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:

@@ -51,7 +51,7 @@ def build_shared_roles(
         tokenizer.pad_token = tokenizer.eos_token
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[proposer_cfg.dtype])
     base = base.to(resolve_device(proposer_cfg.device))
-    accel.apply(base, accel.with_cpu_matmul(proposer_cfg.cpu_matmul))
+    accel.apply(base, cpu_matmul=proposer_cfg.cpu_matmul)
     proposer_view = wrap_lora(base, "proposer", proposer_cfg.lora)
     solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
     models = {"proposer": proposer_view, "solver": solver_view}

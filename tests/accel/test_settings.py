@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pasodoble import accel
-from pasodoble.accel import settings
+from pasodoble.accel import cpu_matmul, settings
 from pasodoble.accel.settings import AccelConfig, resolve
 from pasodoble.config import from_dict, validate_tree
 from pasodoble.errors import ConfigError
@@ -87,3 +88,12 @@ def test_the_door_turns_a_model_and_reports_what_it_turned(tmp_path, accel_switc
     assert accel.apply(other) == {**turned, "cpu_matmul": 0, "fused_blocks": 0}
     assert "blocks off (accel.fused_blocks)" in accel.status(threads=1)
     assert accel.status(threads=2) == "decode off (2 torch threads), attention off, layers off, blocks off"
+
+
+@pytest.mark.skipif(not cpu_matmul.available(), reason="this torch build has no oneDNN linear")
+def test_a_models_own_cpu_matmul_is_its_alone_and_the_override_still_wins(accel_switch, monkeypatch):
+    accel_switch()
+    assert accel.apply(torch.nn.Sequential(torch.nn.Linear(8, 4)), cpu_matmul="onednn")["cpu_matmul"] == 1
+    assert settings.current() == AccelConfig()  # the process's settings are as they were
+    monkeypatch.setenv("PASODOBLE_ACCEL", "off")
+    assert accel.apply(torch.nn.Sequential(torch.nn.Linear(8, 4)), cpu_matmul="onednn")["cpu_matmul"] == 0
