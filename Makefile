@@ -16,7 +16,7 @@ TORCH_PIP = $(if $(TORCH_INDEX_URL),"$(TORCH)+$(notdir $(TORCH_INDEX_URL))" --ex
 	--retries 1,"$(TORCH)")
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
+.PHONY: install demo test test-accel test-all test-slow test-distributed deepspeed-env lint format clean vllm-env test-vllm test-vllm-all \
 	ci-fresh test-reversed allocator-env real-env fetch-real test-real test-real-all fetch-code sandbox-env demo-real \
 	bench-env bench bench-quick bench-gpu
 
@@ -36,6 +36,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The CPU fast paths' and the benchmarks' tests alone (both also run in `make test`).
+test-accel: install
+	$(BIN)/python -m pytest -q -m "accel or bench" $(PYTEST_ARGS)
 
 # Everything, slow end-to-end runs included (not vllm/gpu/distributed, which need extra installs or hardware).
 test-all: install

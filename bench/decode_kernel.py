@@ -5,12 +5,12 @@ What: for each round, the project's GRPO step (`bench/vs_trl_sides.py`'s project
 and `--seed` twice, each a fresh process pinned to one core with one thread and started on the allocator the
 `pasodoble` command picks (`pasodoble.allocator`): once with the `--kernel` on (built on first use) and once with it
 off, the first of a round taking turns. `--kernel decode` (default) is the shared-prompt decode attention
-(`core/decode_kernel.py`, off: `PASODOBLE_DECODE_KERNEL=off`, the tensor path); `--kernel attention` is the
-several-token attention of the update and of prefills (`core/train_attention.py`, off:
-`PASODOBLE_TRAIN_ATTENTION=off`, SDPA); `--kernel layers` is the RMSNorm, the rotary embedding and the MLP's SiLU
-gate, forward and backward (`core/fused_layers.py`, off: `PASODOBLE_FUSED_LAYERS=off`, transformers' torch code);
-`--kernel narrow` is the products of the narrow linear layers (`core/narrow_matmul.py`, off:
-`PASODOBLE_NARROW_MATMUL=off`, torch's BLAS).
+(`accel/decode_kernel.py`, off: `accel.decode_kernel=off`, the tensor path); `--kernel attention` is the
+several-token attention of the update and of prefills (`accel/train_attention.py`, off:
+`accel.train_attention=off`, SDPA); `--kernel layers` is the RMSNorm, the rotary embedding and the MLP's SiLU
+gate, forward and backward (`accel/fused_layers.py`, off: `accel.fused_layers=off`, transformers' torch code);
+`--kernel narrow` is the products of the narrow linear layers (`accel/narrow_matmul.py`, off:
+`accel.narrow_matmul=off`, torch's BLAS).
 It prints the medians over rounds of each arm's generation, update and step CPU-seconds, completion tokens and peak
 resident memory, and the off arm's generation, update and step time over the kernel's, paired round by round. The
 two arms draw the same samples when the kernel's rounding moves no draw; the table shows both token counts. Writes `results.json` and `report.md` under --out.
@@ -52,30 +52,30 @@ from pasodoble.errors import UserError  # noqa: E402
 from pasodoble.io import write_json_atomic  # noqa: E402
 
 ARMS = ("kernel", "off")
-# --kernel: (its switch, its key in the project side's settings, what the kernel arm runs, what the off arm runs)
+# --kernel: (its config key, its key in the project side's settings, what the kernel arm runs, what the off arm runs)
 KERNELS = {
     "decode": (
-        "PASODOBLE_DECODE_KERNEL",
+        "accel.decode_kernel",
         "decode_kernel",
-        "core/decode_kernel.py serves the shared-prompt decode steps",
-        "core/prefix_attention.py's tensor operations",
+        "accel/decode_kernel.py serves the shared-prompt decode steps",
+        "update/prefix_attention.py's tensor operations",
     ),
     "attention": (
-        "PASODOBLE_TRAIN_ATTENTION",
+        "accel.train_attention",
         "train_attention",
-        "core/train_attention.py serves the update's attention and the prefills",
+        "accel/train_attention.py serves the update's attention and the prefills",
         "torch's SDPA",
     ),
     "narrow": (
-        "PASODOBLE_NARROW_MATMUL",
+        "accel.narrow_matmul",
         "narrow_matmul",
-        "core/narrow_matmul.py serves the products of the linear layers cpu_matmul turned onto it",
+        "accel/narrow_matmul.py serves the products of the linear layers cpu_matmul turned onto it",
         "torch's BLAS (MKL)",
     ),
     "layers": (
-        "PASODOBLE_FUSED_LAYERS",
+        "accel.fused_layers",
         "fused_layers",
-        "core/fused_layers.py serves the RMSNorms, the rotary embeddings and the MLPs' SiLU gates",
+        "accel/fused_layers.py serves the RMSNorms, the rotary embeddings and the MLPs' SiLU gates",
         "transformers' own torch operators",
     ),
 }
@@ -89,10 +89,14 @@ COLUMNS = (
 )
 
 
-def child(spec: Path, result: Path) -> None:
-    """One arm's step in this process (pinned by the parent, its arm in the environment); its record to `result`."""
+def child(spec: Path, result: Path, off: str | None) -> None:
+    """One arm's step in this process (pinned by the parent); its record to `result`. `off`: the fast path this
+    arm turns off (an `accel` key), None for the kernel arm."""
     from vs_trl_sides import run_project
 
+    from pasodoble import accel
+
+    accel.configure(accel.AccelConfig(**({off: "off"} if off else {})))
     write_json_atomic(result, run_project(json.loads(spec.read_text())))
 
 
@@ -102,7 +106,8 @@ def run_arm(arm: str, kernel: str, spec: Path, result: Path, cpu: int) -> dict:
     cmd = ["taskset", "-c", str(cpu), sys.executable, __file__, "--child", "--spec", str(spec)]
     cmd += ["--result", str(result)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env[switch] = "on" if arm == "kernel" else "off"
+    if arm == "off":
+        cmd += ["--off", switch.removeprefix("accel.")]
     env = (
         allocator.launch_env(os.environ.get("PASODOBLE_ALLOCATOR", "auto"), env) or env
     )  # as the command starts
@@ -161,6 +166,9 @@ def parse_args(argv: list[str] | None):
         "--kernel", choices=sorted(KERNELS), default="decode", help="which kernel to switch (default: decode)"
     )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--off", default=None, help=argparse.SUPPRESS
+    )  # the child's arm: the accel key it turns off
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.child:
-        child(args.spec, args.result)
+        child(args.spec, args.result, args.off)
         return 0
     from vs_trl import write_spec
 

@@ -5,7 +5,7 @@ SmolLM2-135M-Instruct from the package cache) with the Role's attention (`use_gr
 `--prompts` chat prompts x `--samples` rows, and for each round times three arms from the same seed and the same
 shared-prompt prefill, each leading in turn: the engine's own loop (`rollout.decode_loop`, ended rows leaving the
 step) over a cache with each prompt's columns copied per row ("own"), the same loop reading each prompt's columns
-once for its rows (`core.prefix_attention`, "shared": what the engine runs), and `generate` (every row decoded until
+once for its rows (`update.prefix_attention`, "shared": what the engine runs), and `generate` (every row decoded until
 the last one ends). It prints CPU-seconds per call (median and every round), tokens made, the decode row-steps of
 each arm, and the ratios generate / own and own / shared. Peak RSS is the process's (the arms share it).
 
@@ -71,11 +71,11 @@ def row_steps(model) -> list[int]:
 def measure(args) -> dict:
     import torch
 
-    from pasodoble.core.prefix_attention import SharedPrefix
-    from pasodoble.core.shared_prefix import gather_cache
-    from pasodoble.roles.grouped_attention import use_grouped_attention
+    from pasodoble.accel.grouped_attention import use_grouped_attention
     from pasodoble.rollout import HFEngine, SamplingParams
     from pasodoble.rollout.hf import InverseCdfSampler
+    from pasodoble.update.prefix_attention import SharedPrefix
+    from pasodoble.update.shared_prefix import gather_cache
 
     torch.set_num_threads(1)
     model, tokenizer, texts = load(args.model, Path(args.out))

@@ -24,11 +24,11 @@ import torch
 from gpu_check import build_model_dir, sync
 from transformers import AutoModelForCausalLM
 
-from pasodoble.core import precision
 from pasodoble.core.grpo import group_advantages
 from pasodoble.roles.role import Role, RoleConfig, Sample, collate
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import CPU_HEAD_SIZES, VLLMConfig, vllm_available
+from pasodoble.update import precision
 
 HOST_SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::item")
 

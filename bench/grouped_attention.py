@@ -1,4 +1,4 @@
-"""The update with grouped-query SDPA (`roles.grouped_attention`) against transformers' stock SDPA, paired.
+"""The update with grouped-query SDPA (`accel.grouped_attention`) against transformers' stock SDPA, paired.
 
 What: one process pinned to one core with one thread loads the model twice as a Role (`tiny`: the vs_trl anchor;
 `smollm2`: SmolLM2-135M-Instruct from the package cache), one switched back to stock SDPA, builds `--prompts` chat

@@ -5,7 +5,7 @@ What: for each round, the project's GRPO step (`bench/vs_trl_sides.py`'s project
 and `--seed`, once in each arm, each arm a fresh process pinned to one core with one thread, the first arm of a
 round taking turns:
 
-- `trim`: as shipped: the Role calls `core.host_memory.release_freed` at the end of each phase;
+- `trim`: as shipped: the Role calls `accel.host_memory.release_freed` at the end of each phase;
 - `keep`: the same with `release_freed` replaced by a no-op (the Role before the trim);
 - `mmap256k`: as shipped, with `MALLOC_MMAP_THRESHOLD_=262144` in the environment (glibc then maps every block of
   256 KB or more on its own, and gives it back when it is freed);
@@ -79,7 +79,7 @@ def child(arm: str, spec: Path, result: Path) -> None:
     """One arm's step in this process (pinned by the parent); its record to `result`."""
     from vs_trl_sides import run_project
 
-    from pasodoble.core import host_memory
+    from pasodoble.accel import host_memory
 
     shipped, calls = host_memory.release_freed, []
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from vs_trl import write_spec
 
-    from pasodoble.core.host_memory import MIN_FREE_BYTES
+    from pasodoble.accel.host_memory import MIN_FREE_BYTES
 
     args.out.mkdir(parents=True, exist_ok=True)
     work = argparse.Namespace(out=args.out, warmup_steps=1, project_set=[], device="cpu", dtype="float32")

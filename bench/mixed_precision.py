@@ -76,7 +76,7 @@ def main() -> int:
 
             model = str(save_tiny(Path(tmp) / "tiny"))
         else:
-            from pasodoble.world.cache import resolve_model
+            from pasodoble.sft.tiny import resolve_model
 
             model = resolve_model(model)
         for lr in args.lr:

@@ -3,7 +3,7 @@
 What: `op_profile(fn, top)` runs `fn()` under torch.profiler (CPU) and returns the `top` operators by self CPU
 time, each with its calls, self CPU-seconds, share of all operator time and, for the matrix products
 (`MATMUL_OPS`: torch's BLAS `aten::mm` / `addmm` / `bmm`, oneDNN's `mkldnn::_linear_pointwise`, which
-`core.cpu_matmul` runs, and the project's narrow kernel, `core.narrow_matmul`, whose calls name their sizes), the FLOP
+`accel.cpu_matmul` runs, and the project's narrow kernel, `accel.narrow_matmul`, whose calls name their sizes), the FLOP
 rate they ran at, counted from their operand shapes (`product_flops`) in a second call that records them; with it, `product_summary` of the call: the products' FLOPs, CPU-seconds and share of the
 operator time. `profile_table(rows)` and `summary_line(summary, peak)` print them; `matmul_peak()` measures the
 peak they are read against, from `kernel_rates` (each kernel's rate; `bench/vs_trl_sides.py --side peak` records
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 
-NARROW = "pasodoble::narrow_mm"  # core.narrow_matmul's events, "NARROW(m,k,n)" a call
+NARROW = "pasodoble::narrow_mm"  # accel.narrow_matmul's events, "NARROW(m,k,n)" a call
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise", NARROW)
 
 
@@ -133,11 +133,11 @@ def summary_line(summary: dict, peak: float | None = None) -> str:
 
 def kernel_rates(dtype: str = "float32", seconds: float = 1.0, size: int = 1024, trials: int = 3) -> dict:
     """Best of `trials` rates (FLOPs per CPU-second) of a `size` x `size` product in `dtype`, per kernel: torch's
-    BLAS (`torch.mm`) and, in float32, oneDNN (`core.cpu_matmul.mm`) where this build has it and the project's narrow
-    kernel (`core.narrow_matmul.nn`) on one thread where it builds. The caller sets the thread count."""
+    BLAS (`torch.mm`) and, in float32, oneDNN (`accel.cpu_matmul.mm`) where this build has it and the project's narrow
+    kernel (`accel.narrow_matmul.nn`) on one thread where it builds. The caller sets the thread count."""
     import torch
 
-    from pasodoble.core import cpu_matmul, narrow_matmul
+    from pasodoble.accel import cpu_matmul, narrow_matmul
 
     a = torch.randn(size, size, dtype=getattr(torch, dtype))
     b = torch.randn(size, size, dtype=getattr(torch, dtype))

@@ -12,8 +12,8 @@ reads the largest cache the core sees (the cold operands total four times it).
 Why: the update's products ran at 0.78-0.81 of the matmul peak on the tiny anchor (`bench/op_profile.py`), where
 one 1024 x 1024 product reaches the peak by definition; this splits the shortfall into what the shapes themselves
 reach (alone, in cache) and what the call's order costs them (where the operands were when the product ran).
-Only `aten.mm` is timed: oneDNN's linear layers (`core.cpu_matmul`, SmolLM2's wide ones) and the project's narrow
-kernel (`core.narrow_matmul`, the tiny anchor's layers on a Zen 4 core) are not seen here; `bench/update_layout.py`
+Only `aten.mm` is timed: oneDNN's linear layers (`accel.cpu_matmul`, SmolLM2's wide ones) and the project's narrow
+kernel (`accel.narrow_matmul`, the tiny anchor's layers on a Zen 4 core) are not seen here; `bench/update_layout.py`
 runs it with the narrow kernel off.
 
 Run: `python bench/update_layout.py --model tiny --product-rates 12` prints the table for one update.

@@ -95,9 +95,9 @@ def run_side(side: str, spec: dict) -> dict:
     if side == "hf":
         from transformers import AutoModelForCausalLM
 
-        from pasodoble.core.cpu_matmul import use_cpu_matmul
-        from pasodoble.core.fused_layers import use_fused_layers
-        from pasodoble.roles.grouped_attention import use_grouped_attention
+        from pasodoble.accel.cpu_matmul import use_cpu_matmul
+        from pasodoble.accel.fused_layers import use_fused_layers
+        from pasodoble.accel.grouped_attention import use_grouped_attention
         from pasodoble.rollout import HFEngine
 
         model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)

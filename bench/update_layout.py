@@ -5,22 +5,22 @@ What: one process pinned to one core with one thread loads the model as a Role (
 chat questions x `--samples`, up to `--new-tokens`, seed 0: real lengths, as `bench/vs_trl.py` makes them), and
 for each round times one `Role.update` on those samples in each arm, the first arm of a round taking turns:
 
-- `default`: the Role's choice (`Role.micro_batch_layout`: packed, `core.packed`, each prompt once and on the
+- `default`: the Role's choice (`Role.micro_batch_layout`: packed, `update.packed`, each prompt once and on the
   project's attention the whole micro-batch in one row, where its cost model
   prices that lower), the input embedding's backward adding its rows into the gradient in place
-  (`core.embedding_grad`), the LM head's log-probs as one fused autograd node (`core.fused_head`), and the narrow
-  linear layers' products on the project's kernel where `cpu_matmul: auto` puts them (`core.narrow_matmul`);
+  (`update.embedding_grad`), the LM head's log-probs as one fused autograd node (`update.fused_head`), and the narrow
+  linear layers' products on the project's kernel where `cpu_matmul: auto` puts them (`accel.narrow_matmul`);
 - `blas_products`: the default with the narrow kernel off (those layers' products on torch's BLAS, MKL);
 - `separate_layers`: the default with each of a block's layers on one input (q, k, v; gate, up) in its own kernel
-  call, as before they shared one (`core.narrow_matmul.InputGroup`);
+  call, as before they shared one (`accel.narrow_matmul.InputGroup`);
 - `separate_blocks`: the default with each decoder layer running its own modules, an autograd node each, as before
-  the layer ran as one node (`core.fused_block`);
+  the layer ran as one node (`accel.fused_block`);
 - `gathered`: the default with the packed rows' attention through per-sample gathers, two kernel calls a layer,
-  as before the kernel read the rows in place (`core.segment_attention.attends_in_place`);
-- `sdpa`: the default with the compiled attention kernel off (`core.train_attention`; SDPA for every call);
-- `stock_layers`: the default with the compiled norm, rotary and activation kernels off (`core.fused_layers`);
+  as before the kernel read the rows in place (`update.segment_attention.attends_in_place`);
+- `sdpa`: the default with the compiled attention kernel off (`accel.train_attention`; SDPA for every call);
+- `stock_layers`: the default with the compiled norm, rotary and activation kernels off (`accel.fused_layers`);
 - `stock_head`: the same with the stock head expression (`head(h) / T`, `gather`, `logsumexp`);
-- `cache`: the default without packed rows (each distinct prompt once through the KV cache, `core.shared_prefix`);
+- `cache`: the default without packed rows (each distinct prompt once through the KV cache, `update.shared_prefix`);
 - `cache_stock`: that with the stock embedding backward and the stock head as well: the update before the three
   changes.
 
@@ -81,15 +81,9 @@ ARMS = (
 @contextlib.contextmanager
 def arm(role, name: str):
     """The Role as it runs in arm `name` (see module) for the duration."""
-    from pasodoble.core import (
-        chunked_logprobs,
-        fused_block,
-        fused_layers,
-        narrow_matmul,
-        segment_attention,
-        train_attention,
-    )
+    from pasodoble.accel import fused_block, fused_layers, narrow_matmul, train_attention
     from pasodoble.roles import role as role_module
+    from pasodoble.update import chunked_logprobs, segment_attention
 
     weight, rows_into_grad, can_fuse, in_place = (
         role.entry_weight,

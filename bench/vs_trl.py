@@ -3,7 +3,7 @@
 What: for each shape, the same model folder and the same chat prompts go to three sides, each a fresh process
 pinned to one core (`taskset -c`, OMP_NUM_THREADS=1): the project (`Role.generate`, reward, `Role.update`), TRL
 with the project's settings (gradient checkpointing off) and TRL's defaults (checkpointing on). The project's token
-budgets are `auto` (`micro_batch_tokens`, `logprob_chunk_tokens`: from the model's shape, core/token_budget.py)
+budgets are `auto` (`micro_batch_tokens`, `logprob_chunk_tokens`: from the model's shape, update/token_budget.py)
 unless `--project-set` names them. A round runs the
 sides one after another (A B C A B C ...); each process takes a warm-up step, dropped, then the measured step.
 Reported per side: medians over rounds of CPU-seconds (step, generation with rewards, update), completion tokens

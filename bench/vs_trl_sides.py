@@ -65,8 +65,8 @@ def peak_rss_mb() -> float:
 
 def memory_mb() -> dict:
     """This process's resident memory now (VmRSS), its anonymous part (RssAnon) and its peak so far (VmHWM), and
-    the freed memory its allocator holds for reuse (`core.host_memory.free_heap_bytes`), all in MB."""
-    from pasodoble.core.host_memory import free_heap_bytes
+    the freed memory its allocator holds for reuse (`accel.host_memory.free_heap_bytes`), all in MB."""
+    from pasodoble.accel.host_memory import free_heap_bytes
 
     fields = {"VmRSS:": "rss_mb", "RssAnon:": "anon_mb", "VmHWM:": "peak_mb"}
     out = {"heap_free_mb": free_heap_bytes() / 2**20}
@@ -212,8 +212,8 @@ def run_project(spec: dict) -> dict:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from pasodoble.accel import cpu_matmul, decode_kernel, fused_layers, narrow_matmul, train_attention
     from pasodoble.config import apply_override, from_dict
-    from pasodoble.core import cpu_matmul, decode_kernel, fused_layers, narrow_matmul, train_attention
     from pasodoble.core.grpo import group_advantages
     from pasodoble.roles.role import Role, RoleConfig, Sample
 
@@ -235,7 +235,7 @@ def run_project(spec: dict) -> dict:
         "generation_batch_size": per_step * n,  # one generate() call per step, as TRL makes
         "device": device,
         "dtype": spec.get("dtype", "float32"),
-        # budgets from the model's shape (core/token_budget.py); --project-set replaces them
+        # budgets from the model's shape (update/token_budget.py); --project-set replaces them
         "micro_batch_tokens": "auto",
         "logprob_chunk_tokens": "auto",
     }

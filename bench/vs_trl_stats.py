@@ -1,7 +1,7 @@
 """The arithmetic and tables of `bench/vs_trl.py`: medians, spreads, paired ratios, FLOPs and MFU, Markdown.
 
 Pure functions on plain values (no torch, no TRL), so the bench's numbers are tested on literal inputs
-(`tests/test_bench_vs_trl.py`). A run is one child process's JSON record; a side is "project", "trl" (gradient
+(`tests/bench/test_bench_vs_trl.py`). A run is one child process's JSON record; a side is "project", "trl" (gradient
 checkpointing off, the project's settings) or "trl_defaults" (TRL's own defaults for what the work leaves free).
 
 FLOPs: 2N per token through a forward (generation: the prompt tokens a side prefills, plus every sampled token)

@@ -7,7 +7,7 @@ PasoDoble paper's ("Better LLM Reasoning via Dual-Play"); see the README for the
 
 import os
 
-# oneDNN runs torch's bfloat16 matrix products on a CPU, and the float32 linear layers of `core.cpu_matmul`. It keeps
+# oneDNN runs torch's bfloat16 matrix products on a CPU, and the float32 linear layers of `accel.cpu_matmul`. It keeps
 # up to 1,024 compiled kernels, one per operand shape, each with its scratch memory, and torch's oneDNN bridge
 # (ideep, which `cpu_matmul` goes through) keeps its own cache of 1,024 more. A decode loop whose batch shrinks as rows
 # end, and packed update rows of many lengths, reach hundreds of shapes, most used once: on SmolLM2-135M in bfloat16

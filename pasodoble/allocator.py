@@ -2,17 +2,23 @@
 
 What: `choose(setting)` turns `PASODOBLE_ALLOCATOR` (`auto`, the default; `tcmalloc`; `jemalloc`; `system`) into the
 library to preload, `launch_env(setting, environ)` into the environment to start again with (None when the process
-already runs as asked, and for `auto` on a CUDA machine: `sees_cuda`), and `relaunch(setting)` replaces the process with that start (`os.execve`: same PID, same
+already runs as asked, and for `auto` where a GPU is visible), and `relaunch(setting)` replaces the process with that start (`os.execve`: same PID, same
 arguments, same standard streams) before anything heavy is imported. `auto` takes TCMalloc when the machine has it
 (Debian: `apt-get install libtcmalloc-minimal4`) and glibc's malloc otherwise. `active()` names the allocator this
-process runs on, read from its mapped libraries. Child processes (vLLM workers, `torchrun` ranks) inherit the preload.
+process runs on, read from its mapped libraries.
+
+CPU runs only: `auto` keeps glibc's malloc where the machine shows the process an NVIDIA GPU (`gpu_visible`: a
+device node, CUDA_VISIBLE_DEVICES not emptied), since TCMalloc's gain was measured on CPU steps and CUDA's and NCCL's
+host allocations were never measured on it; and the new start takes the preload out of its own environment again
+(`settle`), so that no child process (a vLLM server, NCCL's helpers, a sandbox) inherits it. A `pasodoble` command
+started as a child (a `torchrun` rank) decides for itself by the same rule.
 
 Why: torch's CPU tensors come from malloc. On a Zen 4 core, SmolLM2-135M's GRPO step under TCMalloc ran its
 update in 0.92x the CPU time of glibc's malloc and peaked at 3,648 MB against 4,055 (`bench/host_memory.py`;
 docs/PERFORMANCE.md): glibc's heap fragments between the update's micro-batches, while TCMalloc's size classes reuse
 the blocks. PyTorch's and Intel's CPU launchers preload TCMalloc for the same reason.
 
-Run: `PASODOBLE_ALLOCATOR=system pasodoble train ...` to keep glibc's malloc; tests in tests/test_allocator.py.
+Run: `PASODOBLE_ALLOCATOR=system pasodoble train ...` to keep glibc's malloc; tests in tests/accel/test_allocator.py.
 """
 
 from __future__ import annotations
@@ -52,24 +58,21 @@ def choose(setting: str, finder=find) -> tuple[str | None, str | None]:
     return (name, library) if library else (None, None)
 
 
-def sees_cuda(environ: Mapping[str, str], driver: Path = Path("/proc/driver/nvidia/version")) -> bool:
-    """Whether a run here would train on CUDA: an NVIDIA driver is loaded and CUDA_VISIBLE_DEVICES hides no GPU
-    (read without importing torch: this runs before anything heavy)."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    return driver.exists() and visible not in ("", "-1")
+def gpu_visible(environ: Mapping[str, str], dev: Path = Path("/dev")) -> bool:
+    """Whether the process may see an NVIDIA GPU: a device node `/dev/nvidia<N>`, and CUDA_VISIBLE_DEVICES not set
+    to none ("" or "-1")."""
+    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    return any(dev.glob("nvidia[0-9]*"))
 
 
-def launch_env(
-    setting: str, environ: Mapping[str, str], finder=find, cuda: bool | None = None
-) -> dict[str, str] | None:
+def launch_env(setting: str, environ: Mapping[str, str], finder=find, gpu=None) -> dict[str, str] | None:
     """The environment to start this command again with, `setting`'s allocator preloaded; None when there is
     nothing to do (glibc's malloc asked, none installed, already preloaded, this is already the new start, or
-    `auto` on a CUDA machine: the gain is the CPU update's, and the preload would reach vLLM's and NCCL's
-    processes, which bring their own allocators)."""
+    `auto` where a GPU is visible: see module)."""
     if environ.get(GUARD):
         return None
-    cuda = sees_cuda(environ) if cuda is None else cuda
-    if cuda and (setting or "auto").strip().lower() == "auto":
+    if (setting or "auto").strip().lower() == "auto" and (gpu or gpu_visible)(environ):
         return None
     name, library = choose(setting, finder)
     preload = environ.get("LD_PRELOAD", "")
@@ -89,6 +92,20 @@ def active(maps: Path = Path("/proc/self/maps")) -> str:
     except OSError:
         return "system"
     return next((name for name, lib in LIBRARIES.items() if f"lib{lib}" in text), "system")
+
+
+def settle(environ: dict[str, str] | None = None) -> None:
+    """In the new start, takes the preloaded allocator (and the guard) out of `environ` (None: this process's), so
+    that child processes start on glibc's malloc; the process itself keeps the allocator it was loaded with."""
+    environ = os.environ if environ is None else environ
+    name = environ.pop(GUARD, None)
+    if not name:
+        return
+    kept = [p for p in environ.get("LD_PRELOAD", "").split(":") if p and LIBRARIES[name] not in p]
+    if kept:
+        environ["LD_PRELOAD"] = ":".join(kept)
+    else:
+        environ.pop("LD_PRELOAD", None)
 
 
 def relaunch(setting: str | None = None) -> None:

@@ -154,6 +154,7 @@ def run() -> None:
     """The `pasodoble` command: on the allocator `PASODOBLE_ALLOCATOR` asks for (`pasodoble.allocator`: TCMalloc when
     installed), then `main`."""
     allocator.relaunch()
+    allocator.settle()  # the children of this process (vLLM, NCCL, sandboxes) start on glibc's malloc
     sys.exit(main())
 
 

@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from pasodoble.core.buffer import BufferItem, QuestionBuffer
-from pasodoble.core.digests import digest, weights_digest
 from pasodoble.core.diversity import QuestionHistory
 from pasodoble.core.grpo import group_advantages
 from pasodoble.core.prompts import PromptConfig
@@ -62,6 +61,7 @@ from pasodoble.io import append_jsonl
 from pasodoble.roles.role import Role, Sample
 from pasodoble.scale.collectives import Collective, SingleProcess
 from pasodoble.scale.data_parallel import generate_shared, solve_shared, update_shared
+from pasodoble.scale.digests import digest, weights_digest
 
 MODES = ("online", "offline", "oracle")
 

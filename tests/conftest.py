@@ -18,10 +18,21 @@ from pathlib import Path
 import pytest
 import torch
 
+import pasodoble.accel  # noqa: F401  the fast paths plug into update batching and decoding on import, as in a run
 from tests.worlds import VLLM_WORLD, recipe_world
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+FOLDER_MARKERS = {"accel": "accel", "bench": "bench"}  # tests/<folder>/ -> the marker its tests carry
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks each test of a folder in `FOLDER_MARKERS` with its marker (`-m accel`, `-m "not bench"`)."""
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(ROOT).parts
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[parts[1]])
+
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -96,10 +107,21 @@ def one_thread():
 
 
 @pytest.fixture
+def accel_switch(monkeypatch):
+    """`accel_switch(**keys)` makes `AccelConfig(**keys)` the process's fast-path settings for the test."""
+    from pasodoble.accel import settings
+
+    def switch(**keys):
+        monkeypatch.setitem(settings._current, "cfg", settings.AccelConfig(**keys))
+
+    return switch
+
+
+@pytest.fixture
 def fresh_kernel(monkeypatch, tmp_path):
-    """An empty kernel cache and no compiled kernel (`core.decode_kernel`, `core.train_attention`,
-    `core.fused_layers`) loaded yet in this process; the process's state is restored after."""
-    from pasodoble.core import decode_kernel, fused_layers, train_attention
+    """An empty kernel cache and no compiled kernel (`accel.decode_kernel`, `accel.train_attention`,
+    `accel.fused_layers`) loaded yet in this process; the process's state is restored after."""
+    from pasodoble.accel import decode_kernel, fused_layers, train_attention
 
     monkeypatch.setenv("PASODOBLE_CACHE", str(tmp_path))
     saved = [(module, dict(module._state)) for module in (decode_kernel, train_attention, fused_layers)]

@@ -1,4 +1,4 @@
-"""One rank of the collective tests (tests/test_distributed.py): `python -m tests.distributed_worker SCENARIO`.
+"""One rank of the collective tests (tests/scale/test_distributed.py): `python -m tests.distributed_worker SCENARIO`.
 
 The rank, world size and rendezvous come from the environment, as a launcher sets them. Prints JSON lines; a failed
 collective prints its error line on stderr and exits with code 1 (`TorchDistributed.fail`).
@@ -24,7 +24,7 @@ def ddp_update_vs_one_rank(
     from pasodoble.scale.sharding.fsdp2 import FullyShard
     from pasodoble.scale.sharding.unsharded import Unsharded
     from tests.loop_helpers import make_model, make_tokenizer
-    from tests.test_roles import sampled
+    from tests.roles.test_roles import sampled
 
     cfg = RoleConfig(
         model="test",

@@ -1,4 +1,4 @@
-"""Checks shared by the tests of the project's linear layers (`core.cpu_matmul`'s oneDNN layer, `core.narrow_matmul`'s
+"""Checks shared by the tests of the project's linear layers (`accel.cpu_matmul`'s oneDNN layer, `accel.narrow_matmul`'s
 kernel layer): a stock `nn.Linear` and its turned twin, their values and gradients, and the stock path wherever the
 turned layer does not apply."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from pasodoble.core.cpu_matmul import use_cpu_matmul
+from pasodoble.accel.cpu_matmul import use_cpu_matmul
 
 
 def twins(

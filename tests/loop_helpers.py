@@ -80,8 +80,8 @@ class ScriptedEngine:
     def generate(
         self, prompt_ids, sampling, on_batch=None, on_progress=None
     ):  # all at once; callbacks unused
-        from pasodoble.core.grpo import token_logprobs
         from pasodoble.rollout import Completion
+        from pasodoble.update.logprobs import logprobs
 
         self.calls += 1
         out = []
@@ -99,7 +99,7 @@ class ScriptedEngine:
                 [[1] * (len(ids) + len(c)) + [0] * (width - len(ids) - len(c)) for c in comps]
             )
             with torch.no_grad():
-                lps = token_logprobs(self.model, seq, mask, mask, temperature=sampling.temperature)
+                lps = logprobs(self.model, seq, mask, mask, temperature=sampling.temperature)
             out.append(
                 [
                     Completion(t, c, lps[row, len(ids) : len(ids) + len(c)].tolist(), "stop")

@@ -30,13 +30,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("core", ("core", "grader", "kb", "realmodels", "sandbox", "qa")),
+    ("update", ("update",)),
     ("domain plug-ins", ("domains",)),
     ("rollout", ("rollout",)),
     ("scale", ("scale",)),
+    ("accel", ("accel",)),
     ("roles", ("roles",)),
     ("loop", ("dualplay",)),
     ("reports", ("reports",)),
-    ("tools", ("evals", "sft", "world", "code")),
+    ("world", ("world",)),
+    ("tools", ("evals", "sft", "code")),
     ("runs", ("runs",)),
     ("entry", ("cli", "__main__")),
 ]
@@ -158,6 +161,52 @@ def test_no_import_cycles():
 
 def test_no_module_imports_from_a_higher_layer():
     assert upward_imports(import_graph(ROOT)) == []
+
+
+def imports_of_package(graph: dict[str, dict[str, int]], package: str) -> list[str]:
+    """'a imports b at line n' for every import of a module under `package` by a module outside it."""
+    inside = lambda name: name == package or name.startswith(package + ".")  # noqa: E731
+    return [
+        f"{module} imports {target} at line {line}"
+        for module, targets in sorted(graph.items())
+        if not inside(module)
+        for target, line in sorted(targets.items())
+        if inside(target)
+    ]
+
+
+def test_core_is_the_method_alone():
+    """`core/` imports nothing from update batching or the accelerator package (the layers say so too; this names
+    the two packages a newcomer might reach for)."""
+    graph = import_graph(ROOT)
+    core = {m: t for m, t in graph.items() if m == "pasodoble.core" or m.startswith("pasodoble.core.")}
+    assert imports_of_package(core, "pasodoble.update") == []
+    assert imports_of_package(core, "pasodoble.accel") == []
+
+
+def test_only_the_door_of_the_accelerator_package_is_imported():
+    """Outside `pasodoble.accel`, code imports the package itself (`apply`, `status`, ...), never a kernel module."""
+    found = imports_of_package(import_graph(ROOT), "pasodoble.accel")
+    assert found, "nothing imports the accelerator package: the check would pass for nothing"
+    assert [line for line in found if not line.split(" imports ")[1].startswith("pasodoble.accel ")] == []
+
+
+def test_compiled_sources_sit_in_the_accelerator_package():
+    sources = [p for p in (ROOT / "pasodoble").rglob("*") if p.suffix in (".c", ".h", ".cc", ".cpp", ".cu")]
+    assert sources, "no compiled source found: the check would pass for nothing"
+    csrc = ROOT / "pasodoble" / "accel" / "csrc"
+    assert [str(p.relative_to(ROOT)) for p in sources if p.parent != csrc] == []
+
+
+def test_the_package_data_ships_the_compiled_sources():
+    """The wheel carries `accel/csrc/*.c` and `*.h` (built on first use): pyproject's package data names them."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = data["pasodoble.accel"]
+    csrc = ROOT / "pasodoble" / "accel"
+    shipped = {p for pattern in patterns for p in csrc.glob(pattern)}
+    assert shipped == set((csrc / "csrc").glob("*.[ch]")) and shipped
 
 
 def test_the_checks_find_a_planted_cycle_and_upward_import(tmp_path):

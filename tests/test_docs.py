@@ -101,7 +101,8 @@ COMMANDS: dict[str, Run | Skip] = {
         fast=True,
         fast_subs=(("tiny:solver", "{tiny_lm}"),),
     ),
-    "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt torch==2.13.0 -e .[dev]": Skip(
+    "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt torch==2.13.0+cpu --extra-index-url "
+    "https://download.pytorch.org/whl/cpu && .venv/bin/pip install -c constraints.txt -e .[dev]": Skip(
         "downloads packages (network); test_readme_install_line_matches_the_makefile checks it against make"
     ),
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 && "
@@ -160,7 +161,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "--config recipes/qwen3-1.7b-online.yaml": Skip("8 GPUs and Qwen3-1.7B-Base from the Hub"),
     "accelerate launch --multi_gpu --num_processes 2 --main_process_port 0 -m pasodoble train "
     "--config recipes/tiny-online.yaml": Skip(
-        "a 2-process launch; tests/test_train_distributed.py (marker distributed) runs it with few steps"
+        "a 2-process launch; tests/scale/test_train_distributed.py (marker distributed) runs it with few steps"
     ),
     # docs/PERFORMANCE.md
     "make bench-quick": Skip("a timing bench against TRL in its own venv (network to build it; minutes)"),
@@ -171,14 +172,14 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     # docs/ROLLOUTS.md, the GPU check through the sharding backends
     "python bench/gpu_dualplay.py --backend fsdp2 --engine hf --steps 2": Skip(
-        "a GPU; tests/test_gpu_check.py (marker distributed) runs the same path on 2 CPU ranks"
+        "a GPU; tests/bench/test_gpu_dualplay.py (marker distributed) runs the same path on 2 CPU ranks"
     ),
     "torchrun --standalone --nproc_per_node 8 bench/gpu_dualplay.py --backend ddp": Skip("8 GPUs"),
     # docs/SCALE.md
     "accelerate launch --config_file recipes/accelerate/8gpu-dedicated.yaml -m pasodoble train --config "
     "recipes/qwen3-1.7b-online.yaml knowledge.path=/data/megamath distributed.rollout=dedicated "
     "distributed.vllm_gpus=2 proposer.engine=vllm_server solver.engine=vllm_server": Skip(
-        "8 GPUs, vLLM and Qwen3-1.7B-Base from the Hub; tests/test_recipes.py resolves this layout"
+        "8 GPUs, vLLM and Qwen3-1.7B-Base from the Hub; tests/runs/test_recipes.py resolves this layout"
     ),
     "torchrun --standalone --nproc_per_node 2 -m pasodoble train --config recipes/tiny-online.yaml "
     "world.model.head_dim=32 distributed.rollout=dedicated proposer.engine=vllm_server "
@@ -187,7 +188,7 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80 "
     "proposer.model=/models/Qwen3-4B-Base solver.model=/models/Qwen3-4B-Base": Skip(
-        "needs the model's config.json; tests/test_layout.py runs `pasodoble layout` on a written one"
+        "needs the model's config.json; tests/runs/test_layout.py runs `pasodoble layout` on a written one"
     ),
     # README.md and docs/ROLLOUTS.md, evaluation engines and ranks
     "torchrun --standalone --nproc_per_node 8 -m pasodoble eval --model M --benchmarks paper --engine vllm "
@@ -207,7 +208,7 @@ COMMANDS: dict[str, Run | Skip] = {
         add="schedule.steps=1 schedule.passages_per_step=1 run_dir=runs/lora"
     ),
     "pasodoble export runs/train-... --merge --out out/exported": Skip(
-        "a placeholder run name; tests/test_adapters.py runs export --merge on a trained LoRA run"
+        "a placeholder run name; tests/roles/test_adapters.py runs export --merge on a trained LoRA run"
     ),
     "pasodoble serve --model out/sft": Skip(
         "needs the vLLM venv; tests/rollout/test_vllm_server.py (vllm) starts one"
@@ -221,7 +222,7 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     "pasodoble train --config RECIPE roles.shared_base=true proposer.lora.rank=16 solver.lora.rank=16 "
     "proposer.engine=vllm solver.engine=vllm": Skip(
-        "needs the vLLM venv; tests/test_vllm_runs.py (vllm, slow) runs the shared base on one vLLM engine"
+        "needs the vLLM venv; tests/runs/test_vllm_runs.py (vllm, slow) runs the shared base on one vLLM engine"
     ),
     "CUDA_VISIBLE_DEVICES=1 pasodoble serve --model out/sft --port 8000 --dtype bfloat16 --max-model-len 7424 "
     "--gpu-memory-utilization 0.9 [--adapters 2 --max-lora-rank 16]": Skip(
@@ -362,7 +363,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "--out runs/demo-qa-random_reward": Skip("the measured control of docs/QA.md; see the entry above"),
     "pasodoble demo-qa --config recipes/tiny-qa-grounded.yaml seeds=[0,1,2] conditions=[dualplay] "
     "--out runs/qa-grounded-dualplay": Skip(
-        "the measured grounded-Proposer run of docs/QA.md (minutes per seed); tests/test_demo_qa.py and "
+        "the measured grounded-Proposer run of docs/QA.md (minutes per seed); tests/runs/test_demo_qa.py and "
         "tests/world/test_qa_models.py test its pieces"
     ),
     "pasodoble demo-qa --config recipes/tiny-qa-grounded.yaml seeds=[0,1,2] conditions=[random_reward] "
@@ -439,12 +440,15 @@ def test_cli_table_names_every_subcommand_and_recipes_table_every_recipe():
 
 
 def test_readme_install_line_matches_the_makefile():
-    """The README's CPU install installs what `make install` does: the same torch pin, constraints and extras."""
+    """The README's CPU install installs what `make install` does without a GPU: the same torch pin and CPU index,
+    constraints and extras."""
     make = (ROOT / "Makefile").read_text(encoding="utf-8")
     torch_pin = re.search(r"^TORCH \?= (\S+)$", make, re.M).group(1)
-    assert '-c constraints.txt "$(TORCH)"' in make and '-c constraints.txt -e ".[dev]"' in make
+    cpu_index = re.search(r"^TORCH_CPU_INDEX := (\S+)$", make, re.M).group(1)
+    assert "-c constraints.txt $(TORCH_PIP)" in make and '-c constraints.txt -e ".[dev]"' in make
     line = next(c for _, c in documented_commands() if c.startswith("python3 -m venv .venv"))
-    assert f"-c constraints.txt {torch_pin} -e .[dev]" in line
+    assert f"-c constraints.txt {torch_pin}+cpu --extra-index-url {cpu_index} " in line
+    assert "-c constraints.txt -e .[dev]" in line
     tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     extras = set(pyproject["project"]["optional-dependencies"])

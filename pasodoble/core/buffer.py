@@ -6,7 +6,7 @@ question with a learnable pass rate; the Solver-only phase `take`s the next k in
 Why: offline training alternates roles, so the Solver trains on questions proposed earlier; a buffer with a cursor
 makes that order explicit, bounded if wanted, and resumable from a checkpoint.
 
-How to run: plain state object; `python -m pytest tests/test_buffer.py`.
+How to run: plain state object; `python -m pytest tests/core/test_buffer.py`.
 
 Departures from the reference code:
 - The reference never evicts; `max_size` with `eviction="fifo"` bounds memory (the default, no bound, is faithful).

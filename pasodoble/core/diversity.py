@@ -7,7 +7,7 @@ d = 1 when the history is empty.
 Why: the Proposer earns nothing for repeating itself (reward 0 when d <= 0.3), which keeps it from collapsing onto
 one easy-to-reward question.
 
-How to run: pure state object; `python -m pytest tests/test_diversity.py`. Use it in two calls per step:
+How to run: pure state object; `python -m pytest tests/core/test_diversity.py`. Use it in two calls per step:
 `scores(questions)` against the history as it was before the step, then `extend(questions)`.
 
 Semantics, as the reference code has them: a step's own questions are scored only against earlier steps, never

@@ -1,13 +1,12 @@
-"""GRPO on tensors: group advantages, per-token log-probs and the clipped policy-gradient loss.
+"""GRPO on tensors: group advantages and the clipped policy-gradient loss (the log-probs it takes: `update.logprobs`).
 
-What: `group_advantages` (docs/METHOD.md step 8), `token_logprobs` (log-prob of each next token under a model), and
-`policy_loss` (step 11: token-level clipped surrogate with `dr_grpo`, `grpo` or `dapo` normalisation and an optional
+What: `group_advantages` (docs/METHOD.md step 8) and `policy_loss` (step 11: token-level clipped surrogate with `dr_grpo`, `grpo` or `dapo` normalisation and an optional
 k3 KL term to a frozen reference). Shapes: B sequences, T positions; `# (B, T)` comments say which.
 
 Why: both roles train with the same loss; keeping it a pure tensor function lets tests pin every variant on
 hand-computed numbers.
 
-How to run: `python -m pytest tests/test_grpo.py`.
+How to run: `python -m pytest tests/core/test_grpo.py`.
 
 Reference semantics and departures:
 - Advantages use the sample (unbiased, Bessel-corrected) standard deviation, as the reference's TRL-derived
@@ -44,42 +43,6 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """(..., V) -> (...): entropy of softmax(logits) in nats."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     return -(logp.exp() * logp).sum(-1)
-
-
-def token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    completion_mask: torch.Tensor,
-    *,
-    temperature: float = 1.0,
-    return_entropy: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) log p(input_ids[:, t] | input_ids[:, :t]) under softmax(logits / temperature), 0 outside the mask.
-
-    Position t holds the log-prob of token t, so the result lines up with `input_ids` and `completion_mask`
-    (position 0, which has no context, is always 0). Temperature 0 (greedy sampling) is scored at temperature 1,
-    matching the rollout engines. With `return_entropy`, also returns the (B, T) entropy of each of those
-    next-token distributions, masked the same way.
-    """
-    temperature = temperature if temperature > 0 else 1.0
-    # Positions follow the mask, so a left-padded batch (the rollout engine's) scores like an unpadded one.
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits[
-        :, :-1
-    ]
-    logits = logits.float() / temperature
-    targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
-    # gather - logsumexp avoids materialising a second (B, T, V) tensor of log-probs.
-    logps = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T-1)
-    mask = completion_mask[:, 1:].to(logps.dtype)
-    pad = logps.new_zeros(logps.shape[0], 1)
-    out = torch.cat([pad, logps * mask], dim=1)  # (B, T)
-    if not return_entropy:
-        return out
-    with torch.no_grad():
-        entropy = torch.cat([pad, entropy_from_logits(logits) * mask], dim=1)
-    return out, entropy
 
 
 def logprob_gap(

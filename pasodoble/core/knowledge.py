@@ -12,7 +12,7 @@ How: opening a corpus builds a light index (byte offsets of JSONL lines / text b
 files; Hugging Face datasets are memory-mapped already); a record is read only when drawn. The passage of step s is
 a pure function of (seed, s): a `random.Random` seeded with both draws a record uniformly, then one of its chunks,
 so sampling needs no state beyond the seed and `state_dict` only checks that a resumed run sees the same corpus.
-Run the tests with `python -m pytest tests/test_knowledge.py`.
+Run the tests with `python -m pytest tests/core/test_knowledge.py`.
 
 Plain-text files hold one record per block of lines separated by blank lines. Compressed files are not read.
 

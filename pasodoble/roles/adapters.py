@@ -13,7 +13,7 @@ What:
 Why: a shared base halves the memory of dual play, and one vLLM engine can serve both adapters (`max_loras=2`).
 
 How to run: `pasodoble train --config recipes/tiny-online.yaml roles.shared_base=true proposer.lora.rank=8
-solver.lora.rank=8`; tests in `tests/test_adapters.py`.
+solver.lora.rank=8`; tests in `tests/roles/test_adapters.py`.
 
 Departures: none from the method; the reference code trained full models only.
 """

@@ -9,7 +9,7 @@ Solver different values (prompt budgets 1280 vs 512 in the paper).
 Why one class: the method trains two policies with the same GRPO recipe; forking a trainer per role is the
 failure mode the project exists to avoid.
 
-How to run: built by `pasodoble.runs.train`; tests in `tests/test_roles.py`.
+How to run: built by `pasodoble.runs.train`; tests in `tests/roles/test_roles.py`.
 
 Departures from the reference code:
 - Prompts are tokenised once (chat template applied) and left-truncated to `max_prompt_length`, keeping the END
@@ -22,7 +22,7 @@ Departures from the reference code:
 - Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
   (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
 - `dtype` is the compute dtype: a trainable role keeps float32 master weights and AdamW states and autocasts its
-  forward passes to `dtype` (`pasodoble.core.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
+  forward passes to `dtype` (`pasodoble.update.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
   updates away.
 """
 
@@ -39,28 +39,12 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pasodoble import accel
 from pasodoble.checkpoint import load_torch_state
-from pasodoble.core import cpu_matmul, grpo, host_memory, lr_schedules, precision
-from pasodoble.core.chunked_logprobs import chunked_token_logprobs, inner_model, supports_chunking
-from pasodoble.core.embedding_grad import rows_into_grad
-from pasodoble.core.fused_block import use_fused_blocks
-from pasodoble.core.fused_head import reuse_head_casts
-from pasodoble.core.fused_layers import use_fused_layers
-from pasodoble.core.micro_batches import (
-    attention_entry_weight,
-    layout_cost,
-    micro_batch_weight,
-    plan_micro_batches,
-)
-from pasodoble.core.packed import can_pack, flat_tensor, packed_logprobs
-from pasodoble.core.precision import DTYPES
-from pasodoble.core.segment_attention import attends_per_sample
-from pasodoble.core.shared_prefix import can_share_prompts, shared_prompt_logprobs
-from pasodoble.core.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
+from pasodoble.core import grpo, lr_schedules
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.roles import adapters
 from pasodoble.roles.adapters import LoraConfig, shape_problem
-from pasodoble.roles.grouped_attention import use_grouped_attention
 from pasodoble.rollout import Completion, RolloutEngine, SamplingParams
 from pasodoble.rollout.factory import build_engine, hf_engine
 from pasodoble.rollout.placement import Placement
@@ -68,6 +52,22 @@ from pasodoble.rollout.settings import VLLMConfig, validate_engine
 from pasodoble.scale.data_parallel import GlobalBatch
 from pasodoble.scale.sharding.base import Sharding
 from pasodoble.scale.sharding.unsharded import Unsharded
+from pasodoble.update import precision
+from pasodoble.update.chunked_logprobs import inner_model, supports_chunking
+from pasodoble.update.embedding_grad import rows_into_grad
+from pasodoble.update.fused_head import reuse_head_casts
+from pasodoble.update.logprobs import logprobs
+from pasodoble.update.micro_batches import (
+    attention_entry_weight,
+    layout_cost,
+    micro_batch_weight,
+    plan_micro_batches,
+)
+from pasodoble.update.packed import can_pack, flat_tensor
+from pasodoble.update.precision import DTYPES
+from pasodoble.update.segment_attention import attends_per_sample
+from pasodoble.update.shared_prefix import can_share_prompts
+from pasodoble.update.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = lr_schedules.SCHEDULES
@@ -104,7 +104,7 @@ class RoleConfig:
     beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
     micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
     # token positions per forward/backward (None: micro_batch_size; "auto": from the model's shape,
-    # core/token_budget.py)
+    # update/token_budget.py)
     micro_batch_tokens: int | Literal["auto"] | None = None
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
     dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
@@ -120,9 +120,7 @@ class RoleConfig:
     # LM-head tokens per chunk of the loss (None: whole logits; "auto": from the vocabulary and the model's size)
     logprob_chunk_tokens: int | Literal["auto"] | None = 2048
     share_prompt_prefill: bool = True  # each distinct prompt of a generate() call / micro-batch runs once
-    # float32 linear layers on a CPU: "auto" (oneDNN on AMD AVX-512 cores; Zen 4: layers of 2^18+ weights, the
-    # narrower ones on the project's kernel) | "onednn" | "blas" | "native" (the project's kernel wherever it fits)
-    cpu_matmul: str = "auto"
+    cpu_matmul: str | None = None  # deprecated: the process's `accel.cpu_matmul` (None: that section's value)
 
     def validate(self) -> None:
         if self.num_generations < 1:
@@ -174,9 +172,9 @@ class RoleConfig:
                 "must be an integer >= 1 (e.g. 2048), auto (from the vocabulary and the model's size) or null for "
                 f"off, got {self.logprob_chunk_tokens!r}",
             )
-        if self.cpu_matmul not in cpu_matmul.CHOICES:
+        if self.cpu_matmul is not None and self.cpu_matmul not in accel.settings.MATMULS:
             raise ConfigError(
-                "cpu_matmul", f"unknown {self.cpu_matmul!r}; use one of {', '.join(cpu_matmul.CHOICES)}"
+                "cpu_matmul", f"unknown {self.cpu_matmul!r}; use one of {', '.join(accel.settings.MATMULS)}"
             )
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ConfigError("tis_cap", f"must be > 0 (e.g. 2.0) or null for off, got {self.tis_cap}")
@@ -241,7 +239,7 @@ def text_config(model: torch.nn.Module):
 
 def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, int | None]:
     """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
-    its weights, gradients and AdamW states (core/token_budget.py). A model whose config lacks the sizes gets
+    its weights, gradients and AdamW states (update/token_budget.py). A model whose config lacks the sizes gets
     micro_batch_size sequences and 2048-token chunks."""
     config = text_config(model)
     sizes = {k: getattr(config, k, None) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")}
@@ -261,7 +259,7 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
                 intermediate=sizes["intermediate_size"],
                 layers=sizes["num_hidden_layers"],
                 state_bytes=state,
-                # autocast over float32 weights keeps float32 activations too (core/token_budget.py)
+                # autocast over float32 weights keeps float32 activations too (update/token_budget.py)
                 value_bytes=max(DTYPES[cfg.dtype].itemsize, next(model.parameters()).element_size()),
                 checkpointing=cfg.gradient_checkpointing,
                 device_bytes=device_memory(model),
@@ -399,10 +397,7 @@ class Role:
         dtype = precision.weights_dtype(cfg.dtype, cfg.trainable)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         model = model.to(resolve_device(cfg.device))
-        use_grouped_attention(model)
-        cpu_matmul.use_cpu_matmul(model, cfg.cpu_matmul)
-        use_fused_layers(model)
-        use_fused_blocks(model)
+        accel.apply(model, cpu_matmul=cfg.cpu_matmul)
         if cfg.lora is not None:
             model = adapters.wrap_lora(model, name, cfg.lora)
         if "engine" not in kwargs:
@@ -455,7 +450,7 @@ class Role:
         for group in groups:
             for c in group:
                 c.policy_version = self.updates
-        host_memory.release_freed()  # the freed heap back to the kernel, for other processes (a vLLM server)
+        accel.release_freed()  # the freed heap back to the kernel, for other processes (a vLLM server)
         return groups
 
     def update(
@@ -471,7 +466,7 @@ class Role:
         start = time.perf_counter()
         with self.sharding.updating(self.model):  # every rank enters once per update (FSDP2: one gather)
             stats = self._update(samples, advantages, batch)
-        host_memory.release_freed()  # the activations' heap, before the engine syncs
+        accel.release_freed()  # the activations' heap, before the engine syncs
         sync_start = time.perf_counter()
         self.sharding.sync_engine(self.model, self.engine)
         return {
@@ -538,14 +533,14 @@ class Role:
         }
 
     def micro_batch_plan(self, samples: Sequence[Sample]) -> list[list[int]]:
-        """Sample indices of each micro-batch `update` runs on `samples` (see core/micro_batches.py)."""
+        """Sample indices of each micro-batch `update` runs on `samples` (see update/micro_batches.py)."""
         return self.micro_batch_layout(samples)[0]
 
     def micro_batch_layout(self, samples: Sequence[Sample]) -> tuple[list[list[int]], bool]:
-        """The micro-batches of `micro_batch_plan`, and whether they run packed (`core.packed`, each prompt once):
+        """The micro-batches of `micro_batch_plan`, and whether they run packed (`update.packed`, each prompt once):
         when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
         row's masked attention grows with the square of its group's length (long completions, small models),
-        unless the model attends per sample (`core.segment_attention`, the project's grouped SDPA on a CPU); then
+        unless the model attends per sample (`update.segment_attention`, the project's grouped SDPA on a CPU); then
         a packed micro-batch is one row without padding."""
         # tuples: the planners key their groups by them, and take a tuple as it is
         prompts = [tuple(s.prompt_ids) for s in samples]
@@ -657,7 +652,7 @@ class Role:
         return self._may_share() and not self.cfg.gradient_checkpointing and can_share_prompts(model)
 
     def _packs(self, model: torch.nn.Module) -> bool:
-        """True when the update may run a micro-batch packed, each distinct prompt once (`core.packed`)."""
+        """True when the update may run a micro-batch packed, each distinct prompt once (`update.packed`)."""
         return self._may_share() and can_pack(model)
 
     def _may_share(self) -> bool:
@@ -678,31 +673,31 @@ class Role:
         (`packed`), else each distinct prompt run once through the KV cache when samples share one
         (`shared_prefix`), else in LM-head chunks (`chunked_logprobs`, on every backend whose ranks hold the whole
         head: one process, DDP, FSDP2, ZeRO-1/2); otherwise through the whole logits."""
-        temperature = self.cfg.temperature if self.cfg.temperature > 0 else 1.0
-        args = (model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
         chunk = self.logprob_chunk_tokens
         unsharded = self.train_model is self.model
         shared = len({tuple(s.prompt_ids) for s in samples}) < len(samples)
-        # unsharded, the input embedding's backward adds its rows into the gradient in place (core/embedding_grad.py)
+        if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
+            layout = "packed" if packed else "shared_prefix"
+        elif (
+            chunk is not None and self.sharding.head_outside_forward and supports_chunking(inner_model(model))
+        ):
+            layout = "chunked"
+        else:
+            layout = "full"
+        # unsharded, the input embedding's backward adds its rows into the gradient in place (update/embedding_grad.py)
         with rows_into_grad(model) if unsharded else contextlib.nullcontext():
-            if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
-                run = packed_logprobs if packed else shared_prompt_logprobs
-                return run(
-                    model,
-                    [s.prompt_ids for s in samples],
-                    [s.completion.token_ids for s in samples],
-                    batch["input_ids"].shape[1],
-                    pad_id=self.tokenizer.pad_token_id,
-                    temperature=temperature,
-                    chunk_tokens=chunk or batch["input_ids"].numel(),
-                )
-            if (
-                chunk is not None
-                and self.sharding.head_outside_forward
-                and supports_chunking(inner_model(model))
-            ):
-                return chunked_token_logprobs(*args, temperature=temperature, chunk_tokens=chunk)
-            return grpo.token_logprobs(*args, temperature=temperature)
+            return logprobs(
+                model,
+                batch["input_ids"],
+                batch["attention_mask"],
+                batch["completion_mask"],
+                temperature=self.cfg.temperature,
+                layout=layout,
+                chunk_tokens=chunk,
+                prompts=[s.prompt_ids for s in samples],
+                completions=[s.completion.token_ids for s in samples],
+                pad_id=self.tokenizer.pad_token_id,
+            )
 
     def full_state(self, *, all_ranks: bool = False) -> dict | None:
         """Full weights and optimizer state gathered from the shards (every rank calls it, under FSDP2 a

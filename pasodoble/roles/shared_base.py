@@ -5,24 +5,21 @@ The adapters themselves (`AdapterView`, `wrap_lora`, `add_adapter`) are in `adap
 two `Role`s on top of them, so the adapters never import the roles.
 
 How to run: `pasodoble train --config recipes/tiny-online.yaml roles.shared_base=true proposer.lora.rank=8
-solver.lora.rank=8`; tests in `tests/test_adapters.py`.
+solver.lora.rank=8`; tests in `tests/roles/test_adapters.py`.
 """
 
 from __future__ import annotations
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pasodoble.core.cpu_matmul import use_cpu_matmul
-from pasodoble.core.fused_block import use_fused_blocks
-from pasodoble.core.fused_layers import use_fused_layers
-from pasodoble.core.precision import DTYPES
+from pasodoble import accel
 from pasodoble.errors import ConfigError
 from pasodoble.roles.adapters import add_adapter, wrap_lora
-from pasodoble.roles.grouped_attention import use_grouped_attention
 from pasodoble.roles.role import Role, RoleConfig, resolve_device
 from pasodoble.rollout.factory import build_shared_engine
 from pasodoble.rollout.placement import Placement
 from pasodoble.scale.sharding.base import Sharding
+from pasodoble.update.precision import DTYPES
 
 
 def check_shared_base(proposer_cfg: RoleConfig, solver_cfg: RoleConfig) -> None:
@@ -54,10 +51,7 @@ def build_shared_roles(
         tokenizer.pad_token = tokenizer.eos_token
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[proposer_cfg.dtype])
     base = base.to(resolve_device(proposer_cfg.device))
-    use_grouped_attention(base)
-    use_cpu_matmul(base, proposer_cfg.cpu_matmul)
-    use_fused_layers(base)
-    use_fused_blocks(base)
+    accel.apply(base, cpu_matmul=proposer_cfg.cpu_matmul)
     proposer_view = wrap_lora(base, "proposer", proposer_cfg.lora)
     solver_view = add_adapter(proposer_view, "solver", solver_cfg.lora)
     models = {"proposer": proposer_view, "solver": solver_view}

@@ -21,12 +21,14 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
+from pasodoble.update.logprobs import scored_temperature
+
 
 class SampledLogprobs(LogitsProcessor):
     """Records log p(sampled token) at each decode step; leaves the scores unchanged."""
 
     def __init__(self, temperature: float):
-        self.temperature = temperature if temperature > 0 else 1.0
+        self.temperature = scored_temperature(temperature)
         self.steps: list[torch.Tensor] = []  # (B,) per decoded token, in order
         self.pending: torch.Tensor | None = None  # (B, V) log-probs of the step whose token is not yet known
 

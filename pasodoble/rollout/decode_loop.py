@@ -19,9 +19,9 @@ criteria, keyword plumbing) costs as much as a small model's forward. On the Smo
 were of rows that had already ended (docs/PERFORMANCE.md). The samples follow the same distribution as through
 `generate`; rows drop out of the random draws once ended, so a seed gives other samples than `generate` would.
 
-With `prefix=` (`core.prefix_attention.SharedPrefix`) the rows' cache holds only their own columns and each decode
+With `prefix=` (`update.prefix_attention.SharedPrefix`) the rows' cache holds only their own columns and each decode
 step reads every prompt's shared columns once for its rows. Used for models whose cache is a plain full-attention
-one (`core.shared_prefix.can_share_prompts`); the engine runs `generate` for the others.
+one (`update.shared_prefix.can_share_prompts`); the engine runs `generate` for the others.
 
 Run: `decode(model, ids, mask, max_new_tokens=64, eos_ids=[2], pad_id=0, temperature=0.7,
 choose=sampler.draw_scaled)` under `torch.no_grad()`.
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from pasodoble.core import decode_kernel
-from pasodoble.core.prefix_attention import SharedPrefix
-from pasodoble.core.shared_prefix import quiet_cache_rename
+from pasodoble.update.logprobs import scored_temperature
+from pasodoble.update.prefix_attention import SharedPrefix, padded
+from pasodoble.update.shared_prefix import quiet_cache_rename
 
 # Ended rows leave the step once they are 1 / COMPACT_AT of it: a compaction copies every layer's cache, about what
 # one step's cache append costs, so ended rows are kept until a few steps' waste outweighs it.
@@ -56,7 +56,7 @@ class PreallocatedLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are the used prefix of buffers sized for the whole decode: a step
     writes its column in place, where `DynamicLayer` concatenates (a copy of the whole layer cache every step).
     `keys_by_column`: the key buffer is (B, H, D, capacity) and `keys` its transposed view, the layout the compiled
-    decode kernel reads fastest (`core.decode_kernel`); `keys` has the same shape and values either way."""
+    decode kernel reads fastest (`pasodoble.accel`); `keys` has the same shape and values either way."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, keys_by_column: bool = False):
         super().__init__()
@@ -70,7 +70,7 @@ class PreallocatedLayer(DynamicLayer):
     def _buffer(states: torch.Tensor, capacity: int, by_column: bool = False) -> torch.Tensor:
         rows, heads, used, dim = states.shape
         if by_column:  # (B, H, D, capacity), read by the kernel in whole blocks of columns
-            buffer = states.new_empty(rows, heads, dim, decode_kernel.padded(max(capacity, used)))
+            buffer = states.new_empty(rows, heads, dim, padded(max(capacity, used)))
             buffer[..., :used] = states.transpose(-1, -2)
             return buffer
         buffer = states.new_empty(rows, heads, max(capacity, used), dim)  # (B, H, capacity, D)
@@ -147,7 +147,7 @@ def decode(
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, C)
     logprobs = torch.zeros(rows, max_new_tokens, device=device)  # (B, C)
     lengths, finish = [max_new_tokens] * rows, ["length"] * rows
-    scale = temperature if temperature > 0 else 1.0
+    scale = scored_temperature(temperature)
     eos = torch.tensor(eos_ids, device=device)
     live = torch.arange(rows, device=device)  # (b,) the batch row of each row of the step
     # (b,) False: the row ended and leaves at the next compaction

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError
 from pasodoble.rollout.hf import HFEngine
 from pasodoble.rollout.placement import Placement
 from pasodoble.rollout.settings import hf_on_gpu_warning, resolve_engine, validate_engine
+from pasodoble.update.precision import DTYPES
 
 
 def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:

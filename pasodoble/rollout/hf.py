@@ -6,7 +6,7 @@ its KV cache, and a step runs nothing but the forward and the draw); models whos
 (sliding windows, hybrids) go through `model.generate`. The log-probs of the sampled tokens are read off the decode
 steps (no second pass). With `rescore=True` (a role that takes several optimizer steps per batch, whose later
 ratios need the generating policy's log-probs in the loss's own numerics) they are recomputed afterwards with one
-forward pass per micro-batch through `grpo.token_logprobs`, the function the loss uses. Either way they are
+forward pass per micro-batch through `update.logprobs.logprobs`, the function the loss uses. Either way they are
 log-probs of the untruncated softmax(logits / temperature) even when `top_k` / `top_p` / `min_p` truncate what is
 sampled (see `rollout.base`).
 
@@ -15,9 +15,9 @@ Sampling is set only by `SamplingParams`: tokens are drawn by `rollout.sampler`,
 through `generate` it runs greedily over the sampler's scores, with a bare generation config swapped in for the
 call, so no field of a checkpoint's generation_config.json (top_k, temperature, repetition_penalty...) and no
 library default applies. The n samples of a prompt share one prefill of it (`_shared_prefill`), and with an
-attention implementation in `core.prefix_attention.PREFIX_AWARE` (the Role's grouped one) the decode steps read
+attention implementation in `update.prefix_attention.PREFIX_AWARE` (the Role's grouped one) the decode steps read
 that prompt's cached columns once for all n rows instead of a copy per row. With
-`autocast_dtype` (a trainable role's float32 master weights, `pasodoble.core.precision`), sampling and log-probs
+`autocast_dtype` (a trainable role's float32 master weights, `pasodoble.update.precision`), sampling and log-probs
 run under autocast to that dtype, as the loss's forward does. No decode step communicates: a sharded role generates
 inside `Role.gathered()`, on full weights (and `generate` gets `synced_gpus=False`: transformers switches it on for
 an FSDP module on several ranks, an all-reduce per decoded token, which hangs when ranks make different numbers of
@@ -34,15 +34,20 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from pasodoble.core.grpo import token_logprobs
-from pasodoble.core.narrow_matmul import reuse_transposes
-from pasodoble.core.precision import autocast
-from pasodoble.core.prefix_attention import PREFIX_AWARE, SharedPrefix
-from pasodoble.core.shared_prefix import can_share_prompts, distinct_prompts, gather_cache, quiet_cache_rename
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.decode_logprobs import SampledLogprobs
 from pasodoble.rollout.decode_loop import StopStrings, decode
 from pasodoble.rollout.sampler import InverseCdfSampler
+from pasodoble.update import fast_paths
+from pasodoble.update.logprobs import logprobs
+from pasodoble.update.precision import autocast
+from pasodoble.update.prefix_attention import PREFIX_AWARE, SharedPrefix
+from pasodoble.update.shared_prefix import (
+    can_share_prompts,
+    distinct_prompts,
+    gather_cache,
+    quiet_cache_rename,
+)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> list[int]:
@@ -158,7 +163,7 @@ class HFEngine:
                 torch.no_grad(),
                 autocast(device, self.autocast_dtype),
                 _bare_generation_config(self.model),
-                reuse_transposes(),  # the weights are fixed for the call: narrow layers transpose theirs once
+                fast_paths.reuse_transposes(),  # the weights are fixed for the call: narrow layers transpose theirs once
             ):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
@@ -296,7 +301,5 @@ class HFEngine:
         chunks = []
         for s in range(0, sequences.shape[0], self.logprob_batch_size):
             sl = slice(s, s + self.logprob_batch_size)
-            chunks.append(
-                token_logprobs(self.model, sequences[sl], mask[sl], mask[sl], temperature=temperature)
-            )
+            chunks.append(logprobs(self.model, sequences[sl], mask[sl], mask[sl], temperature=temperature))
         return torch.cat(chunks)

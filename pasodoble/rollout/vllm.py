@@ -3,7 +3,7 @@
 What: `VLLMEngine` implements `RolloutEngine` over `vllm.LLM`: token-id prompts, `n` samples per prompt, a seed per
 request (derived from the call's seed and the prompt's index, so a batch is reproducible whatever vLLM schedules),
 the sampled tokens' log-probs (`logprobs=0` with `logprobs_mode="processed_logprobs"`, i.e. under
-softmax(logits / temperature), the quantity `grpo.token_logprobs` computes; greedy calls are scored at temperature
+softmax(logits / temperature), the quantity `update.logprobs.logprobs` computes; greedy calls are scored at temperature
 1, as there), and finish reasons. `vllm_common.AdapterEngine` is the same engine seen through one LoRA adapter, so one engine can
 serve the Proposer's and the Solver's adapters of one shared base (`max_loras=2`).
 
@@ -40,13 +40,13 @@ from pathlib import Path
 
 import torch
 
-from pasodoble.core.precision import DTYPES
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import VLLMConfig, direct_sync, sleeps
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
 from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.vllm_sleep import SleepCycle
 from pasodoble.rollout.weights import cast_tensors, write_weights
+from pasodoble.update.precision import DTYPES
 
 _ENGINES = itertools.count()  # engines started in this process (CPU core pinning)
 

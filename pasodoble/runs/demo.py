@@ -1,6 +1,6 @@
 """`pasodoble demo`: the tiny world end to end on a CPU in minutes.
 
-Phases (one log line each, with seconds): build the world and SFT both roles (cached, see `world/cache.py`; the
+Phases (one log line each, with seconds): build the world and SFT both roles (cached, see `sft/tiny.py`; the
 warm-up stops when the next tier is half-learned, `world/select.py`) -> evaluate the SFT Solver on the held-out
 tiers, greedy and sampled -> a short online dual-play run (`dualplay.steps`, recipe `dualplay.recipe` with
 `dualplay.overrides`, the demo's world and SFT settings) -> evaluate its final Solver the same way -> print the
@@ -43,6 +43,7 @@ from pasodoble.evals import EvalSettings, Problem, evaluate
 from pasodoble.evals.intervals import Interval, paired_by_key, points, scores_by_problem, verdict
 from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
+from pasodoble.evals.tiers import load_tier_problems
 from pasodoble.grader import Grader, GraderConfig
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.reports.series import load_series
@@ -50,10 +51,9 @@ from pasodoble.reports.tracking import Tracker
 from pasodoble.rollout import HFEngine
 from pasodoble.runs.run_notes import demo_next
 from pasodoble.sft import SFTConfig
+from pasodoble.sft.tiny import ensure_sft_models
 from pasodoble.world import WorldConfig, formats
-from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.problems import TIER_DESCRIPTIONS, TIERS
-from pasodoble.world.tiers import load_tier_problems
 
 log = logging.getLogger("pasodoble.runs.demo")
 BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (docs/METHOD.md, step 10)

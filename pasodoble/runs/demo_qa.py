@@ -47,7 +47,7 @@ from pasodoble.qa.world import TIERS
 from pasodoble.rollout import HFEngine
 from pasodoble.runs.run_notes import demo_next
 from pasodoble.runs.train import TrainConfig, run_train
-from pasodoble.world.qa_models import QAWarmUp, ensure_qa_models
+from pasodoble.sft.qa_models import QAWarmUp, ensure_qa_models
 
 log = logging.getLogger("pasodoble.runs.demo_qa")
 CONDITIONS = {"dualplay": "correct", "random_reward": "random"}  # condition -> rewards.solver_reward

@@ -39,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble.config import load_config, save_config
 from pasodoble.errors import ConfigError
 from pasodoble.evals.intervals import hierarchical_bootstrap, paired_scores, points, seed_t_interval
+from pasodoble.evals.tiers import load_tier_problems
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.reports.tracking import Tracker
@@ -55,7 +56,6 @@ from pasodoble.runs.run_notes import demo_next
 from pasodoble.sft import SFTConfig, train_sft
 from pasodoble.world import WorldConfig, build_world
 from pasodoble.world.select import SelectConfig
-from pasodoble.world.tiers import load_tier_problems
 
 log = logging.getLogger("pasodoble.runs.demo_real")
 REPO = Path(__file__).resolve().parents[1]

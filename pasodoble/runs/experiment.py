@@ -16,7 +16,7 @@ Solver on the world's held-out tiers twice: greedily, and with the paper's proto
     frozen_proposer  verified with the Proposer not trained: arm C
 A recipe may name more conditions under `arms:` (name -> overrides), e.g. the label-noise curve's noise levels.
 With `eval_seed` set, every run is scored on fresh evaluation sets of `eval_sizes` problems a tier drawn by that
-seed from the `eval_split` side (`world/eval_split.py`: disjoint from the corpus, the SFT data and the dev split),
+seed from the `eval_split` side (`evals/eval_split.py`: disjoint from the corpus, the SFT data and the dev split),
 and `summary.json` holds each run's change over the start with a paired bootstrap interval, the pooled changes
 with hierarchical bootstrap and seed-level t intervals, the mechanism metrics and the pre-registered verdict
 (`runs/experiment_summary.py`).
@@ -86,7 +86,7 @@ class ExperimentConfig:
     eval_samples: int = 6  # sampled evaluation: samples per problem (the paper: 6; 0 = greedy only)
     eval_temperature: float = 0.6  # sampled evaluation: temperature (the paper: 0.6)
     arms: dict[str, list[str]] = field(default_factory=dict)  # more conditions: name -> train overrides
-    eval_seed: int | None = None  # draws the evaluation sets (world/eval_split.py); None: the world's tiers
+    eval_seed: int | None = None  # draws the evaluation sets (evals/eval_split.py); None: the world's tiers
     eval_sizes: dict[str, int | None] = field(
         default_factory=dict
     )  # with eval_seed: tier -> problems (None: all)
@@ -182,10 +182,10 @@ def train_config(cfg: ExperimentConfig, condition: str, seed: int):
 def evaluation_problems(train, cfg: ExperimentConfig) -> list:
     """The problems every run is scored on: fresh sets by `eval_seed`, else the world's held-out tiers."""
     if cfg.eval_seed is not None:
-        from pasodoble.world.eval_split import evaluation_problems as drawn
+        from pasodoble.evals.eval_split import evaluation_problems as drawn
 
         return drawn(cfg.eval_sizes, cfg.eval_seed, cfg.eval_split)
-    from pasodoble.world.tiers import held_out_problems
+    from pasodoble.evals.tiers import held_out_problems
 
     # Straight from the split, so the limit may pass the world's tier_size (its tiers.jsonl is the start of this).
     return held_out_problems(train.world.seed, cfg.eval_limit or train.world.tier_size)

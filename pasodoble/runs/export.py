@@ -4,7 +4,7 @@ Each role of the newest checkpoint, verified against its manifest, becomes a mod
 for a LoRA role with --merge, the peft adapter folder without. Everything is written into a fresh folder beside
 `--out` and swapped in whole, so a previous export leaves nothing behind.
 
-Tests: `tests/test_export.py`, `tests/test_adapters.py`.
+Tests: `tests/runs/test_export.py`, `tests/roles/test_adapters.py`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ sampler, grader, evaluator and tracker into `DualPlay`, and writes the run direc
 Resume: `pasodoble train --resume RUN_DIR [overrides]` loads RUN_DIR/config.yaml, restores the newest checkpoint
 that passes its manifest check (a damaged newer one is named in a warning line; `--strict-resume` stops there
 instead), cuts metrics.jsonl / samples.jsonl back to its step and continues; on CPU the result equals an
-uninterrupted run with the same seed (tests/test_resume.py). config.yaml is rewritten only once the checkpoint has
+uninterrupted run with the same seed (tests/runs/test_resume.py). config.yaml is rewritten only once the checkpoint has
 loaded; overrides that change weight shapes are refused first (`resume_changes`).
 
 Run: `pasodoble train --config recipes/tiny-online.yaml schedule.steps=20 solver.lr=1e-5`.
@@ -36,9 +36,8 @@ from pathlib import Path
 
 import torch
 
-from pasodoble import allocator, checkpoint
+from pasodoble import accel, allocator, checkpoint
 from pasodoble.config import load_config, save_config
-from pasodoble.core import decode_kernel, fused_block, fused_layers, train_attention
 from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
@@ -70,9 +69,9 @@ from pasodoble.scale.layout import (
 )
 from pasodoble.scale.sharding import build_sharding, check_roles
 from pasodoble.sft import SFTConfig
+from pasodoble.sft.tiny import ensure_sft_models
 from pasodoble.threads import busy_warning, resolve_num_threads
 from pasodoble.world import WorldConfig
-from pasodoble.world.cache import ensure_sft_models
 
 TINY = "tiny:"
 TINY_TIERS = "tiny:tiers"  # eval.problems_file value: the tiny world's held-out tier problems
@@ -133,9 +132,13 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metric sinks
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # ranks, sharding, GPU layout
     roles: RolesConfig = field(default_factory=RolesConfig)  # how the two roles share weights (shared_base)
+    accel: accel.AccelConfig = field(
+        default_factory=accel.AccelConfig
+    )  # the CPU fast paths, a key each (auto | on | off)
 
     def validate(self) -> None:
         get_domain(self.domain)
+        self._map_role_cpu_matmul()
         if self.roles.shared_base:
             check_shared_base(self.proposer, self.solver)
         if self.schedule.eval_every is not None and self.eval is None:
@@ -146,6 +149,24 @@ class TrainConfig:
             raise ConfigError(
                 "knowledge.path", "give a corpus (JSONL/Parquet/text/hf:...) or set no_knowledge"
             )
+
+    def _map_role_cpu_matmul(self) -> None:
+        """The deprecated `<role>.cpu_matmul` becomes `accel.cpu_matmul`, with a one-line note."""
+        chosen = {
+            n: r.cpu_matmul for n, r in (("proposer", self.proposer), ("solver", self.solver)) if r.cpu_matmul
+        }
+        if not chosen:
+            return
+        if len(set(chosen.values())) > 1:
+            raise ConfigError(
+                "solver.cpu_matmul", "is deprecated and set apart per role; set accel.cpu_matmul once"
+            )
+        for name, value in chosen.items():
+            print(
+                f"pasodoble: {name}.cpu_matmul is deprecated; use accel.cpu_matmul={value}", file=sys.stderr
+            )
+        if self.accel.cpu_matmul == "auto":
+            self.accel.cpu_matmul = next(iter(chosen.values()))
 
 
 def total_updates(cfg: TrainConfig) -> tuple[int, int]:
@@ -242,7 +263,7 @@ def build_evaluator(cfg: TrainConfig, grader) -> SolverEvaluator | None:
         return None
     ev = cfg.eval
     if ev.problems_file == TINY_TIERS:
-        from pasodoble.world.tiers import load_tier_problems
+        from pasodoble.evals.tiers import load_tier_problems
 
         problems = load_tier_problems(_tiny_models(cfg).world.tiers, ev.limit)
     else:
@@ -387,6 +408,7 @@ def run_train(cfg: TrainConfig, *, resume: bool = False, strict_resume: bool = F
         check_model_spec(cfg.proposer.model, "proposer.model")
     threads = resolve_num_threads(cfg.num_threads)
     torch.set_num_threads(threads)
+    accel.configure(cfg.accel)  # before any model loads: the kernels load once per process
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     collective = from_env(cfg.distributed.timeout_s)
@@ -450,10 +472,7 @@ def _train(cfg: TrainConfig, collective, resume: bool, strict_resume: bool = Fal
         threads = torch.get_num_threads()
         print(
             f"run directory: {run_dir} ({threads} torch threads, malloc: {allocator.active()}, "
-            f"CPU kernels: decode {decode_kernel.status() if threads == 1 else f'off ({threads} torch threads)'}, "
-            f"attention {train_attention.status() if threads == 1 else 'off'}, "
-            f"layers {fused_layers.status() if threads == 1 else 'off'}, "
-            f"blocks {fused_block.status() if threads == 1 else 'off'})",
+            f"CPU kernels: {accel.status(threads)})",
             flush=True,
         )
         if (warning := busy_warning(threads)) is not None:

@@ -14,7 +14,7 @@ what it was exchanging, and the rank exits at once with code 1 (see `TorchDistri
 unwind); `barrier` is gloo's monitored barrier, which also names the missing ranks.
 
 How: `collective = from_env(timeout_s=600)`; `collective.all_gather(obj, "solver answers")` -> list by rank.
-Tests: tests/test_distributed.py (shares, a 2-process gloo group, a dead and a silent peer).
+Tests: tests/scale/test_distributed.py (shares, a 2-process gloo group, a dead and a silent peer).
 
 Departures from the reference code: no rank holds state the others lack (the reference kept the diversity history
 on rank 0 only), and no divisibility rule ties the number of training processes to the batch.

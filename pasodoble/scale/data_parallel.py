@@ -10,7 +10,7 @@ Why: the loop's decisions (rewards, advantages, skips, history, buffer) are pure
 so every rank computes them identically, without a rank 0 that knows more than the others.
 
 How: called by `pasodoble.dualplay`; with `SingleProcess` every function reduces to the one-process call (same seed,
-same batch), so one-rank runs are bit-identical to runs without this module. Tests: tests/test_data_parallel.py.
+same batch), so one-rank runs are bit-identical to runs without this module. Tests: tests/scale/test_data_parallel.py.
 
 Departures from the reference code: shares are ragged (any world size, any batch; the reference required the
 number of training processes to divide the batch). A rank whose share is empty or shorter still runs as many

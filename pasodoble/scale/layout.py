@@ -23,7 +23,7 @@ Why: the reference code hard-codes GPU ids and ports and only works when the num
 wrong layout there fails after minutes of loading, or hangs.
 
 How: `pasodoble layout --config recipes/qwen3-4b-online.yaml --processes 8 --visible-gpus 8 --gpu-memory-gb 80`.
-Tests: tests/test_layout.py.
+Tests: tests/runs/test_layout.py.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pasodoble.core.token_budget import auto_micro_batch_tokens
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.realmodels import entry_dir, is_pkg_spec
 from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
 from pasodoble.rollout.settings import resolve_engine, sleeps
 from pasodoble.scale.collectives import share_sizes
+from pasodoble.update.token_budget import auto_micro_batch_tokens
 
 BACKENDS = ("ddp", "fsdp2", "deepspeed")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

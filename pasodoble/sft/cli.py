@@ -4,7 +4,7 @@
     pasodoble sft --config recipes/cold-start-qwen3-1.7b-sft.yaml data=out/cold/solver.jsonl out=out/sft-solver
     pasodoble sft-data --config recipes/cold-start-qwen3-1.7b.yaml [key=value ...]
 
-The trainer (`trainer.py`) takes a loaded model; resolving `tiny:` specs here keeps `world/cache.py` (which trains the
+The trainer (`trainer.py`) takes a loaded model; resolving `tiny:` specs here keeps `sft/tiny.py` (which trains the
 tiny world's models with the trainer) and the trainer free of an import circle.
 """
 
@@ -21,21 +21,19 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pasodoble import accel
 from pasodoble.config import load_config, save_config
-from pasodoble.core.cpu_matmul import use_cpu_matmul
-from pasodoble.core.fused_layers import use_fused_layers
-from pasodoble.core.precision import DTYPES
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.folders import check_folder, claim_folder
 from pasodoble.grader import Grader
 from pasodoble.reports.tracking import Tracker
-from pasodoble.roles.grouped_attention import use_grouped_attention
 from pasodoble.roles.models import check_model_spec
 from pasodoble.sft.data import SFTDataConfig, SFTDataRun
 from pasodoble.sft.teacher import TeacherConfig, build_teacher
+from pasodoble.sft.tiny import TINY_PREFIX, ensure_sft_models, resolve_model
 from pasodoble.sft.trainer import SFTConfig, load_examples, split_examples, train_sft
+from pasodoble.update.precision import DTYPES
 from pasodoble.world.build import WorldConfig
-from pasodoble.world.cache import TINY_PREFIX, ensure_sft_models, resolve_model
 
 
 @dataclass
@@ -169,11 +167,7 @@ def run_sft(args: argparse.Namespace) -> int:
     else:
         device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[cfg.dtype]).to(device)
-    # on the CPU only: forward and backward without copies of the key/value heads, float32 linear layers on the
-    # kernel a Role's default picks, and norms, rotary embeddings and SiLU gates in one pass each
-    use_grouped_attention(model)
-    use_cpu_matmul(model, "auto")
-    use_fused_layers(model)
+    accel.apply(model)  # the CPU fast paths a Role's model takes (each a no-op off the CPU)
     out = Path(cfg.out)
     if main:
         print(f"fine-tuning {cfg.model} -> {out} (metrics.jsonl, then the model)", flush=True)

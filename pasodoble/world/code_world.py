@@ -11,7 +11,7 @@ the code domain's leak test (its output is not one of its constants), so each te
 a program prints is computed here with `operator` on the numbers, and the sandbox recomputes it as the gold.
 
 Why: `world.game: code` builds this world instead of arithmetic, with the same tokenizer, tiny models, SFT warm-up
-and cache (`world/build.py`, `world/cache.py`); `recipes/tiny-code.yaml` plays dual-play on it (docs/DOMAINS.md).
+and cache (`world/build.py`, `sft/tiny.py`); `recipes/tiny-code.yaml` plays dual-play on it (docs/DOMAINS.md).
 """
 
 from __future__ import annotations

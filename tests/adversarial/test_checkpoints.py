@@ -16,7 +16,7 @@ import torch
 from pasodoble.checkpoint import latest_checkpoint, write_manifest
 from pasodoble.errors import UserError
 from pasodoble.runs.train import prepare_resume
-from tests.test_resume import assert_same_run, build_loop
+from tests.runs.test_resume import assert_same_run, build_loop
 
 
 class Payload:

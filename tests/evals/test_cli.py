@@ -241,7 +241,7 @@ def test_a_run_json_left_by_a_run_that_saved_nothing_does_not_block_the_retry(ti
 
 
 def test_tiny_model_specs_resolve_through_the_cache_and_label_rows(tiny_lm, own_set, tmp_path, monkeypatch):
-    import pasodoble.world.cache as cache
+    import pasodoble.sft.tiny as cache
 
     asked = []
     monkeypatch.setattr(cache, "resolve_model", lambda spec: asked.append(spec) or str(tiny_lm[2]))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_distributed import free_port, rank_env
+from tests.scale.test_distributed import free_port, rank_env
 
 pytestmark = pytest.mark.distributed
 

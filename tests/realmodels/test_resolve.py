@@ -13,7 +13,7 @@ from pasodoble.realmodels import entry_dir, resolve_pkg
 from pasodoble.realmodels.store import build_entry
 from pasodoble.runs.train import TrainConfig, resolve
 from pasodoble.scale.layout import read_architecture
-from pasodoble.world.cache import resolve_model
+from pasodoble.sft.tiny import resolve_model
 
 SPEC = "pkg:smollm2-135m-instruct"
 

@@ -10,7 +10,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.cli import main
-from pasodoble.core.grpo import token_logprobs
 from pasodoble.core.knowledge import KnowledgeConfig, Passage, PassageSampler
 from pasodoble.core.prompts import PromptConfig
 from pasodoble.core.rewards import RewardConfig
@@ -21,6 +20,7 @@ from pasodoble.reports.tracking import Tracker
 from pasodoble.roles.adapters import LoraConfig
 from pasodoble.roles.role import Role, RoleConfig
 from pasodoble.rollout import HFEngine, SamplingParams
+from pasodoble.update.logprobs import logprobs as token_logprobs
 from tests.loop_helpers import ExactGrader, ScriptedEngine
 
 pytestmark = pytest.mark.real

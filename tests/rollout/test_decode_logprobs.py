@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pasodoble.rollout import HFEngine, SamplingParams
-from tests.test_roles import make_role, sampled
+from tests.roles.test_roles import make_role, sampled
 
 
 def _count_forwards(model) -> list[int]:

@@ -31,8 +31,8 @@ pytestmark = [
     pytest.mark.timeout(BUILD_BUDGET_S),
 ]
 
-from tests.test_train_fsdp2 import torchrun as torchrun_command  # noqa: E402
-from tests.test_vllm_runs import WORLD  # noqa: E402
+from tests.runs.test_vllm_runs import WORLD  # noqa: E402
+from tests.scale.test_train_fsdp2 import torchrun as torchrun_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [

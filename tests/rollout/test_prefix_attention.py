@@ -1,4 +1,4 @@
-"""Decode attention that reads each prompt's cached columns once for its rows (`core.prefix_attention`)."""
+"""Decode attention that reads each prompt's cached columns once for its rows (`update.prefix_attention`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
-from pasodoble.core import decode_kernel, prefix_attention
-from pasodoble.core.prefix_attention import SharedPrefix, prefix_decode_attention
-from pasodoble.roles.grouped_attention import GROUPED_SDPA, grouped_sdpa_forward, use_grouped_attention
+from pasodoble.accel import decode_kernel
+from pasodoble.accel.grouped_attention import GROUPED_SDPA, grouped_sdpa_forward, use_grouped_attention
 from pasodoble.rollout import HFEngine, SamplingParams
+from pasodoble.update import prefix_attention
+from pasodoble.update.prefix_attention import SharedPrefix, prefix_decode_attention
 
 KV, GROUP, DIM, LAYERS = 2, 3, 8, 2
 
@@ -129,7 +130,7 @@ def test_engine_samples_what_it_samples_with_copied_prompts(tiny_lm, monkeypatch
         calls.append(args[0].shape[0])
         return real(*args)
 
-    monkeypatch.setattr("pasodoble.roles.grouped_attention.prefix_decode_attention", counted)
+    monkeypatch.setattr("pasodoble.accel.grouped_attention.prefix_decode_attention", counted)
     fused = []
     real_kernel = decode_kernel.prefix_decode
 

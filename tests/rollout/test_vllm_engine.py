@@ -74,7 +74,7 @@ def _ids(x):
 
 def _gap(model, prompt, completion, temperature: float) -> float:
     """Largest |engine log-prob - training model's log-prob| over one completion's tokens."""
-    from pasodoble.core.grpo import token_logprobs
+    from pasodoble.update.logprobs import logprobs as token_logprobs
 
     ids = torch.tensor([prompt + completion.token_ids])
     mask = torch.ones_like(ids)

@@ -26,7 +26,7 @@ from pasodoble.config import load_config  # noqa: E402
 from pasodoble.rollout.server import EngineUnavailable, VLLMServer  # noqa: E402
 from pasodoble.rollout.settings import VLLMConfig  # noqa: E402
 from pasodoble.runs.train import TrainConfig, resolve, run_train  # noqa: E402
-from tests.test_vllm_runs import CHEAP, WORLD  # noqa: E402
+from tests.runs.test_vllm_runs import CHEAP, WORLD  # noqa: E402
 
 
 def config(run_dir, *overrides):

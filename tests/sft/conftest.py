@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pasodoble.sft import SFTConfig
+from pasodoble.sft.tiny import ensure_sft_models
 from pasodoble.world import WorldConfig
-from pasodoble.world.cache import ensure_sft_models
 from pasodoble.world.model import ModelConfig
 
 COLD_WORLD = replace(

@@ -241,7 +241,7 @@ def test_cli_recipe_with_flags_writes_a_checkpoint_train_accepts(world, tmp_path
 
 
 def test_new_sft_fields_at_their_defaults_keep_the_tiny_cache_key():
-    from pasodoble.world.cache import cache_key
+    from pasodoble.sft.tiny import cache_key
     from pasodoble.world.select import SelectConfig
 
     # the key of the default tiny models before micro_batch_size / eval_every / bf16 / gradient_checkpointing

@@ -161,7 +161,7 @@ def test_mix_weights_the_sft_tiers():
 
 
 def test_tier_problems_for_the_evaluation_harness(world):
-    from pasodoble.world.tiers import load_tier_problems
+    from pasodoble.evals.tiers import load_tier_problems
 
     problems = load_tier_problems(world.tiers)
     assert len(problems) == 16 and {p.source for p in problems} == {"t1", "t2", "t3", "t4"}
@@ -170,7 +170,7 @@ def test_tier_problems_for_the_evaluation_harness(world):
 
 
 def test_held_out_problems_extend_the_worlds_tier_file(world):
-    from pasodoble.world.tiers import held_out_problems, load_tier_problems
+    from pasodoble.evals.tiers import held_out_problems, load_tier_problems
 
     stored = load_tier_problems(world.tiers)  # the fixture's world: 4 problems per tier, seed 0
     more = held_out_problems(0, 250)

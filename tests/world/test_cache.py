@@ -10,14 +10,14 @@ from transformers import AutoModelForCausalLM
 from pasodoble.errors import UserError
 from pasodoble.io import build_lock, current_umask, read_jsonl
 from pasodoble.sft import SFTConfig
-from pasodoble.world import WorldConfig
-from pasodoble.world.cache import (
+from pasodoble.sft.tiny import (
     _build,
     cache_key,
     default_cache_dir,
     ensure_sft_models,
     resolve_model,
 )
+from pasodoble.world import WorldConfig
 
 
 def test_built_once_then_reused(tmp_path):

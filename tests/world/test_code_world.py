@@ -15,9 +15,9 @@ from pasodoble.domains.code import CodeDomain
 from pasodoble.errors import ConfigError
 from pasodoble.sandbox import probe
 from pasodoble.sft import SFTConfig
+from pasodoble.sft.tiny import cache_key
 from pasodoble.world import code_world
 from pasodoble.world.build import WorldConfig, build_world, manifest
-from pasodoble.world.cache import cache_key
 from pasodoble.world.select import SelectConfig
 
 CODE = replace(WorldConfig.minimal(), game="code")

@@ -17,8 +17,8 @@ from pasodoble.io import read_jsonl
 from pasodoble.qa.world import QAWorldConfig
 from pasodoble.runs.demo_qa import QADemoConfig, run_demo_qa
 from pasodoble.sft import SFTConfig
+from pasodoble.sft.qa_models import QAModels, QAWarmUp, cache_key, ensure_qa_models, role_records
 from pasodoble.world.model import ModelConfig
-from pasodoble.world.qa_models import QAModels, QAWarmUp, cache_key, ensure_qa_models, role_records
 
 SMALL_MODEL = ModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, head_dim=8)
 

@@ -10,9 +10,10 @@ import pytest
 from pasodoble.errors import ConfigError
 from pasodoble.io import read_jsonl
 from pasodoble.sft import SFTConfig
+from pasodoble.sft.next_tier import NextTierStop
+from pasodoble.sft.tiny import cache_key, ensure_sft_models
 from pasodoble.world import WorldConfig, problems
-from pasodoble.world.cache import cache_key, ensure_sft_models
-from pasodoble.world.select import NextTierStop, SelectConfig, dev_questions
+from pasodoble.world.select import SelectConfig, dev_questions
 
 
 def test_dev_questions_are_training_side_distinct_and_skip_the_excluded():

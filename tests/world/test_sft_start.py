@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from pasodoble.evals.tiers import load_tier_problems
 from pasodoble.runs.demo import DemoEvalConfig, evaluate_solver
-from pasodoble.world.tiers import load_tier_problems
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 

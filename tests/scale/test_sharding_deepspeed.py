@@ -1,0 +1,154 @@
+"""DeepSpeed ZeRO behind `Role`: the refusals (default suite) and, on a one-rank gloo group in this process, ZeRO-1,
+2 and 3 roles that train, checkpoint and load as an unsharded one, and ZeRO-3's once-per-phase gather
+(`distributed`: it needs the deepspeed extra).
+Several ranks run in tests/scale/test_train_deepspeed.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from pasodoble.errors import ConfigError
+from pasodoble.roles.role import RoleConfig
+from pasodoble.scale.sharding import check_roles
+from pasodoble.scale.sharding.deepspeed import engine_config, import_deepspeed
+from tests.roles.test_roles import sampled
+from tests.scale.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixture)
+
+
+def test_zero3_on_several_ranks_is_accepted_and_its_refusals_remain():
+    check_roles("deepspeed", 2, {"solver": RoleConfig()})  # ZeRO-3 included: phases gather once (gathered())
+    with pytest.raises(ConfigError, match=r"^solver.dtype: float16 with distributed.backend=deepspeed"):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(dtype="float16")})
+    with pytest.raises(ConfigError, match=r"^solver.lora: LoRA with distributed.backend=deepspeed on 2"):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})})
+
+
+def test_float16_roles_are_refused_under_deepspeed_and_bfloat16_is_not():
+    with pytest.raises(
+        ConfigError, match=r"^proposer.dtype: float16 with distributed.backend=deepspeed .* bfloat16"
+    ):
+        check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16")})
+    check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="float16", trainable=False)})  # never wrapped
+    check_roles("deepspeed", 2, {"proposer": RoleConfig(dtype="bfloat16", engine="vllm")})  # full weights
+    check_roles("ddp", 2, {"proposer": RoleConfig(dtype="float16")})
+
+
+def test_lora_is_refused_under_deepspeed_on_several_ranks():
+    with pytest.raises(
+        ConfigError, match=r"^solver.lora: LoRA with distributed.backend=deepspeed on 2 ranks"
+    ):
+        check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8})})
+    check_roles("deepspeed", 2, {"solver": RoleConfig(lora={"rank": 8}, trainable=False)})
+    check_roles("ddp", 2, {"proposer": RoleConfig(dtype="float16")})
+
+
+def test_a_missing_deepspeed_install_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed raises ImportError
+    with pytest.raises(
+        ConfigError, match=r"^distributed.backend: deepspeed is not installed .*pasodoble\[deepspeed\]"
+    ):
+        import_deepspeed()
+
+
+def test_engine_config_carries_clipping_accumulation_and_offload():
+    cfg = engine_config(2, True, 1.0)
+    assert cfg["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    assert cfg["gradient_clipping"] == 1.0 and cfg["gradient_accumulation_steps"] == 1
+    assert engine_config(1, False, None)["gradient_clipping"] == 0.0  # DeepSpeed's "off"
+    assert "offload_optimizer" not in engine_config(1, False, None)["zero_optimization"]
+    assert engine_config(3, False, None)["zero_optimization"]["stage3_param_persistence_threshold"] == 0
+
+
+@pytest.fixture
+def zero(one_rank_group, monkeypatch):  # noqa: F811
+    """`DeepSpeedZero` on the one-rank group (LOCAL_RANK: what a launcher sets)."""
+    pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed (make deepspeed-env)")
+    from pasodoble.scale.sharding.deepspeed import DeepSpeedZero
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    return DeepSpeedZero
+
+
+def max_diff(a: dict, b: dict) -> float:
+    return max((a[k] - v).abs().max().item() for k, v in b.items())
+
+
+@pytest.mark.distributed
+def test_a_zero_role_trains_saves_and_loads_as_an_unsharded_one(zero, tmp_path):
+    """ZeRO-2, ZeRO-1 with the optimizer offloaded, and ZeRO-3 (with and without), in one process group (DeepSpeed keeps the group it first
+    saw for the life of the process); then a bfloat16 forward under DeepSpeed's float32 engine."""
+    for stage, offload in [(2, False), (1, True), (3, False), (3, True)]:
+        trains_saves_and_loads(zero, tmp_path / f"zero{stage}{offload}", stage, offload, "float32")
+    zero3_gathers_once_per_phase(zero)
+    ds, plain = (role_with(s, dtype="bfloat16") for s in (zero(1, zero_stage=2), None))
+    samples, advantages = sampled(plain, ["a", "bb"], seed=0)
+    a, b = ds.update(samples, advantages), plain.update(samples, advantages)
+    # the same autocast gradient up to summation order (AdamW at lr 1e-2 then amplifies such differences)
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["loss"] == b["loss"]
+
+
+def zero3_gathers_once_per_phase(zero):
+    """Between phases a ZeRO-3 module's parameters are empty (partitioned); inside `gathered` they are full,
+    ZeRO-3's hooks are off (no forward communicates) and the module computes what the plain one does; nested
+    entries gather once, and the weights read inside and outside a phase are the same."""
+    ds, plain = role_with(zero(1, zero_stage=3)), role_with(None)
+    offload = ds.train_model.optimizer.parameter_offload
+    assert all(p.numel() == 0 for p in ds.model.parameters()) and offload.forward_hooks
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with ds.gathered():
+        with ds.gathered():
+            assert not offload.forward_hooks and not offload.backward_hooks
+            logits = ds.model(ids).logits
+        assert all(p.numel() > 0 for p in ds.model.parameters())
+        inside = ds.weights()
+    assert all(p.numel() == 0 for p in ds.model.parameters()) and offload.forward_hooks
+    assert torch.equal(logits, plain.model(ids).logits)
+    assert max_diff(ds.weights(), inside) == 0 and max_diff(inside, plain.model.state_dict()) == 0
+    samples, advantages = sampled(plain, ["a", "bb"], seed=0)
+    a, b = ds.update(samples, advantages), plain.update(samples, advantages)  # the hooks train again
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
+
+
+def trains_saves_and_loads(zero, tmp_path, stage, offload, dtype):
+    ds = role_with(zero(1, zero_stage=stage, offload_optimizer=offload), num_iterations=2, dtype=dtype)
+    plain = role_with(None, num_iterations=2, dtype=dtype)
+    before = ds.full_state()  # no step yet: the hyperparameters only, as torch's own state dict
+    assert before["optimizer"] == {**plain.optimizer.state_dict(), "state": {}}
+    for step in range(2):
+        samples, advantages = sampled(plain, ["a", "bb"], seed=step)
+        a, b = ds.update(samples, advantages), plain.update(samples, advantages)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
+    # ZeRO sums the tied embedding/LM-head gradient in another order than the plain role (which adds the
+    # embedding's rows in place) and ZeRO-3's hooked head keeps the stock log-prob expression where the plain role
+    # fuses it (update/fused_head.py, as accurate against float64); an lr-1e-2 AdamW step turns the rounding of a ~0
+    # gradient into a step of up to lr: measured 3.1e-5 after two steps at ZeRO-2, float32, 1.2e-6 before the fusion
+    tolerance = 5e-5
+    assert max_diff(ds.weights(), plain.model.state_dict()) <= tolerance
+    ds.save(tmp_path / "ds", ds.full_state())
+    plain.save(tmp_path / "plain")
+    ta, tb = (torch.load(tmp_path / d / "trainer_state.pt", weights_only=True) for d in ("ds", "plain"))
+    assert ta["optimizer"]["param_groups"] == tb["optimizer"]["param_groups"]
+    assert ta["optimizer"]["state"].keys() == tb["optimizer"]["state"].keys()
+    for i, state in tb["optimizer"]["state"].items():
+        assert torch.equal(ta["optimizer"]["state"][i]["step"], state["step"])
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.allclose(ta["optimizer"]["state"][i][key], state[key], atol=1e-6)
+    samples, advantages = sampled(plain, ["c"], seed=5)
+    plain.update(samples, advantages)
+    for source in ("plain", "ds"):  # either checkpoint into a fresh engine, which has no AdamW state yet
+        fresh = role_with(zero(1, zero_stage=stage, offload_optimizer=offload), num_iterations=2, dtype=dtype)
+        fresh.load_state(tmp_path / source)
+        assert fresh.updates == 4
+        loaded = fresh.full_state()["optimizer"]["state"]  # gathered again after a load, before any step
+        assert all(
+            torch.allclose(loaded[i]["exp_avg_sq"], s["exp_avg_sq"])
+            for i, s in tb["optimizer"]["state"].items()
+        )
+        fresh.update(
+            samples, advantages
+        )  # the loaded master weights and moments take the step, not stale ones
+        assert max_diff(fresh.weights(), plain.model.state_dict()) <= tolerance
