@@ -113,10 +113,11 @@ class ExperimentConfig:
             raise ConfigError(
                 "conditions", f"unknown {unknown}; use names from {', '.join(known)} or add arms"
             )
-        stray = sorted(set(self.arm_seeds) - set(self.conditions))
+        # A known arm outside this run's conditions is allowed: a recipe's arm_seeds serve any subset of its arms.
+        stray = sorted(set(self.arm_seeds) - set(known))
         if stray or not all(self.arm_seeds.values()):
             raise ConfigError(
-                "arm_seeds", f"give non-empty seeds for conditions in the run ({stray or 'empty list'})"
+                "arm_seeds", f"give non-empty seeds for known conditions ({stray or 'empty list'})"
             )
         clash = sorted(set(self.arms) & set(CONDITIONS))
         if clash:

@@ -98,4 +98,13 @@ def test_a_condition_may_run_at_fewer_seeds():
     pooled = summary(cfg, results)["pooled"]
     assert pooled["uniform_true"]["seeds"] == [0] and pooled["verified"]["seeds"] == [0, 1, 2]
     with pytest.raises(ConfigError):
-        config(arm_seeds={"oracle": [0]}).validate()
+        config(arm_seeds={"oracel": [0]}).validate()  # a misspelt arm
+    with pytest.raises(ConfigError):
+        config(arm_seeds={"verified": []}).validate()
+    # the recipe's seeds for an arm this run leaves out (a pilot of two conditions) are no error
+    pilot = config(arm_seeds={"uniform_true": [0]})
+    pilot.conditions, pilot.primary_arm, pilot.control_arm = ["sft", "uniform_true"], None, None
+    pilot.validate()
+    pilot.arms = {"random_reward_verified": ["rewards.solver_reward=random"]}
+    pilot.arm_seeds = {"random_reward_verified": [0]}  # as the SmolLM2 recipe has it, in a pilot of sft and B
+    pilot.validate()
