@@ -6,10 +6,10 @@ on stderr with exit code 2, so a user mistake never ends in a traceback.
 
 Most command modules import torch and transformers (several seconds, more on a cold disk), so only the module of the
 command named on the line is imported; the others appear in `pasodoble --help` by their line in `COMMANDS`.
-`--version`, `--help` and a mistyped command answer before torch is imported, as does every error of a command
-whose module does not import it (`plot`, `inspect`, `kb`, `verify-answers`, `experiment` with its config) and
-`config`'s argument errors. Commands that train or evaluate a model still import torch before they read their config:
-their config dataclasses live beside the code that uses torch.
+`--version`, `--help` and a mistyped command answer before torch is imported, as do `config keys` and `config show`
+and every error of a command whose module does not import it (`plot`, `inspect`, `kb`, `verify-answers`,
+`experiment`). `train` and `demo` register from a light module (`runs/train_cli.py`, `runs/demo_cli.py`) that reads
+and checks the recipe (config dataclasses defined without torch) before it imports the run itself.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pasodoble.progress import quiet_libraries
 COMMANDS = (
     (
         "demo",
-        "pasodoble.runs.demo",
+        "pasodoble.runs.demo_cli",
         "tiny world on CPU: build, SFT both roles, short dual-play run, evaluate the Solver per tier",
     ),
     (
@@ -40,7 +40,11 @@ COMMANDS = (
         "pasodoble.runs.demo_qa",
         "tiny QA world on CPU: cold start, dual-play seeds (and a random-reward control), per-tier eval",
     ),
-    ("train", "pasodoble.runs.train", "dual-play RL of a Proposer and a Solver (online/offline schedules)"),
+    (
+        "train",
+        "pasodoble.runs.train_cli",
+        "dual-play RL of a Proposer and a Solver (online/offline schedules)",
+    ),
     (
         "layout",
         "pasodoble.runs.layout_cmd",

@@ -5,18 +5,24 @@
   model through the project's rollout engine; they are interchangeable everywhere.
 - `data.py`: `pasodoble sft-data`, verified Proposer and Solver SFT sets from a teacher and a checker.
 - `cli.py`: the `sft` and `sft-data` commands; it, not the trainer, resolves `tiny:` model specs.
+- `config.py`: `SFTConfig`, read without torch. The names below load on first use (`pasodoble.lazy`).
 """
 
-from pasodoble.sft.trainer import (
-    IGNORE_INDEX,
-    SFTConfig,
-    batch_order,
-    collate,
-    encode_examples,
-    load_examples,
-    lr_at,
-    train_sft,
-)
+from typing import TYPE_CHECKING
+
+from pasodoble.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from pasodoble.sft.config import SFTConfig
+    from pasodoble.sft.trainer import (
+        IGNORE_INDEX,
+        batch_order,
+        collate,
+        encode_examples,
+        load_examples,
+        lr_at,
+        train_sft,
+    )
 
 __all__ = [
     "IGNORE_INDEX",
@@ -28,3 +34,16 @@ __all__ = [
     "lr_at",
     "train_sft",
 ]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "IGNORE_INDEX": "pasodoble.sft.trainer",
+        "SFTConfig": "pasodoble.sft.config",
+        "batch_order": "pasodoble.sft.trainer",
+        "collate": "pasodoble.sft.trainer",
+        "encode_examples": "pasodoble.sft.trainer",
+        "load_examples": "pasodoble.sft.trainer",
+        "lr_at": "pasodoble.sft.trainer",
+        "train_sft": "pasodoble.sft.trainer",
+    },
+)

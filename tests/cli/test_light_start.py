@@ -1,5 +1,6 @@
-"""`pasodoble --version`, `--help`, a mistyped command and the errors of commands that need no model answer before
-torch or transformers is imported: the command line imports only the module of the command it was given.
+"""`pasodoble --version`, `--help`, a mistyped command, `config keys` / `config show` and the argument and config
+errors of every command tested here answer before torch or transformers is imported: the command line imports only
+the module of the command it was given, and a command that trains reads and checks its recipe first.
 
 Each case runs the command line in a fresh interpreter with an import hook that records every top-level package
 imported (it changes nothing); no timing is taken.
@@ -59,6 +60,15 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
         (("experiment", "recipes/tiny-ablation.yaml", "bogus=1"), 2, "bogus: unknown key"),
         (("kb", "stats", "no-such.jsonl"), 2, "no-such.jsonl does not exist"),
         (("verify-answers", "no-such-file.jsonl", "--out", "o.jsonl"), 2, "no-such-file.jsonl"),
+        (("train", "--config", "recipes/tiny-online.yaml", "bogus.key=1"), 2, "bogus: unknown key"),
+        (("train", "--config", "recipes/tiny-online.yaml", "solver.lr=-1"), 2, "solver.lr: lr and beta"),
+        (("train", "--config", "recipes/tiny-online.yaml", "schedule.steps=x"), 2, "schedule.steps"),
+        (("train", "--resume", "no-such-run"), 2, "no config.yaml there"),
+        (("train",), 2, "pass --config RECIPE"),
+        (("config", "keys"), 0, "accel.cpu_matmul"),
+        (("config", "keys", "--kind", "demo"), 0, "dualplay.steps"),
+        (("config", "show", "recipes/tiny-online.yaml"), 0, "schedule:"),
+        (("demo", "bogus=1"), 2, "bogus: unknown key"),
     ],
 )
 def test_answers_before_torch_is_imported(args, code, shows):
