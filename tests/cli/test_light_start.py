@@ -69,6 +69,7 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
         (("config", "keys", "--kind", "demo"), 0, "dualplay.steps"),
         (("config", "show", "recipes/tiny-online.yaml"), 0, "schedule:"),
         (("demo", "bogus=1"), 2, "bogus: unknown key"),
+        (("layout", "--config", "recipes/tiny-online.yaml", "bogus=1"), 2, "bogus: unknown key"),
     ],
 )
 def test_answers_before_torch_is_imported(args, code, shows):
