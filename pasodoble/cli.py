@@ -8,9 +8,9 @@ Most command modules import torch and transformers (several seconds, more on a c
 command named on the line is imported; the others appear in `pasodoble --help` by their line in `COMMANDS`.
 `--version`, `--help` and a mistyped command answer before torch is imported, as do `config keys` and `config show`
 and every error of a command whose module does not import it (`plot`, `inspect`, `kb`, `verify-answers`,
-`experiment`). `train` and `demo` register from a light module (`runs/train_cli.py`, `runs/demo_cli.py`) and
-`layout` imports the layout checks only after the recipe: each reads and checks its recipe (config dataclasses
-defined without torch) before it imports the run itself.
+`experiment`). `train` and `demo` register from a light module (`runs/train_cli.py`, `runs/demo_cli.py`), `layout`
+imports its checks after the recipe and `eval` its runner after the flags: each reads and checks its recipe or flags
+(config dataclasses defined without torch) before it imports the run itself.
 """
 
 from __future__ import annotations

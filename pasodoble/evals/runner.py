@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pasodoble.errors import ConfigError
@@ -30,6 +30,7 @@ from pasodoble.evals.problems import Problem
 from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
 from pasodoble.evals.settings import DEFAULT_TEMPLATE as DEFAULT_TEMPLATE  # re-exported: read without torch
 from pasodoble.evals.settings import EvalSettings
+from pasodoble.evals.settings import settings_dict as settings_dict
 from pasodoble.io import append_jsonl
 from pasodoble.progress import progress_bar
 from pasodoble.scale.collectives import SingleProcess, share
@@ -282,8 +283,3 @@ def evaluate(
     report.seconds = time.perf_counter() - started
     report.samples_generated = sum(n for _, n in totals)
     return report
-
-
-def settings_dict(settings: EvalSettings) -> dict:
-    """The settings as recorded in results.json."""
-    return asdict(settings)

@@ -7,7 +7,7 @@ imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from pasodoble.errors import ConfigError
 
@@ -94,3 +94,8 @@ class EvalConfig:
             prompt_template=self.prompt_template,
             seed=self.seed,
         )
+
+
+def settings_dict(settings: EvalSettings) -> dict:
+    """The settings as recorded in results.json."""
+    return asdict(settings)

@@ -70,6 +70,17 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
         (("config", "show", "recipes/tiny-online.yaml"), 0, "schedule:"),
         (("demo", "bogus=1"), 2, "bogus: unknown key"),
         (("layout", "--config", "recipes/tiny-online.yaml", "bogus=1"), 2, "bogus: unknown key"),
+        (
+            ("eval", "--model", "no/such/model", "--benchmarks", "gsm8k", "--out", "o"),
+            2,
+            "no/such/model does not",
+        ),
+        (
+            ("eval", "--model", "tiny:solver", "--num-samples", "0", "--out", "o"),
+            2,
+            "num_samples: must be >= 1",
+        ),
+        (("eval", "--model", "tiny:solver"), 2, "the following arguments are required: --out"),
     ],
 )
 def test_answers_before_torch_is_imported(args, code, shows):
