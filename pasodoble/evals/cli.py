@@ -36,8 +36,8 @@ from pasodoble.evals.report import (
     write_run_outputs,
 )
 from pasodoble.evals.settings import DEFAULT_TEMPLATE, EvalSettings, settings_dict
+from pasodoble.grader.config import PARTIAL_PARSES, GraderConfig
 from pasodoble.grader.extract import FALLBACKS
-from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.qa.normalize import RULES as QA_RULES
 from pasodoble.qa.proposal import SOLVER_TEMPLATE as QA_TEMPLATE

@@ -19,7 +19,7 @@ from pasodoble.domains import get_domain
 from pasodoble.domains.labels import LabelConfig
 from pasodoble.errors import ConfigError
 from pasodoble.evals.settings import EvalConfig
-from pasodoble.grader import GraderConfig
+from pasodoble.grader.config import GraderConfig
 from pasodoble.roles.config import RoleConfig, RolesConfig, check_shared_base
 from pasodoble.scale.config import DistributedConfig, has_proposer
 from pasodoble.schedule import ScheduleConfig
