@@ -1,6 +1,6 @@
 """Typed configuration: dataclasses, YAML recipes, dotted overrides, one validation pass.
 
-Each concern owns a plain `@dataclass` (RoleConfig in `roles/role.py`, RewardConfig in `core/rewards.py`, ...),
+Each concern owns a plain `@dataclass` (RoleConfig in `roles/config.py`, RewardConfig in `core/rewards.py`, ...),
 with a default per field and an optional `validate()` that raises `ConfigError`. This module is the generic part: it turns a YAML
 mapping plus `key.sub=value` overrides into such a dataclass tree, checking types strictly (a bool is `true` or
 `false`, never `1` or `yes`; a float is finite; unknown keys are errors with a "did you mean" hint), then calls
