@@ -193,7 +193,7 @@ def open_engine(args: argparse.Namespace, role: RoleConfig, tokenizer, collectiv
 
     device = local_device(args.device, collective.world_size)
     model = None
-    if role.engine == "hf" or args.adapter is not None:
+    if role.engine in ("hf", "auto") or args.adapter is not None:
         model = load_model(role.model, role.dtype, device, args.adapter)
     gpu = (
         int(os.environ.get("LOCAL_RANK", "0"))

@@ -15,7 +15,7 @@ Gates (after the format checks, in this order; the first that fails is the reaso
 - `not_self_contained`: the question points at a text the closed-book Solver never sees ("the passage",
   "according to the text", "in the text above", ...; `SELF_REFERENCES`).
 
-Why: the same style as the math parser (`pasodoble/prompts.py`): model output never raises, linear time in its
+Why: the same style as the math parser (`pasodoble/core/prompts.py`): model output never raises, linear time in its
 length, `max_chars` caps it. Aliases equal (normalised) to the answer or to each other are dropped, not rejected.
 
 How to run: pure functions; `python -m pytest tests/qa/test_proposal.py`.

@@ -35,7 +35,10 @@ def hf_engine(role_cfg, model: torch.nn.Module, tokenizer) -> HFEngine:
     )
 
 
-def on_cuda(model: torch.nn.Module) -> bool:
+def on_cuda(model: torch.nn.Module | None) -> bool:
+    """Whether `model` trains on CUDA; None (an engine that serves without the live module): whether CUDA is here."""
+    if model is None:
+        return torch.cuda.is_available()
     return any(p.is_cuda for p in model.parameters())
 
 

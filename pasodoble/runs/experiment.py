@@ -48,7 +48,6 @@ from pathlib import Path
 from pasodoble.config import load_config, save_config, to_dict
 from pasodoble.errors import ConfigError
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
-from pasodoble.runs import experiment_summary
 
 CONDITIONS = {
     "sft": [],
@@ -518,7 +517,10 @@ def write_summary(cfg: ExperimentConfig, results: list[dict], path: Path) -> dic
         "cold_start",
     ):  # folder names only: the file is committed, a machine's paths are not
         config[key] = Path(config[key]).name if config[key] else None
-    # without an sft run there are no changes to pair: the summary then holds the arms and no intervals
+    # without an sft run there are no changes to pair: the summary then holds the arms and no intervals;
+    # imported here, after the config is read (it loads numpy and the evaluation package)
+    from pasodoble.runs import experiment_summary
+
     intervals = {"config": config, **experiment_summary.summary(cfg, results)}
     write_json_atomic(path, intervals)
     return intervals
@@ -543,6 +545,8 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
             print(
                 f"[experiment] {condition} seed {seed}: {acc} ({time.perf_counter() - t0:.0f}s)", flush=True
             )
+    from pasodoble.runs.experiment_summary import summary_markdown
+
     summaries = summarise_all(cfg, results)
     write_json_atomic(
         out / "results.json",
@@ -554,7 +558,7 @@ def run_experiment(cfg: ExperimentConfig) -> Path:
         out / "results.md",
         results_markdown(cfg, summaries, time.perf_counter() - started)
         + "\n## Changes with intervals\n\n"
-        + experiment_summary.summary_markdown(intervals),
+        + summary_markdown(intervals),
     )
     print((out / "results.md").read_text(), flush=True)
     print(

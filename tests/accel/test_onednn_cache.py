@@ -21,7 +21,7 @@ def _capacity_after_import(env_value: str | None, name: str = "ONEDNN_PRIMITIVE_
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,  # a hang guard, generous for a loaded machine
         check=True,
     )
     return done.stdout.strip()

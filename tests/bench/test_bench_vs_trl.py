@@ -516,10 +516,12 @@ def test_sampling_bench_profiles_the_operators_of_one_call():
     engine = HFEngine(make_model(tokenizer), tokenizer, batch_size=4)
     prompts = [tokenizer("1+1=")["input_ids"], tokenizer("2+2=")["input_ids"]]
     sampling = SamplingParams(n=2, max_new_tokens=4, seed=0)
-    rows, products = bench.op_profile(lambda: engine.generate(prompts, sampling), top=5)
-    assert len(rows) == 5 and rows == sorted(rows, key=lambda r: -r["self_cpu_s"])
-    assert 0 < sum(r["share"] for r in rows) <= 1 + 1e-9
-    matmuls = [r for r in rows if r["gflop_per_s"]]
+    # every operator, so that which ones lead (a matter of timing on a loaded machine) decides nothing below
+    every, products = bench.op_profile(lambda: engine.generate(prompts, sampling), top=10_000)
+    rows = every[:5]
+    assert len(rows) == 5 and every == sorted(every, key=lambda r: -r["self_cpu_s"])
+    assert 0 < sum(r["share"] for r in every) <= 1 + 1e-9
+    matmuls = [r for r in every if r["gflop_per_s"]]
     assert matmuls and all(r["op"] in bench.MATMUL_OPS for r in matmuls)
     assert products["product_flops"] > 0 and 0 < products["product_share"] < 1
     table = bench.profile_table(rows).splitlines()

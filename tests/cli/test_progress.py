@@ -3,6 +3,7 @@ terminal, library bars and notes off, and the SFT bar saying its stop rule and w
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import os
@@ -65,6 +66,9 @@ def test_sft_bar_names_its_stop_rule_and_the_stop(tiny_lm, capsys):
     from pasodoble.sft.trainer import SFTConfig, train_sft
 
     model, tokenizer, _ = tiny_lm
+    model = copy.deepcopy(
+        model
+    )  # the fixture is the session's: train a copy, not what later tests generate with
     examples = [{"prompt": "1+1", "completion": "2"}, {"prompt": "2+2", "completion": "4"}] * 4
     config = SFTConfig(max_steps=10, batch_size=4, warmup_steps=1, log_every=1, num_threads=None)
     summary = train_sft(model, tokenizer, examples, config, progress=True, role="solver", stop=_StopAt(3))

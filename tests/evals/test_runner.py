@@ -174,7 +174,7 @@ def test_progress_bar_counts_samples_zero_to_n_as_they_finish(tiny_lm, grader, m
         def close(self):
             pass
 
-    monkeypatch.setattr(runner, "tqdm", Bar)
+    monkeypatch.setattr(runner, "progress_bar", Bar)
     model, tok, _ = tiny_lm
     settings = EvalSettings(num_samples=2, temperature=1.0, max_new_tokens=6, seed=3, chunk_size=5)
     evaluate(HFEngine(model, tok, batch_size=4), tok, PROBLEMS, settings, grader)

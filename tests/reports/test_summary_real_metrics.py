@@ -8,7 +8,7 @@ import pytest
 
 from pasodoble.cli import main
 from pasodoble.reports.tracking import Tracker
-from tests.test_resume import build_loop
+from tests.runs.test_resume import build_loop
 
 
 @pytest.fixture(scope="module")

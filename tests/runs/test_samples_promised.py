@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from pasodoble.runs.run_notes import train_finished
-from tests.test_resume import build_loop
+from tests.runs.test_resume import build_loop
 
 
 def _finished(run_dir) -> str:

@@ -12,17 +12,17 @@ from pasodoble.scale.collectives import end_process, from_env
 
 
 def main() -> int:
-    import pasodoble.roles.role as role_module
+    import pasodoble.update.logprobs as logprobs_module
     from tests.distributed_worker import ddp_update_vs_one_rank
 
     calls = {"wrapped": 0, "plain": 0}
-    chunked = role_module.chunked_token_logprobs
+    chunked = logprobs_module.chunked_token_logprobs  # what the `chunked` layout calls
 
     def counted(model, *args, **kwargs):
         calls["wrapped" if hasattr(model, "module") else "plain"] += 1
         return chunked(model, *args, **kwargs)
 
-    role_module.chunked_token_logprobs = counted
+    logprobs_module.chunked_token_logprobs = counted
     collective = from_env(timeout_s=float(os.environ.get("TEST_TIMEOUT_S", "120")))
     result = ddp_update_vs_one_rank(collective, checkpointing=False)
     print(json.dumps({**result, "chunked_calls": calls}), flush=True)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.test_distributed import ROOT, free_port, last_json, rank_env
+from tests.scale.test_distributed import ROOT, free_port, last_json, rank_env
 
 pytestmark = pytest.mark.distributed
 

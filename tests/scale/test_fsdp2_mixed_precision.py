@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from pasodoble.scale.sharding.fsdp2 import FullyShard, mixed_precision
-from tests.test_roles import sampled
-from tests.test_sharding import one_rank_group, role_with  # noqa: F401
+from tests.roles.test_roles import sampled
+from tests.scale.test_sharding import one_rank_group, role_with  # noqa: F401
 
 
 def test_only_a_bfloat16_role_gets_a_policy():
