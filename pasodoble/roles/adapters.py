@@ -25,10 +25,9 @@ from pathlib import Path
 import torch
 
 from pasodoble.errors import UserError
+from pasodoble.roles.config import ADAPTER_FILE
 from pasodoble.roles.config import LoraConfig as LoraConfig  # re-exported: defined beside RoleConfig
 from pasodoble.roles.config import RolesConfig as RolesConfig
-
-ADAPTER_FILE = "adapter_model.safetensors"
 
 
 def peft_config(cfg: LoraConfig):

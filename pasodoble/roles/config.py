@@ -28,6 +28,7 @@ MAX_GENERATIONS = 1024
 MAX_SEQUENCE_TOKENS = 1 << 24
 # Tokens in one forward pass: their fp32 logits alone would take 1 TiB even with a 256-token vocabulary.
 MAX_PASS_TOKENS = 1 << 30
+ADAPTER_FILE = "adapter_model.safetensors"  # a LoRA role's weights in its model folder (peft's name)
 
 
 @dataclass

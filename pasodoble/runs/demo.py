@@ -36,7 +36,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
-from pasodoble.errors import ConfigError
 from pasodoble.evals import EvalSettings, Problem, evaluate
 from pasodoble.evals.intervals import Interval, paired_by_key, points, scores_by_problem, verdict
 from pasodoble.evals.report import build_results, write_run_outputs
@@ -47,7 +46,7 @@ from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.reports.series import load_series
 from pasodoble.reports.tracking import Tracker
 from pasodoble.rollout import HFEngine
-from pasodoble.runs.demo_config import DemoConfig  # re-exported: read without torch
+from pasodoble.runs.demo_config import DemoConfig, find_recipe  # DemoConfig re-exported: read without torch
 from pasodoble.runs.demo_config import DemoDualPlayConfig as DemoDualPlayConfig
 from pasodoble.runs.demo_config import DemoEvalConfig as DemoEvalConfig
 from pasodoble.runs.run_notes import demo_next
@@ -196,13 +195,7 @@ def run_dualplay(
     from pasodoble.checkpoint import latest_checkpoint
     from pasodoble.runs.train import TrainConfig, run_train
 
-    recipe = Path(config.dualplay.recipe)
-    if not recipe.is_file() and not recipe.is_absolute():  # from a clone, run from another folder
-        recipe = Path(__file__).resolve().parents[1] / recipe
-    if not recipe.is_file():
-        raise ConfigError(
-            "dualplay.recipe", f"{recipe} not found; run from the repository root or give its path"
-        )
+    recipe = find_recipe(config.dualplay.recipe)
     out = run_dir / name
     shutil.rmtree(out, ignore_errors=True)  # a demo rerun into the same directory starts over
     steps = f"schedule.steps={config.dualplay.steps}"

@@ -1,12 +1,17 @@
-"""The `sft:` config section (`SFTConfig`: steps, batches, learning rate, the warm-up's roles), checked without
-torch; `trainer.py` runs it and re-exports it. Apart so that a recipe is read and checked before torch is imported.
+"""The `sft:` config section (`SFTConfig`: steps, batches, learning rate, the warm-up's roles), the recipe of
+`pasodoble sft` (`SFTRunConfig`) and the QA world's cold start (`QAWarmUp`), checked without torch; `trainer.py`,
+`run.py` and `qa_models.py` run them (the first and last re-export theirs). Apart so that a recipe is read and
+checked before torch is imported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pasodoble.errors import ConfigError
+from pasodoble.qa.world import QAWorldConfig
+from pasodoble.update.dtype_names import DTYPE_NAMES
+from pasodoble.world.config import ModelConfig
 
 
 @dataclass
@@ -46,3 +51,47 @@ class SFTConfig:
             raise ConfigError("sft.lr", "must be positive, e.g. 3e-3 for tiny models")
         if self.roles not in ("joint", "separate"):
             raise ConfigError("sft.roles", f"must be 'joint' or 'separate', got {self.roles!r}")
+
+
+@dataclass
+class SFTRunConfig:
+    model: str | None = None  # model folder, Hugging Face id, or tiny:base / tiny:proposer / tiny:solver
+    data: str | None = None  # JSONL of {"prompt", "completion"[, "system"]} (what sft-data writes)
+    out: str | None = None  # output folder: HF checkpoint, metrics.jsonl, config.yaml
+    eval_data: str | None = None  # held-out JSONL of the same form (None: eval_fraction of data)
+    eval_fraction: float = 0.0  # share of data held out for the eval loss when eval_data is None (0: no eval)
+    device: str | None = None  # torch device (None: cuda when available, else cpu)
+    dtype: str = "float32"  # weights on load; float32 + sft.bf16 is bf16 compute over fp32 master weights
+    sft: SFTConfig = field(default_factory=SFTConfig)  # the training loop
+
+    def validate(self) -> None:
+        for name in ("model", "data", "out"):
+            if not getattr(self, name):
+                raise ConfigError(name, f"is required (--{name} or {name}= in the recipe)")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ConfigError("eval_fraction", f"must be in [0, 1), got {self.eval_fraction}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}")
+
+
+def _qa_sft() -> SFTConfig:
+    # a few hundred facts need many epochs, not many examples; measured in docs/QA.md ("The tiny QA world")
+    return SFTConfig(max_steps=300, batch_size=32, lr=5e-3, warmup_steps=30, log_every=50)
+
+
+@dataclass
+class QAWarmUp:
+    world: QAWorldConfig = field(default_factory=QAWorldConfig)  # the invented facts and their tiers
+    model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
+    vocab_size: int = 400  # BPE vocabulary, special and tag tokens included
+    sft: SFTConfig = field(default_factory=_qa_sft)  # the cold start (roles: joint or separate)
+
+    def validate(self) -> None:
+        if self.vocab_size < 300:
+            raise ConfigError("vocab_size", "must be at least 300 (256 bytes + special and tag tokens)")
+        if self.world.proposer_facts != "sft" and self.sft.roles != "separate":
+            raise ConfigError(
+                "sft.roles",
+                f"must be separate when world.proposer_facts is {self.world.proposer_facts!r} (a joint model "
+                "would teach the Solver the corpus facts the Proposer's records ask about); set sft.roles=separate",
+            )

@@ -81,6 +81,42 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
             "num_samples: must be >= 1",
         ),
         (("eval", "--model", "tiny:solver"), 2, "the following arguments are required: --out"),
+        (("eval-table", "no-such-dir"), 2, "no-such-dir/results.json: not found"),
+        (("demo-real", "bogus=1"), 2, "bogus: unknown key"),
+        (("demo-real", "--quick", "bogus=1"), 2, "bogus: unknown key"),  # the quick recipe is found
+        (("demo-real", "--quick", "--config", "x.yaml"), 2, "give either --quick or --config"),
+        (("demo-real", "seeds=[0,0]"), 2, "seeds: give one or more distinct seeds"),
+        (("demo-qa", "bogus=1"), 2, "bogus: unknown key"),
+        (
+            ("demo-qa", "--config", "recipes/tiny-qa.yaml", "conditions=[nope]"),
+            2,
+            "conditions: use one or both",
+        ),
+        (
+            ("sft", "--model", "tiny:base", "--data", "no-such.jsonl", "--out", "o"),
+            2,
+            "no-such.jsonl: file not found",
+        ),
+        (("sft", "--data", "x.jsonl"), 2, "model: is required"),
+        (("sft", "--max-steps", "x"), 2, "argument --max-steps: invalid int value"),
+        (
+            ("sft", "--model", "tiny:base", "--data", "x", "--out", "o", "dtype=float8"),
+            2,
+            "dtype: must be one of",
+        ),
+        (("sft-data", "--config", "recipes/cold-start-tiny.yaml", "bogus=1"), 2, "bogus: unknown key"),
+        (("sft-data",), 2, "the following arguments are required: --config"),
+        (("export", "no-such-run", "--out", "o"), 2, "no-such-run: not a folder"),
+        (("export", "recipes", "--out", "o"), 2, "recipes: no complete checkpoint"),
+        (("code-eval", "--canonical", "--k", "x", "--out", "o"), 2, "--k 'x': give positive integers"),
+        (("code-eval", "--model", "tiny:solver", "--k", "10", "--out", "o"), 2, "pass@10 needs --n >= 10"),
+        (
+            ("code-eval", "--jsonl", "no-such.jsonl", "--canonical", "--out", "o"),
+            2,
+            "no-such.jsonl not found",
+        ),
+        (("serve", "--model", "m", "--host", "0.0.0.0"), 2, "set --allow-remote to accept that"),
+        (("serve", "--model", "m", "--gpu-memory-utilization", "2"), 2, "gpu_memory_utilization: must be in"),
     ],
 )
 def test_answers_before_torch_is_imported(args, code, shows):
