@@ -1,6 +1,7 @@
-"""`pasodoble --version`, `--help`, a mistyped command, `config keys` / `config show` and the argument and config
-errors of every command tested here answer before torch or transformers is imported: the command line imports only
-the module of the command it was given, and a command that trains reads and checks its recipe first.
+"""`pasodoble --version`, `--help`, every command's `--help`, a mistyped command, `config keys` / `config show` and
+the argument and config errors of every command tested here answer before torch or transformers is imported: the
+command line imports only the module of the command it was given, and every command reads and checks its flags and
+recipe before it imports what runs it.
 
 Each case runs the command line in a fresh interpreter with an import hook that records every top-level package
 imported (it changes nothing); no timing is taken.
@@ -126,6 +127,14 @@ def test_answers_before_torch_is_imported(args, code, shows):
     assert not set(HEAVY) & set(imported), f"{args}: imported {set(HEAVY) & set(imported)}"
     if code == 2 and stderr:
         assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("command", [name for name, _, _ in COMMANDS])
+def test_every_commands_help_answers_before_torch_is_imported(command):
+    returncode, stdout, stderr, imported = _run(command, "--help")
+    assert returncode == 0, stderr[-2000:]
+    assert f"usage: pasodoble {command}" in stdout
+    assert not set(HEAVY) & set(imported), f"{command} --help: imported {set(HEAVY) & set(imported)}"
 
 
 def test_top_level_help_lines_are_the_commands_own():
