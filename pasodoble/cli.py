@@ -4,12 +4,13 @@ Each subsystem module exposes `register(subparsers)`, which adds its subcommand(
 `run_*(args) -> int`. This file only assembles them and turns a `UserError` (bad flag, config, path) into one line
 on stderr with exit code 2, so a user mistake never ends in a traceback.
 
-Most command modules import torch and transformers (several seconds, more on a cold disk), so only the module of the
-command named on the line is imported; the others appear in `pasodoble --help` by their line in `COMMANDS`.
-`--version`, `--help` and a mistyped command answer before torch is imported, as does every error of a command
-whose module does not import it (`plot`, `inspect`, `kb`, `verify-answers`, `experiment` with its config) and
-`config`'s argument errors. Commands that train or evaluate a model still import torch before they read their config:
-their config dataclasses live beside the code that uses torch.
+Most commands run torch and transformers (several seconds to import, more on a cold disk), so only the module of
+the command named on the line is imported, and every command's module reads and checks its arguments and recipe
+(config dataclasses defined without torch) before it imports what runs it: `--version`, `--help`, a mistyped
+command, `config keys` / `config show` and every argument or config error answer before torch is imported. The
+modules that register a command whose run needs torch import it only after the checks (`runs/train_cli.py`,
+`runs/demo_cli.py` for the three demos, `runs/layout_cmd.py`, `runs/export.py`, `sft/cli.py`, `evals/cli.py`,
+`code/cli.py`, `rollout/serve_cli.py`).
 """
 
 from __future__ import annotations
@@ -27,20 +28,24 @@ from pasodoble.progress import quiet_libraries
 COMMANDS = (
     (
         "demo",
-        "pasodoble.runs.demo",
+        "pasodoble.runs.demo_cli",
         "tiny world on CPU: build, SFT both roles, short dual-play run, evaluate the Solver per tier",
     ),
     (
         "demo-real",
-        "pasodoble.runs.demo_real",
+        "pasodoble.runs.demo_cli",
         "real model (SmolLM2-135M) on CPU: cold-start SFT, dual-play, per-tier Solver table before/after",
     ),
     (
         "demo-qa",
-        "pasodoble.runs.demo_qa",
+        "pasodoble.runs.demo_cli",
         "tiny QA world on CPU: cold start, dual-play seeds (and a random-reward control), per-tier eval",
     ),
-    ("train", "pasodoble.runs.train", "dual-play RL of a Proposer and a Solver (online/offline schedules)"),
+    (
+        "train",
+        "pasodoble.runs.train_cli",
+        "dual-play RL of a Proposer and a Solver (online/offline schedules)",
+    ),
     (
         "layout",
         "pasodoble.runs.layout_cmd",
@@ -78,7 +83,11 @@ COMMANDS = (
         "print a recipe's resolved config with every key's default and comment",
     ),
     ("export", "pasodoble.runs.export", "write a run's last checkpoint as plain Hugging Face model folders"),
-    ("serve", "pasodoble.rollout.server", "start a vLLM OpenAI-compatible server for a model (server mode)"),
+    (
+        "serve",
+        "pasodoble.rollout.serve_cli",
+        "start a vLLM OpenAI-compatible server for a model (server mode)",
+    ),
 )
 COMMAND_MODULES = tuple(dict.fromkeys(module for _, module, _ in COMMANDS))
 

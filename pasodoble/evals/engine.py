@@ -18,10 +18,9 @@ import os
 from pathlib import Path
 
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.roles.adapters import LoraConfig
-from pasodoble.roles.role import RoleConfig
+from pasodoble.roles.config import LoraConfig, RoleConfig
 from pasodoble.rollout.settings import ENGINES, VLLMConfig
-from pasodoble.update.precision import DTYPES
+from pasodoble.update.dtype_names import DTYPE_NAMES
 
 EVAL_GPU_MEMORY = 0.9  # vLLM's share of GPU memory when nothing trains beside it
 ROLE_NAME = "eval"  # the name the factory gives the engine (error fields, the adapter's name in vLLM)
@@ -82,7 +81,7 @@ def resolve_dtype(choice: str, model_config) -> str:
         return choice
     named = str(getattr(model_config, "dtype", None) or getattr(model_config, "torch_dtype", None) or "")
     name = named.removeprefix("torch.")
-    return name if name in DTYPES else "float32"
+    return name if name in DTYPE_NAMES else "float32"
 
 
 def adapter_rank(adapter: Path | None) -> int | None:
@@ -144,6 +143,7 @@ def check_engine_flags(args: argparse.Namespace) -> None:
     try:
         role.vllm.validate()
         role.validate()
+        role.check_machine()
     except ConfigError as e:
         raise flag_error(e) from None
 

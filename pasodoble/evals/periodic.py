@@ -15,56 +15,12 @@ come from `pasodoble eval` with the paper's sampling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from pasodoble.errors import ConfigError
 from pasodoble.evals.benchmarks import load_benchmark
 from pasodoble.evals.problems import FieldMap, Problem, load_problems_file
-from pasodoble.evals.runner import DEFAULT_TEMPLATE, EvalSettings, evaluate
-
-
-@dataclass
-class EvalConfig:
-    """Which problems the Solver is evaluated on during training, and how."""
-
-    problems_file: str | None = None  # held-out JSONL/Parquet (fields below); preferred for checkpoint choice
-    question_field: str = "question"  # question field of problems_file
-    answer_field: str = "answer"  # gold answer field of problems_file
-    benchmarks: list[str] = field(default_factory=list)  # built-in sets to watch (never pick the best)
-    data_dir: str | None = None  # where the built-in sets live (else PASODOBLE_DATA_DIR, else the Hub)
-    limit: int | None = 64  # first N problems of each set; None: all
-    num_samples: int = 1  # k samples per problem
-    temperature: float = 0.0  # 0 = greedy
-    top_k: int | None = None  # sample only from the k most likely tokens (None or 0: off)
-    min_p: float | None = None  # drop tokens below min_p x the top token's probability (None or 0: off)
-    max_new_tokens: int = 512  # completion budget
-    prompt_template: str = DEFAULT_TEMPLATE  # user message with a {question} placeholder
-    seed: int = 0  # generation seed
-    metric: str = "avg@k"  # the average metric that decides the best evaluation
-    samples_dir: str | None = (
-        None  # write each evaluation's samples here as eval-<call>.jsonl; None: keep none
-    )
-
-    def validate(self) -> None:
-        if not self.problems_file and not self.benchmarks:
-            raise ConfigError("eval.problems_file", "give a held-out problems file or eval.benchmarks")
-        if self.metric not in ("avg@k", "pass@k", "maj@k"):
-            raise ConfigError("eval.metric", f"{self.metric!r} is not one of avg@k, pass@k, maj@k")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError("eval.limit", "must be >= 1, or None for every problem")
-        self.settings().validate()  # sampling fields, at config time rather than at the first evaluation
-
-    def settings(self) -> EvalSettings:
-        return EvalSettings(
-            num_samples=self.num_samples,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            max_new_tokens=self.max_new_tokens,
-            prompt_template=self.prompt_template,
-            seed=self.seed,
-        )
+from pasodoble.evals.runner import EvalSettings, evaluate
+from pasodoble.evals.settings import EvalConfig as EvalConfig  # re-exported: read without torch
 
 
 def load_eval_problems(config: EvalConfig) -> list[Problem]:

@@ -21,57 +21,19 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pasodoble.errors import ConfigError
 from pasodoble.evals.metrics import add_qa_scores, average_sources, score_source
 from pasodoble.evals.problems import Problem
 from pasodoble.evals.samples import Key, ResumeState, load_resume_state, row_key
+from pasodoble.evals.settings import DEFAULT_TEMPLATE as DEFAULT_TEMPLATE  # re-exported: read without torch
+from pasodoble.evals.settings import EvalSettings
+from pasodoble.evals.settings import settings_dict as settings_dict
 from pasodoble.io import append_jsonl
 from pasodoble.progress import progress_bar
 from pasodoble.scale.collectives import SingleProcess, share
-
-DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
-
-
-@dataclass
-class EvalSettings:
-    """Everything that decides the generated text; recorded verbatim in results.json."""
-
-    num_samples: int = 1  # k samples per problem (the paper: 6)
-    temperature: float = 0.0  # 0 = greedy; the paper samples at 0.6
-    top_p: float = 1.0  # nucleus mass
-    top_k: int | None = None  # sample only from the k most likely tokens (None or 0: off)
-    min_p: float | None = None  # drop tokens below min_p x the top token's probability (None or 0: off)
-    max_new_tokens: int = 2048  # completion budget in tokens
-    seed: int = 0  # base seed; each chunk's seed derives from it and the chunk's first problem index
-    prompt_template: str = DEFAULT_TEMPLATE  # user message; `{question}` is replaced by the question text
-    system_prompt: str | None = None  # optional system message (or plain-text preamble)
-    use_chat_template: bool = True  # wrap in the tokenizer's chat template; False: the raw rendered template
-    max_prompt_length: int | None = None  # keep the last N prompt tokens; None keeps all
-    chunk_size: int = 64  # problems per engine call; fixes the seed boundaries, so keep it when resuming
-
-    def validate(self) -> None:
-        if self.num_samples < 1:
-            raise ConfigError("num_samples", f"must be >= 1, got {self.num_samples}")
-        if self.temperature < 0:
-            raise ConfigError("temperature", f"must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError("top_p", f"must be in (0, 1], got {self.top_p}")
-        if self.top_k is not None and (
-            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0
-        ):
-            raise ConfigError("top_k", f"must be an integer >= 0 (0 or None: off), got {self.top_k!r}")
-        if self.min_p is not None and not 0 <= self.min_p < 1:
-            raise ConfigError("min_p", f"must be in [0, 1) (0 or None: off), got {self.min_p}")
-        for name in ("max_new_tokens", "chunk_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        if "{question}" not in self.prompt_template:
-            raise ConfigError("prompt_template", "must contain the placeholder {question}")
-        if self.max_prompt_length is not None and self.max_prompt_length < 1:
-            raise ConfigError("max_prompt_length", "must be >= 1, or None for no limit")
 
 
 @dataclass
@@ -321,8 +283,3 @@ def evaluate(
     report.seconds = time.perf_counter() - started
     report.samples_generated = sum(n for _, n in totals)
     return report
-
-
-def settings_dict(settings: EvalSettings) -> dict:
-    """The settings as recorded in results.json."""
-    return asdict(settings)

@@ -21,6 +21,10 @@ _LAZY = (
 
 
 def __getattr__(name: str):
+    if name == "GraderConfig":  # the config section reads without math-verify
+        from pasodoble.grader.config import GraderConfig
+
+        return GraderConfig
     if name in _LAZY:
         from pasodoble.grader import grader
 

@@ -20,37 +20,14 @@ Departures: none from the method; the reference code trained full models only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from pasodoble.errors import ConfigError, UserError
-
-ADAPTER_FILE = "adapter_model.safetensors"
-
-
-@dataclass
-class LoraConfig:
-    rank: int = 16  # LoRA rank r
-    alpha: float = 32.0  # scaling numerator (scale = alpha / rank)
-    dropout: float = 0.0  # dropout on the LoRA input
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )  # module names that get an adapter
-
-    def validate(self) -> None:
-        if self.rank < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1:
-            raise ConfigError("lora.rank", "rank must be >= 1, alpha > 0 and dropout in [0, 1)")
-        if not self.target_modules:
-            raise ConfigError("lora.target_modules", "name at least one module, e.g. [q_proj, v_proj]")
-
-
-@dataclass
-class RolesConfig:
-    shared_base: bool = (
-        False  # both roles as LoRA adapters of one frozen base (needs proposer.lora and solver.lora)
-    )
+from pasodoble.errors import UserError
+from pasodoble.roles.config import ADAPTER_FILE
+from pasodoble.roles.config import LoraConfig as LoraConfig  # re-exported: defined beside RoleConfig
+from pasodoble.roles.config import RolesConfig as RolesConfig
 
 
 def peft_config(cfg: LoraConfig):

@@ -32,9 +32,8 @@ import contextlib
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -42,13 +41,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble import accel
 from pasodoble.checkpoint import load_torch_state
 from pasodoble.core import grpo, lr_schedules
-from pasodoble.errors import ConfigError, UserError
+from pasodoble.errors import UserError
 from pasodoble.roles import adapters
-from pasodoble.roles.adapters import LoraConfig, shape_problem
+from pasodoble.roles.adapters import shape_problem
+from pasodoble.roles.config import RoleConfig as RoleConfig  # re-exported: defined without torch
 from pasodoble.rollout import Completion, RolloutEngine, SamplingParams
 from pasodoble.rollout.factory import build_engine, hf_engine
 from pasodoble.rollout.placement import Placement
-from pasodoble.rollout.settings import VLLMConfig, validate_engine
 from pasodoble.scale.data_parallel import GlobalBatch
 from pasodoble.scale.sharding.base import Sharding
 from pasodoble.scale.sharding.unsharded import Unsharded
@@ -68,167 +67,6 @@ from pasodoble.update.precision import DTYPES
 from pasodoble.update.segment_attention import attends_per_sample
 from pasodoble.update.shared_prefix import can_share_prompts
 from pasodoble.update.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
-
-LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
-LR_SCHEDULERS = lr_schedules.SCHEDULES
-# Sizes past these cannot run anywhere, so they are refused at validation rather than hours in.
-# Completions per prompt: GRPO groups are 4-64, and each completion is a full generation.
-MAX_GENERATIONS = 1024
-# Prompt + completion tokens: 16.8M, over 100x the 32K-128K context of the models the recipes train (a typo).
-MAX_SEQUENCE_TOKENS = 1 << 24
-# Tokens in one forward pass: their fp32 logits alone would take 1 TiB even with a 256-token vocabulary.
-MAX_PASS_TOKENS = 1 << 30
-
-
-@dataclass
-class RoleConfig:
-    model: str = (
-        "tiny:solver"  # HF model folder / hub id, or `tiny:proposer` / `tiny:solver` (the tiny world)
-    )
-    num_generations: int = 6  # completions per prompt (I for the Proposer, J for the Solver)
-    temperature: float = 0.6  # sampling temperature (0 = greedy)
-    top_p: float = 1.0  # nucleus sampling mass
-    top_k: int | None = None  # sample only from the k most likely tokens (None or 0: off)
-    min_p: float | None = None  # drop tokens below min_p x the top token's probability (None or 0: off)
-    max_prompt_length: int = 512  # prompt tokens kept (left-truncated, keeping the end); Proposer: 1280
-    max_completion_length: int = 6144  # new tokens per completion; also the dr_grpo normaliser
-    lr: float = 1e-6  # AdamW learning rate
-    lr_scheduler: str = "constant"  # "constant" | "linear" | "cosine"
-    warmup_steps: int = 0  # linear warm-up updates
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float | None = 1.0  # gradient clipping norm (None: off)
-    loss_type: str = "dr_grpo"  # "dr_grpo" | "grpo" | "dapo"
-    num_iterations: int = 1  # mu: optimizer steps per batch, each ratio against the generating policy
-    epsilon: float = 0.2  # lower clip range of the importance ratio
-    epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
-    beta: float = 0.0  # KL weight to a frozen reference model (0: no reference model is loaded)
-    micro_batch_size: int = 8  # sequences per forward/backward pass (gradient accumulation above it)
-    # token positions per forward/backward (None: micro_batch_size; "auto": from the model's shape,
-    # update/token_budget.py)
-    micro_batch_tokens: int | Literal["auto"] | None = None
-    generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
-    dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
-    device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
-    gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
-    trainable: bool = True  # False: the role only generates (no optimizer is built)
-    engine: str = (
-        "auto"  # rollout engine: "auto" (vllm on CUDA with vLLM, else hf) | "hf" | "vllm" | "vllm_server"
-    )
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # settings of the vllm / vllm_server engines
-    lora: LoraConfig | None = None  # train a LoRA adapter on a frozen base (None: full fine-tuning)
-    tis_cap: float | None = None  # truncated importance-sampling cap for engine/trainer mismatch (None: off)
-    # LM-head tokens per chunk of the loss (None: whole logits; "auto": from the vocabulary and the model's size)
-    logprob_chunk_tokens: int | Literal["auto"] | None = 2048
-    share_prompt_prefill: bool = True  # each distinct prompt of a generate() call / micro-batch runs once
-    cpu_matmul: str | None = None  # deprecated: the process's `accel.cpu_matmul` (None: that section's value)
-
-    def validate(self) -> None:
-        if self.num_generations < 1:
-            raise ConfigError("num_generations", "must be >= 1 (GRPO needs a group; the paper uses 6)")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ConfigError("temperature", "temperature must be >= 0 and top_p in (0, 1]")
-        if self.top_k is not None and self.top_k < 0:
-            raise ConfigError("top_k", f"must be an integer >= 0 (0 or null: off), got {self.top_k}")
-        if self.min_p is not None and not 0 <= self.min_p < 1:
-            raise ConfigError("min_p", f"must be in [0, 1) (0 or null: off), got {self.min_p}")
-        if self.max_prompt_length < 1 or self.max_completion_length < 1:
-            raise ConfigError("max_prompt_length", "prompt and completion lengths must be >= 1")
-        if self.loss_type not in LOSS_TYPES:
-            raise ConfigError("loss_type", f"unknown {self.loss_type!r}; use one of {', '.join(LOSS_TYPES)}")
-        if self.lr_scheduler not in LR_SCHEDULERS:
-            raise ConfigError("lr_scheduler", f"unknown {self.lr_scheduler!r}; use one of {LR_SCHEDULERS}")
-        if self.dtype not in DTYPES:
-            raise ConfigError("dtype", f"unknown {self.dtype!r}; use one of {', '.join(DTYPES)}")
-        if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
-            raise ConfigError("num_iterations", f"must be an integer >= 1, got {self.num_iterations!r}")
-        if self.lr < 0 or self.beta < 0 or self.epsilon <= 0:
-            raise ConfigError("lr", "lr and beta must be >= 0 and epsilon > 0")
-        if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
-            raise ConfigError("device", f"unknown {self.device!r}; use auto, cpu, cuda or cuda:N")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(
-                "device", f"{self.device!r} asked for but no CUDA device is visible; use auto or cpu"
-            )
-        if self.micro_batch_size < 1 or self.generation_batch_size < 1:
-            raise ConfigError("micro_batch_size", "batch sizes must be >= 1")
-        if self.micro_batch_tokens not in (None, "auto") and (
-            isinstance(self.micro_batch_tokens, bool)
-            or not isinstance(self.micro_batch_tokens, int)
-            or not 1 <= self.micro_batch_tokens <= MAX_PASS_TOKENS
-        ):
-            raise ConfigError(
-                "micro_batch_tokens",
-                f"must be an integer in [1, {MAX_PASS_TOKENS:,}], auto (from the model's shape) or null "
-                "(micro_batch_size sequences), got "
-                f"{self.micro_batch_tokens!r}",
-            )
-        if self.logprob_chunk_tokens not in (None, "auto") and (
-            isinstance(self.logprob_chunk_tokens, bool)
-            or not isinstance(self.logprob_chunk_tokens, int)
-            or self.logprob_chunk_tokens < 1
-        ):
-            raise ConfigError(
-                "logprob_chunk_tokens",
-                "must be an integer >= 1 (e.g. 2048), auto (from the vocabulary and the model's size) or null for "
-                f"off, got {self.logprob_chunk_tokens!r}",
-            )
-        if self.cpu_matmul is not None and self.cpu_matmul not in accel.settings.MATMULS:
-            raise ConfigError(
-                "cpu_matmul", f"unknown {self.cpu_matmul!r}; use one of {', '.join(accel.settings.MATMULS)}"
-            )
-        if self.tis_cap is not None and self.tis_cap <= 0:
-            raise ConfigError("tis_cap", f"must be > 0 (e.g. 2.0) or null for off, got {self.tis_cap}")
-        local = Path(self.model) / "config.json"
-        validate_engine(
-            self.engine,
-            self.vllm,
-            model_dir=Path(self.model) if local.is_file() else None,
-            lora_rank=self.lora.rank if self.lora else None,
-            on_cpu=not torch.cuda.is_available(),
-        )
-        self._validate_optimizer()
-        self._validate_sizes()
-
-    def _validate_optimizer(self) -> None:
-        if self.warmup_steps < 0:
-            raise ConfigError("warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
-        if self.weight_decay < 0:
-            raise ConfigError("weight_decay", f"must be >= 0, got {self.weight_decay}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ConfigError(
-                "max_grad_norm",
-                f"must be > 0 (0 would zero every gradient), or null to switch clipping off; got {self.max_grad_norm}",
-            )
-        if self.epsilon_high is not None and self.epsilon_high <= 0:
-            raise ConfigError("epsilon_high", f"must be > 0, or null to use epsilon; got {self.epsilon_high}")
-
-    @property
-    def max_sequence_length(self) -> int:
-        """The longest prompt plus completion a rollout of this role holds, in tokens."""
-        return self.max_prompt_length + self.max_completion_length
-
-    def _validate_sizes(self) -> None:
-        if self.num_generations > MAX_GENERATIONS:
-            raise ConfigError(
-                "num_generations",
-                f"{self.num_generations} completions per prompt is past the limit of {MAX_GENERATIONS} "
-                "(GRPO groups are 4-64; the paper uses 6)",
-            )
-        tokens = self.max_sequence_length
-        if tokens > MAX_SEQUENCE_TOKENS:
-            raise ConfigError(
-                "max_completion_length",
-                f"max_prompt_length + max_completion_length = {tokens:,} tokens is past {MAX_SEQUENCE_TOKENS:,}, "
-                "over 100x the 32K-128K context window of the models the recipes train; check for a typo",
-            )
-        for name in ("micro_batch_size", "generation_batch_size"):
-            batch = getattr(self, name)
-            if batch * tokens > MAX_PASS_TOKENS:
-                raise ConfigError(
-                    name,
-                    f"{batch:,} sequences of up to {tokens:,} tokens make {batch * tokens:,} tokens in one pass, past "
-                    f"{MAX_PASS_TOKENS:,} (the logits alone would need over 1 TiB); lower {name}",
-                )
 
 
 def text_config(model: torch.nn.Module):

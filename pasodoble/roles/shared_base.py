@@ -15,19 +15,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pasodoble import accel
 from pasodoble.errors import ConfigError
 from pasodoble.roles.adapters import add_adapter, wrap_lora
+from pasodoble.roles.config import check_shared_base as check_shared_base  # re-exported: read without torch
 from pasodoble.roles.role import Role, RoleConfig, resolve_device
 from pasodoble.rollout.factory import build_shared_engine
 from pasodoble.rollout.placement import Placement
 from pasodoble.scale.sharding.base import Sharding
 from pasodoble.update.precision import DTYPES
-
-
-def check_shared_base(proposer_cfg: RoleConfig, solver_cfg: RoleConfig) -> None:
-    """`roles.shared_base` trains two adapters of one base: both roles need a `lora` section."""
-    if proposer_cfg.lora is None or solver_cfg.lora is None:
-        raise ConfigError(
-            "roles.shared_base", "needs proposer.lora and solver.lora (e.g. proposer.lora.rank=8)"
-        )
 
 
 def build_shared_roles(

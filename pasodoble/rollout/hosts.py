@@ -1,13 +1,17 @@
 """Addresses and devices of a vLLM server process: which interface to bind, which one to advertise, which GPUs.
 
-Used by the server that starts a process (`rollout/server.py`) and by the placement that decides where it runs
-(`rollout/placement.py`); pure functions of their arguments and the environment.
+Used by the server that starts a process (`rollout/server.py`), by `pasodoble serve` (`check_bind`: a host other
+machines reach only when allowed) and by the placement that decides where it runs (`rollout/placement.py`); pure
+functions of their arguments and the environment.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+
+from pasodoble.errors import UserError
+from pasodoble.rollout.server_auth import is_loopback
 
 ANY_INTERFACE = ("0.0.0.0", "::", "")
 
@@ -30,3 +34,18 @@ def advertised_host(host: str, env: dict | None = None) -> str:
     if host in ANY_INTERFACE:
         return env.get("MASTER_ADDR", "127.0.0.1")
     return host
+
+
+def check_bind(host: str, allow_remote: bool, flag: str = "vllm.allow_remote") -> str | None:
+    """Refuse a non-loopback `host` without `allow_remote`; return the warning to print for an allowed one."""
+    if is_loopback(host):
+        return None
+    if not allow_remote:
+        raise UserError(
+            f"a vLLM server on {host or 'all interfaces'} is reachable from other machines; "
+            f"set {flag} to accept that, or listen on 127.0.0.1"
+        )
+    return (
+        f"warning: the vLLM server listens on {host or 'all interfaces'}: other machines can reach it; its token "
+        "travels unencrypted over HTTP, so use it on a trusted network only"
+    )

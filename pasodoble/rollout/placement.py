@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pasodoble.rollout.hosts import advertised_host, bind_host
 from pasodoble.rollout.server import VLLMServer, VLLMServerEngine, free_port, wait_until_healthy
 from pasodoble.rollout.server_auth import client_token, new_token
+from pasodoble.rollout.settings import (
+    PLACEMENTS as PLACEMENTS,  # re-exported: a config name, read without torch
+)
 from pasodoble.rollout.shm import make_shm_dir
-
-PLACEMENTS = ("colocated", "dedicated")
 
 
 def server_roles(roles: dict) -> list[str]:

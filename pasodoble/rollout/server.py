@@ -17,7 +17,7 @@ What:
 - A server that stops answering (killed, crashed) raises `EngineUnavailable`, a one-line error: the run ends, and
   `pasodoble train --resume RUN_DIR` continues from its last checkpoint.
 
-Run: `pasodoble serve --model out/sft` (prints the URL; Ctrl-C stops it), then
+Run: `pasodoble serve --model out/sft` (`rollout/serve_cli.py`; prints the URL; Ctrl-C stops it), then
 `pasodoble train ... solver.engine=vllm_server solver.vllm.server_url=http://127.0.0.1:PORT`. The server needs
 `VLLM_SERVER_DEV_MODE=1` (for /collective_rpc) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`; `start` sets both, and puts
 every route behind the token (`serve` writes it to OUT/token; the client of a `server_url` sends `VLLM_API_KEY`).
@@ -25,7 +25,6 @@ every route behind the token (`serve` writes it to OUT/token; the client of a `s
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -35,7 +34,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -44,16 +42,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from pasodoble.errors import UserError
-from pasodoble.folders import claim_folder
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.hosts import advertised_host, bind_host, device_list
+from pasodoble.rollout.hosts import advertised_host, bind_host, check_bind, device_list
 from pasodoble.rollout.server_auth import (
     CHALLENGE_HEADER,
     MIDDLEWARE,
     TOKEN_ENV,
     auth_headers,
     client_token,
-    is_loopback,
     new_token,
     proof_refusal,
 )
@@ -94,21 +90,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 # No proxy (http_proxy would capture loopback requests and their token) and no redirects.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
-
-
-def check_bind(host: str, allow_remote: bool, flag: str = "vllm.allow_remote") -> str | None:
-    """Refuse a non-loopback `host` without `allow_remote`; return the warning to print for an allowed one."""
-    if is_loopback(host):
-        return None
-    if not allow_remote:
-        raise UserError(
-            f"a vLLM server on {host or 'all interfaces'} is reachable from other machines; "
-            f"set {flag} to accept that, or listen on 127.0.0.1"
-        )
-    return (
-        f"warning: the vLLM server listens on {host or 'all interfaces'}: other machines can reach it; its token "
-        "travels unencrypted over HTTP, so use it on a trusted network only"
-    )
 
 
 class VLLMServer:
@@ -423,76 +404,3 @@ class VLLMServerEngine(ServesAdapters):
 
 
 # ---------------------------------------------------------------------- `pasodoble serve`
-def register(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="start a vLLM OpenAI-compatible server for a model (server mode)")
-    p.add_argument("--model", required=True, help="Hugging Face model folder")
-    p.add_argument("--out", default="out/serve", help="folder for the server's log and token file")
-    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
-    p.add_argument("--allow-remote", action="store_true", help="accept a --host other machines can reach")
-    p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
-    p.add_argument("--max-model-len", type=int, default=8192, help="longest prompt + completion in tokens")
-    p.add_argument("--dtype", default="bfloat16", help="engine dtype (float32 on a CPU)")
-    p.add_argument("--adapters", type=int, default=0, help="LoRA adapters to serve at once (2: shared base)")
-    p.add_argument("--max-lora-rank", type=int, default=16, help="largest LoRA rank accepted")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of GPU memory for vLLM")
-    p.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs the engine spans")
-    p.set_defaults(func=run_serve_cmd)
-
-
-def write_secret(path: Path, text: str) -> None:
-    """`text` into `path`, readable by this user only from its first byte on (atomic)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def run_serve_cmd(args: argparse.Namespace) -> int:
-    from pasodoble.rollout.settings import validate_engine
-
-    cfg = VLLMConfig(
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        tensor_parallel_size=args.tensor_parallel_size,
-        max_lora_rank=args.max_lora_rank,
-        server_port=args.port,
-        server_host=args.host,
-        allow_remote=args.allow_remote,
-    )
-    check_bind(args.host, args.allow_remote, flag="--allow-remote")
-    cfg.validate()
-    validate_engine("vllm", cfg, model_dir=args.model, on_cpu=not _cuda())
-    out = claim_folder(
-        Path(args.out), "serve", "--out"
-    )  # its token and log, never into another command's run
-    token = client_token()
-    if token is None:  # clients read it from the file (VLLM_API_KEY=$(cat ...)), never from the terminal
-        token = new_token()
-        write_secret(out / "token", token + "\n")
-        where = f"clients need VLLM_API_KEY=$(cat {out / 'token'})"
-    else:
-        where = "clients need the same VLLM_API_KEY"
-    names = [f"adapter{i}" for i in range(args.adapters)]
-    server = VLLMServer.start(
-        args.model,
-        cfg,
-        max_model_len=args.max_model_len,
-        dtype=args.dtype,
-        adapters=names,
-        host=args.host,
-        log_dir=out,
-        token=token,
-    )
-    print(f"vLLM server for {args.model} at {server.url} (log {server.log_path}; {where}); Ctrl-C stops it")
-    sys.stdout.flush()
-    try:
-        while server.alive():
-            time.sleep(1.0)
-    finally:
-        server.stop()
-    raise EngineUnavailable(
-        f"the vLLM server exited with code {server.process.returncode}; log {server.log_path}"
-    )

@@ -24,6 +24,7 @@ from pasodoble.errors import ConfigError
 from pasodoble.rollout.server_auth import is_loopback
 
 ENGINES = ("auto", "hf", "vllm", "vllm_server")
+PLACEMENTS = ("colocated", "dedicated")  # distributed.rollout: where rollouts are generated (`placement`)
 WEIGHT_SYNCS = ("auto", "direct", "shm")
 LONG_COMPLETION_TOKENS = 1024  # from here on, `hf` on a GPU warns (generation dominates the step)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32 CPU attention kernels
@@ -132,6 +133,13 @@ def _model_config(model_dir: str | Path | None) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def check_engine_name(engine: str) -> None:
+    """A `ConfigError` for an engine name that is none of `ENGINES` (the part of `validate_engine` that needs
+    nothing of the machine)."""
+    if engine not in ENGINES:
+        raise ConfigError("engine", f"unknown {engine!r}; use one of {', '.join(ENGINES)}")
+
+
 def validate_engine(
     engine: str,
     cfg: VLLMConfig,
@@ -141,8 +149,7 @@ def validate_engine(
     on_cpu: bool = True,
 ) -> None:
     """One clear `ConfigError` for an engine setting that cannot work (see module docstring)."""
-    if engine not in ENGINES:
-        raise ConfigError("engine", f"unknown {engine!r}; use one of {', '.join(ENGINES)}")
+    check_engine_name(engine)
     engine = resolve_engine(engine, cuda=not on_cpu)
     if engine == "hf":
         return

@@ -31,13 +31,13 @@ import yaml
 
 from pasodoble.config import load_config, read_yaml, to_dict
 from pasodoble.errors import UserError
+from pasodoble.runs.demo_config import DemoConfig
+from pasodoble.runs.experiment import ExperimentConfig
+from pasodoble.runs.train_config import TrainConfig
 
 
 def config_kinds() -> dict[str, type]:
-    """Recipe kinds and their top-level dataclass (imported lazily: they pull in torch)."""
-    from pasodoble.runs.demo import DemoConfig
-    from pasodoble.runs.experiment import ExperimentConfig
-    from pasodoble.runs.train import TrainConfig
+    """Recipe kinds and their top-level dataclass (none of them imports torch)."""
 
     return {"train": TrainConfig, "experiment": ExperimentConfig, "demo": DemoConfig}
 

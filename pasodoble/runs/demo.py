@@ -26,19 +26,16 @@ Run: `pasodoble demo [--config FILE] [--out DIR] [key=value ...]`, e.g. `pasodob
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
-from pasodoble.errors import ConfigError
 from pasodoble.evals import EvalSettings, Problem, evaluate
 from pasodoble.evals.intervals import Interval, paired_by_key, points, scores_by_problem, verdict
 from pasodoble.evals.report import build_results, write_run_outputs
@@ -49,53 +46,16 @@ from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.reports.series import load_series
 from pasodoble.reports.tracking import Tracker
 from pasodoble.rollout import HFEngine
+from pasodoble.runs.demo_config import DemoConfig, find_recipe  # DemoConfig re-exported: read without torch
+from pasodoble.runs.demo_config import DemoDualPlayConfig as DemoDualPlayConfig
+from pasodoble.runs.demo_config import DemoEvalConfig as DemoEvalConfig
 from pasodoble.runs.run_notes import demo_next
-from pasodoble.sft import SFTConfig
 from pasodoble.sft.tiny import ensure_sft_models
 from pasodoble.world import WorldConfig, formats
 from pasodoble.world.problems import TIER_DESCRIPTIONS, TIERS
 
 log = logging.getLogger("pasodoble.runs.demo")
 BAND = (0.2, 1.0)  # open interval of pass rates the Solver update learns from (docs/METHOD.md, step 10)
-
-
-@dataclass
-class DemoEvalConfig:
-    num_samples: int = 8  # sampled answers per problem (pass-rate band and avg@k)
-    temperature: float = 1.0  # temperature of the sampled evaluation (greedy runs too)
-    max_new_tokens: int = 192  # completion budget; the longest worked t4 answer takes 172 tokens
-    problems_per_tier: int | None = None  # evaluate only the first N problems of each tier (None: all)
-    batch_size: int = 128  # sequences per generate call
-    seed: int = 0  # sampling seed
-
-    def validate(self) -> None:
-        if self.num_samples < 2:
-            raise ConfigError("eval.num_samples", "must be at least 2 to measure pass rates, e.g. 8")
-        if self.problems_per_tier is not None and self.problems_per_tier < 1:
-            raise ConfigError("eval.problems_per_tier", "must be at least 1, or null for all")
-
-
-@dataclass
-class DemoDualPlayConfig:
-    steps: int = 30  # online dual-play steps between SFT and evaluation (0: skip, evaluate the SFT Solver)
-    recipe: str = "recipes/tiny-online.yaml"  # training recipe; world, sft and cache_dir come from the demo
-    # dotted TrainConfig overrides, e.g. solver.lr=1e-4 (default: one torch thread, as the demo's SFT and evaluation)
-    overrides: list[str] = field(default_factory=lambda: ["num_threads=1"])
-
-    def validate(self) -> None:
-        if self.steps < 0:
-            raise ConfigError("dualplay.steps", "must be >= 0 (0 skips dual-play)")
-
-
-@dataclass
-class DemoConfig:
-    world: WorldConfig = field(default_factory=WorldConfig)  # the tiny world (data, tokenizer, model size)
-    sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up of both roles
-    dualplay: DemoDualPlayConfig = field(default_factory=DemoDualPlayConfig)  # the short RL run after SFT
-    eval: DemoEvalConfig = field(default_factory=DemoEvalConfig)  # the per-tier Solver evaluation
-    run_dir: str | None = None  # output directory (None: runs/demo-<date>-<time>)
-    cache_dir: str | None = None  # SFT model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
-    fresh: bool = False  # ignore the cache: build the world and SFT inside the run directory
 
 
 def band_shares(samples_path: Path) -> dict[str, float]:
@@ -235,13 +195,7 @@ def run_dualplay(
     from pasodoble.checkpoint import latest_checkpoint
     from pasodoble.runs.train import TrainConfig, run_train
 
-    recipe = Path(config.dualplay.recipe)
-    if not recipe.is_file() and not recipe.is_absolute():  # from a clone, run from another folder
-        recipe = Path(__file__).resolve().parents[1] / recipe
-    if not recipe.is_file():
-        raise ConfigError(
-            "dualplay.recipe", f"{recipe} not found; run from the repository root or give its path"
-        )
+    recipe = find_recipe(config.dualplay.recipe)
     out = run_dir / name
     shutil.rmtree(out, ignore_errors=True)  # a demo rerun into the same directory starts over
     steps = f"schedule.steps={config.dualplay.steps}"
@@ -384,30 +338,3 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> Path:
     tour = "pasodoble train --config recipes/tiny-online.yaml run_dir=runs/tour"
     log.info("%s", demo_next(runs, [(tour, "the tour: 40 online dual-play steps (README)")]))
     return run_dir
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo",
-        help="tiny world on CPU: build, SFT both roles, short dual-play run, evaluate the Solver per tier",
-    )
-    p.add_argument(
-        "--config", type=Path, help="YAML recipe (default: the built-in defaults, = recipes/demo.yaml)"
-    )
-    p.add_argument("--out", help="run directory (default: runs/demo-<date>-<time>)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
-    p.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.max_steps=200"
-    )
-    p.set_defaults(func=run_demo_cmd)
-
-
-def run_demo_cmd(args: argparse.Namespace) -> int:
-    config = load_config(DemoConfig, args.config, args.overrides)
-    if args.out:
-        config.run_dir = args.out
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-    log.setLevel(logging.INFO)
-    run_demo(config, progress=not args.no_progress)
-    return 0

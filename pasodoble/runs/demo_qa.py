@@ -17,26 +17,24 @@ dual-play teach a closed-book Solver corpus facts it was never given, beyond wha
                                               fact they ask (from samples.jsonl: set schedule.samples_every: 1 to
                                               count them all) with the Solver's pass rate on them
 
-Run: `pasodoble demo-qa --config recipes/tiny-qa.yaml [--out DIR] [key=value ...]`; figures in docs/QA.md.
+Run: `pasodoble demo-qa --config recipes/tiny-qa.yaml [--out DIR] [key=value ...]` (the command line and
+`QADemoConfig` are in `demo_cli.py` and `demo_config.py`, read and checked before torch loads); figures in docs/QA.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import logging
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.checkpoint import latest_checkpoint
-from pasodoble.config import load_config, save_config
-from pasodoble.errors import ConfigError
+from pasodoble.config import save_config
 from pasodoble.evals import EvalSettings, Problem, evaluate
 from pasodoble.evals.report import build_results, write_run_outputs
 from pasodoble.evals.runner import settings_dict
@@ -45,54 +43,13 @@ from pasodoble.qa.grading import QAGrader
 from pasodoble.qa.normalize import canonical
 from pasodoble.qa.world import TIERS
 from pasodoble.rollout import HFEngine
+from pasodoble.runs.demo_config import CONDITIONS
+from pasodoble.runs.demo_config import QADemoConfig as QADemoConfig  # re-exported: read without torch
 from pasodoble.runs.run_notes import demo_next
 from pasodoble.runs.train import TrainConfig, run_train
-from pasodoble.sft.qa_models import QAWarmUp, ensure_qa_models
+from pasodoble.sft.qa_models import ensure_qa_models
 
 log = logging.getLogger("pasodoble.runs.demo_qa")
-CONDITIONS = {"dualplay": "correct", "random_reward": "random"}  # condition -> rewards.solver_reward
-
-
-@dataclass
-class QAEvalConfig:
-    num_samples: int = 8  # sampled answers per question (avg@k)
-    temperature: float = 1.0  # temperature of the sampled evaluation (greedy runs too)
-    max_new_tokens: int = 24  # answers are a few words
-    batch_size: int = 128  # sequences per generate call
-    seed: int = 0  # sampling seed
-
-    def validate(self) -> None:
-        if self.num_samples < 1 or self.max_new_tokens < 1:
-            raise ConfigError("eval.num_samples", "num_samples and max_new_tokens must be at least 1")
-
-
-def _qa_train() -> TrainConfig:
-    return TrainConfig(domain="qa")
-
-
-@dataclass
-class QADemoConfig:
-    warm_up: QAWarmUp = field(default_factory=QAWarmUp)  # the QA world and its cold start
-    train: TrainConfig = field(
-        default_factory=_qa_train
-    )  # the dual-play run (models, corpus, seed: filled in)
-    seeds: list[int] = field(default_factory=lambda: [0])  # dual-play seeds, all from the same SFT start
-    # which runs per seed: "dualplay" (the method) and/or "random_reward" (the control: a coin-flip Solver reward)
-    conditions: list[str] = field(default_factory=lambda: ["dualplay"])
-    eval: QAEvalConfig = field(default_factory=QAEvalConfig)  # the per-tier closed-book evaluation
-    run_dir: str | None = None  # output folder (None: runs/demo-qa-<date>-<time>)
-    cache_dir: str | None = None  # SFT model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
-
-    def validate(self) -> None:
-        if self.train.domain != "qa":
-            raise ConfigError("train.domain", f"the QA demo plays the qa domain, got {self.train.domain!r}")
-        if not self.seeds:
-            raise ConfigError("seeds", "give at least one dual-play seed, e.g. [0, 1, 2]")
-        unknown = sorted(set(self.conditions) - set(CONDITIONS))
-        if unknown or not self.conditions:
-            raise ConfigError(
-                "conditions", f"use one or both of {', '.join(CONDITIONS)}; got {self.conditions}"
-            )
 
 
 def load_heldout(path: Path) -> list[Problem]:
@@ -247,26 +204,3 @@ def run_demo_qa(cfg: QADemoConfig, *, progress: bool = True) -> Path:
     more = [("pasodoble train --config recipes/tiny-qa.yaml", "one QA dual-play run of your own")]
     log.info("%s", demo_next(runs, more))
     return run_dir
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo-qa",
-        help="tiny QA world on CPU: cold start, dual-play seeds (and a random-reward control), per-tier eval",
-    )
-    p.add_argument("--config", type=Path, help="YAML recipe, e.g. recipes/tiny-qa.yaml (default: built-ins)")
-    p.add_argument("--out", help="run directory (default: runs/demo-qa-<date>-<time>)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. seeds=[0,1,2]")
-    p.set_defaults(func=run_demo_qa_cmd)
-
-
-def run_demo_qa_cmd(args: argparse.Namespace) -> int:
-    cfg = load_config(QADemoConfig, args.config, args.overrides)
-    if args.out:
-        cfg.run_dir = args.out
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-    log.setLevel(logging.INFO)
-    run_demo_qa(cfg, progress=not args.no_progress)
-    return 0

@@ -8,7 +8,8 @@ fetch (the `pkg:` model into the cache, once) -> data (the world's files; its ti
 roles start from it) -> eval sft (greedy and sampled, per tier) -> dual-play (online, `recipes/smollm2-135m-online
 .yaml`) -> eval after -> the per-tier table with the change, as `pasodoble demo` prints it.
 
-Run: `pasodoble demo-real [--quick] [--config FILE] [--out DIR] [key=value ...]` (`make demo-real`). `--quick`
+Run: `pasodoble demo-real [--quick] [--config FILE] [--out DIR] [key=value ...]` (`make demo-real`; the command line
+in `demo_cli.py` and `RealDemoConfig` in `demo_config.py`, read and checked before torch loads). `--quick`
 reads `recipes/smollm2-135m-demo-quick.yaml`: a few steps on small sets, minutes, for a smoke test. The run
 directory has the layout of `pasodoble demo` (config.yaml, metrics.jsonl, checkpoints/sft, dualplay/, eval/) and
 `phases.json` (seconds per phase). Measured figures: docs/REAL_MODELS.md ("The whole pipeline").
@@ -25,41 +26,35 @@ tokens the remaining phases will process (planned from the data and the configs;
 
 from __future__ import annotations
 
-import argparse
 import copy
 import logging
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import load_config, save_config
-from pasodoble.errors import ConfigError
 from pasodoble.evals.intervals import hierarchical_bootstrap, paired_scores, points, seed_t_interval
 from pasodoble.evals.tiers import load_tier_problems
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.reports.tracking import Tracker
 from pasodoble.runs.demo import (
-    DemoDualPlayConfig,
-    DemoEvalConfig,
     change_table,
     changes,
     evaluate_solver,
     run_dualplay,
     tiers_above_sft,
 )
+from pasodoble.runs.demo_config import CONDITIONS, find_recipe
+from pasodoble.runs.demo_config import RealDemoConfig as RealDemoConfig  # re-exported: read without torch
 from pasodoble.runs.run_notes import demo_next
-from pasodoble.sft import SFTConfig, train_sft
-from pasodoble.world import WorldConfig, build_world
-from pasodoble.world.select import SelectConfig
+from pasodoble.sft import train_sft
+from pasodoble.world import build_world
 
 log = logging.getLogger("pasodoble.runs.demo_real")
-REPO = Path(__file__).resolve().parents[1]
-QUICK_RECIPE = "recipes/smollm2-135m-demo-quick.yaml"
 PHASES = (
     "fetch",
     "data",
@@ -68,72 +63,6 @@ PHASES = (
     "dual-play",
     "eval after",
 )  # one dual-play run; more repeat the last two
-CONDITIONS = {"dualplay": "correct", "random_reward": "random"}  # condition -> rewards.solver_reward
-
-
-def _small_world() -> WorldConfig:
-    """The tiny world's task at a size one core gets through: a few hundred SFT examples, 16 problems per tier."""
-    return WorldConfig(
-        corpus_size=200,
-        tier_size=16,
-        sft_solver_examples=800,
-        sft_proposer_examples=160,
-        select=SelectConfig(every=0),
-    )
-
-
-@dataclass
-class RealDemoConfig:
-    model: str = "pkg:smollm2-135m-instruct"  # the real model both roles start from (pkg: spec or HF folder)
-    world: WorldConfig = field(default_factory=_small_world)  # the task: corpus, tiers, teacher data sizes
-    sft: SFTConfig = field(  # the cold start: full fine-tune of one model on both roles' teacher data
-        default_factory=lambda: SFTConfig(max_steps=40, batch_size=8, lr=1e-4, warmup_steps=4, log_every=5)
-    )
-    dualplay: DemoDualPlayConfig = field(  # online dual-play from the SFT model (its recipe and overrides)
-        default_factory=lambda: DemoDualPlayConfig(steps=10, recipe="recipes/smollm2-135m-online.yaml")
-    )
-    eval: DemoEvalConfig = field(  # per-tier evaluation of the Solver, greedy and sampled
-        default_factory=lambda: DemoEvalConfig(
-            num_samples=4, max_new_tokens=176, problems_per_tier=10, batch_size=50
-        )
-    )
-    seeds: list[int] = field(default_factory=lambda: [0])  # dual-play seeds, all from the same SFT start
-    # which dual-play runs per seed: "dualplay" (the method) and/or "random_reward" (control: coin-flip Solver reward)
-    conditions: list[str] = field(default_factory=lambda: ["dualplay"])
-    sft_from: str | None = (
-        None  # a finished cold start (HF folder) to start from; None: train it (the sft phase)
-    )
-    run_dir: str | None = None  # output directory (None: runs/demo-real-<date>-<time>)
-    cache_dir: str | None = (
-        None  # model cache for pkg: specs (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
-    )
-
-    def validate(self) -> None:
-        self.world.validate()
-        self.sft.validate()
-        self.dualplay.validate()
-        self.eval.validate()
-        if self.world.select.every:
-            raise ConfigError("world.select.every", "the real demo has no SFT stop rule; set it to 0")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError("seeds", f"give one or more distinct seeds, e.g. [0, 1, 2]; got {self.seeds}")
-        unknown = sorted(set(self.conditions) - set(CONDITIONS))
-        if unknown or not self.conditions or len(set(self.conditions)) != len(self.conditions):
-            raise ConfigError(
-                "conditions", f"use one or both of {', '.join(CONDITIONS)}; got {self.conditions}"
-            )
-        if self.sft_from is not None and not (Path(self.sft_from) / "config.json").is_file():
-            raise ConfigError(
-                "sft_from",
-                f"{self.sft_from} is not a model folder (no config.json); give an earlier run's checkpoints/sft",
-            )
-
-    def runs(self) -> list[tuple[str, str, int]]:
-        """(folder name, condition, seed) of each dual-play run; one plain run keeps the folder `dualplay`."""
-        pairs = [(c, s) for c in self.conditions for s in self.seeds]
-        if pairs == [("dualplay", self.seeds[0])]:
-            return [("dualplay", "dualplay", self.seeds[0])]
-        return [(f"{c}-seed{s}", c, s) for c, s in pairs]
 
 
 def phase_keys(config: RealDemoConfig) -> list[tuple[str, str]]:
@@ -222,17 +151,6 @@ def _mean_tokens(tokenizer, examples: list[dict], limit: int = 200) -> float:
     return sum(sizes) / max(len(sizes), 1)
 
 
-def _recipe_path(config: RealDemoConfig) -> str:
-    recipe = Path(config.dualplay.recipe)
-    if not recipe.is_file() and not recipe.is_absolute():
-        recipe = REPO / recipe
-    if not recipe.is_file():
-        raise ConfigError(
-            "dualplay.recipe", f"{recipe} not found; run from the repository root or give its path"
-        )
-    return str(recipe)
-
-
 def _dual_recipe(config: RealDemoConfig, corpus: Path):
     """The dual-play TrainConfig as `run_dualplay` will load it (for the ETA plan)."""
     from pasodoble.runs.train import TrainConfig
@@ -264,7 +182,7 @@ def run_demo_real(config: RealDemoConfig, *, progress: bool = True) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.sft.num_threads is not None:
         torch.set_num_threads(config.sft.num_threads)
-    config.dualplay.recipe = _recipe_path(config)
+    config.dualplay.recipe = str(find_recipe(config.dualplay.recipe))
     save_config(config, run_dir / "config.yaml")
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     log.info("[demo-real] run directory %s", run_dir)
@@ -448,38 +366,3 @@ def _report_seeds(config: RealDemoConfig, before: dict, afters: dict[str, dict],
     log.info("[demo-real] %s (%s)", title, eval_dir / "results.md")
     for line in table.splitlines():
         log.info("%s", line)
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo-real",
-        help="real model (SmolLM2-135M) on CPU: cold-start SFT, dual-play, per-tier Solver table before/after",
-    )
-    p.add_argument("--config", type=Path, help="YAML recipe (default: the built-in defaults)")
-    p.add_argument(
-        "--quick", action="store_true", help=f"smoke run: a few steps on small sets ({QUICK_RECIPE})"
-    )
-    p.add_argument("--out", help="run directory (default: runs/demo-real-<date>-<time>)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="dotted overrides, e.g. dualplay.steps=4, or seeds=[0,1,2] conditions=[dualplay,random_reward] "
-        "for seeds and the random-reward control, sft_from=DIR to reuse a cold start",
-    )
-    p.set_defaults(func=run_demo_real_cmd)
-
-
-def run_demo_real_cmd(args: argparse.Namespace) -> int:
-    if args.quick and args.config:
-        raise ConfigError("--quick", "give either --quick or --config, not both")
-    recipe = REPO / QUICK_RECIPE if args.quick else args.config
-    config = load_config(RealDemoConfig, recipe, args.overrides)
-    if args.out:
-        config.run_dir = args.out
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-    log.setLevel(logging.INFO)
-    run_demo_real(config, progress=not args.no_progress)
-    return 0

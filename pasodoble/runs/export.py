@@ -2,7 +2,8 @@
 
 Each role of the newest checkpoint, verified against its manifest, becomes a model folder: merged into its base
 for a LoRA role with --merge, the peft adapter folder without. Everything is written into a fresh folder beside
-`--out` and swapped in whole, so a previous export leaves nothing behind.
+`--out` and swapped in whole, so a previous export leaves nothing behind. The folders and the checkpoint are
+checked before torch is imported, so a wrong path answers in a second.
 
 Tests: `tests/runs/test_export.py`, `tests/roles/test_adapters.py`.
 """
@@ -16,15 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from pasodoble import checkpoint
 from pasodoble.config import load_config
 from pasodoble.errors import UserError
 from pasodoble.folders import check_folder, mark_folder
 from pasodoble.io import current_umask
-from pasodoble.roles.adapters import ADAPTER_FILE
-from pasodoble.runs.train import TrainConfig, resolve
+from pasodoble.roles.config import ADAPTER_FILE
+from pasodoble.runs.train_config import TrainConfig
 
 
 def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> str:
@@ -36,6 +35,7 @@ def export_role(role_dir: Path, base: str | None, out: Path, *, merge: bool) -> 
     if not merge:
         shutil.copytree(src, out)
         return "LoRA adapter (peft format; --merge for a plain model)"
+    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -89,6 +89,8 @@ def export_run(run_dir: Path, out: Path, *, merge: bool) -> dict[str, str]:
     cfg = load_config(TrainConfig, run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    from pasodoble.runs.train import resolve  # torch loads here, after the folder and checkpoint checks
+
     try:
         written = {}
         for role in ("proposer", "solver"):

@@ -11,8 +11,7 @@ import argparse
 from pathlib import Path
 
 from pasodoble.config import load_config
-from pasodoble.runs.train import TrainConfig
-from pasodoble.scale.layout import Launch, check_layout, describe, launch_from_env, model_architectures
+from pasodoble.runs.train_config import TrainConfig
 
 
 def register(subparsers) -> None:
@@ -32,6 +31,9 @@ def register(subparsers) -> None:
 
 def run_layout_cmd(args: argparse.Namespace) -> int:
     cfg = load_config(TrainConfig, args.config, args.overrides)
+    # torch loads here (the layout reads this machine's GPUs), after the recipe is checked
+    from pasodoble.scale.layout import Launch, check_layout, describe, launch_from_env, model_architectures
+
     here = launch_from_env(args.processes)
     launch = Launch(
         world_size=args.processes,

@@ -1,8 +1,8 @@
 """`pasodoble train`: build both roles from a recipe, run the dual-play loop, checkpoint, resume.
 
-What: `TrainConfig` (one dataclass per concern: proposer/solver `RoleConfig`, `ScheduleConfig`, `RewardConfig`,
-`PromptConfig`, `KnowledgeConfig`, `GraderConfig`, optional in-training `EvalConfig`, logging) and `run_train`,
-which resolves the models (`tiny:proposer` / `tiny:solver` build and cache the tiny world on first use), wires
+What: `run_train` takes a `TrainConfig` (`train_config.py`, re-exported here: one dataclass per concern, read and
+checked without torch; the command line, `train_cli.py`, checks it before it imports this module): it resolves
+the models (`tiny:proposer` / `tiny:solver` build and cache the tiny world on first use), wires
 sampler, grader, evaluator and tracker into `DualPlay`, and writes the run directory:
 
     RUN_DIR/config.yaml        the resolved config (`--resume` reads it back)
@@ -25,40 +25,35 @@ part of the method; its questions come from `oracle.tiers` of the tiny world.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import random
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from pasodoble import accel, allocator, checkpoint
-from pasodoble.config import load_config, save_config
+from pasodoble.config import save_config
 from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
-from pasodoble.core.prompts import PromptConfig
-from pasodoble.core.rewards import RewardConfig
 from pasodoble.domains import get_domain
-from pasodoble.domains.labels import LabelConfig
-from pasodoble.dualplay import DualPlay, ScheduleConfig, derive_seed
+from pasodoble.dualplay import DualPlay, derive_seed
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.evals.periodic import EvalConfig, SolverEvaluator, load_eval_problems
+from pasodoble.evals.periodic import SolverEvaluator, load_eval_problems
 from pasodoble.folders import check_folder, claim_folder, folder_owner, mark_folder
-from pasodoble.grader import GraderConfig
 from pasodoble.realmodels import is_pkg_spec, resolve_pkg
 from pasodoble.reports.tracking import Tracker
-from pasodoble.roles.adapters import RolesConfig
 from pasodoble.roles.models import check_model_spec
-from pasodoble.roles.role import Role, RoleConfig
-from pasodoble.roles.shared_base import build_shared_roles, check_shared_base
+from pasodoble.roles.role import Role
+from pasodoble.roles.shared_base import build_shared_roles
 from pasodoble.rollout.placement import Placement
 from pasodoble.runs.run_notes import stop_on_interrupt, train_finished
+from pasodoble.runs.train_config import TINY, TINY_TIERS, TrainConfig  # re-exported: light
+from pasodoble.runs.train_config import LoggingConfig as LoggingConfig
+from pasodoble.runs.train_config import OracleConfig as OracleConfig
 from pasodoble.scale.collectives import from_env
 from pasodoble.scale.layout import (
-    DistributedConfig,
     Launch,
     check_layout,
     describe,
@@ -68,105 +63,8 @@ from pasodoble.scale.layout import (
     model_architectures,
 )
 from pasodoble.scale.sharding import build_sharding, check_roles
-from pasodoble.sft import SFTConfig
 from pasodoble.sft.tiny import ensure_sft_models
 from pasodoble.threads import busy_warning, resolve_num_threads
-from pasodoble.world import WorldConfig
-
-TINY = "tiny:"
-TINY_TIERS = "tiny:tiers"  # eval.problems_file value: the tiny world's held-out tier problems
-
-
-@dataclass
-class OracleConfig:
-    tiers: list[str] = field(
-        default_factory=lambda: ["t1", "t2", "t3", "t4"]
-    )  # tiny-world tiers to draw from (source: generate)
-    source: str = (
-        "generate"  # "generate": fresh training-side questions of `tiers`; "corpus": the world's facts
-    )
-
-    def validate(self) -> None:
-        if self.source not in ("generate", "corpus"):
-            raise ConfigError("oracle.source", f"unknown {self.source!r}; use generate or corpus")
-
-
-@dataclass
-class LoggingConfig:
-    tensorboard: bool = False  # also write TensorBoard event files
-    wandb_project: str | None = None  # also log to Weights & Biases (None: off)
-    quiet: bool = False  # no per-step console line
-
-
-@dataclass
-class TrainConfig:
-    run_dir: str | None = None  # output folder (None: runs/train-<date>-<time>)
-    domain: str = "math"  # what the game is about: a registered domain (pasodoble.domains)
-    seed: int = 0  # seeds every stochastic choice: sampling, passages, random rewards
-    num_threads: int | None = (
-        None  # torch CPU threads (None: every CPU this process may use; 1 on a busy machine)
-    )
-    cache_dir: str | None = (
-        None  # tiny-world and pkg: model cache (None: $PASODOBLE_CACHE, else ~/.cache/pasodoble)
-    )
-    proposer: RoleConfig = field(
-        default_factory=lambda: RoleConfig(model="tiny:proposer", max_prompt_length=1280)
-    )
-    solver: RoleConfig = field(default_factory=lambda: RoleConfig(model="tiny:solver", max_prompt_length=512))
-    schedule: ScheduleConfig = field(
-        default_factory=ScheduleConfig
-    )  # online/offline/oracle, steps, checkpoints
-    rewards: RewardConfig = field(default_factory=RewardConfig)  # reward names and thresholds
-    labels: LabelConfig = field(default_factory=LabelConfig)  # label check (wrong_label) and injected noise
-    prompts: PromptConfig = field(default_factory=PromptConfig)  # both roles' prompt templates
-    knowledge: KnowledgeConfig = field(
-        default_factory=KnowledgeConfig
-    )  # corpus (path None + tiny models: world's)
-    grader: GraderConfig = field(default_factory=GraderConfig)  # answer checking
-    eval: EvalConfig | None = (
-        None  # in-training Solver evaluation every schedule.eval_every steps (None: off)
-    )
-    oracle: OracleConfig = field(default_factory=OracleConfig)  # oracle mode's question source
-    world: WorldConfig = field(default_factory=WorldConfig)  # the tiny world behind tiny: model specs
-    sft: SFTConfig = field(default_factory=SFTConfig)  # the SFT warm-up behind tiny: model specs
-    logging: LoggingConfig = field(default_factory=LoggingConfig)  # metric sinks
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # ranks, sharding, GPU layout
-    roles: RolesConfig = field(default_factory=RolesConfig)  # how the two roles share weights (shared_base)
-    accel: accel.AccelConfig = field(
-        default_factory=accel.AccelConfig
-    )  # the CPU fast paths, a key each (auto | on | off)
-
-    def validate(self) -> None:
-        get_domain(self.domain)
-        self._map_role_cpu_matmul()
-        if self.roles.shared_base:
-            check_shared_base(self.proposer, self.solver)
-        if self.schedule.eval_every is not None and self.eval is None:
-            raise ConfigError("schedule.eval_every", "needs an eval section (eval.problems_file)")
-        uses_tiny = any(m.startswith(TINY) for m in (self.proposer.model, self.solver.model))
-        needs_corpus = has_proposer(self) and not self.schedule.no_knowledge
-        if self.knowledge.path is None and not uses_tiny and needs_corpus:
-            raise ConfigError(
-                "knowledge.path", "give a corpus (JSONL/Parquet/text/hf:...) or set no_knowledge"
-            )
-
-    def _map_role_cpu_matmul(self) -> None:
-        """The deprecated `<role>.cpu_matmul` becomes `accel.cpu_matmul`, with a one-line note."""
-        chosen = {
-            n: r.cpu_matmul for n, r in (("proposer", self.proposer), ("solver", self.solver)) if r.cpu_matmul
-        }
-        if not chosen:
-            return
-        if len(set(chosen.values())) > 1:
-            raise ConfigError(
-                "solver.cpu_matmul", "is deprecated and set apart per role; set accel.cpu_matmul once"
-            )
-        for name, value in chosen.items():
-            print(
-                f"pasodoble: {name}.cpu_matmul is deprecated; use accel.cpu_matmul={value}", file=sys.stderr
-            )
-        if self.accel.cpu_matmul == "auto":
-            self.accel.cpu_matmul = next(iter(chosen.values()))
 
 
 def total_updates(cfg: TrainConfig) -> tuple[int, int]:
@@ -553,83 +451,3 @@ def _run_loop(cfg: TrainConfig, collective, run_dir: Path, proposer, solver, res
     if loop.stop_requested:  # stopped by Ctrl-C: callers (experiment, demo, the CLI: exit 130) must not go on
         raise KeyboardInterrupt
     return run_dir
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "train", help="dual-play RL of a Proposer and a Solver (online/offline schedules)"
-    )
-    p.add_argument("--config", type=Path, help="YAML recipe, e.g. recipes/tiny-online.yaml")
-    p.add_argument(
-        "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
-    )
-    p.add_argument(
-        "--strict-resume",
-        action="store_true",
-        help="with --resume: stop at a damaged checkpoint instead of falling back to the newest intact one",
-    )
-    p.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. schedule.steps=20"
-    )
-    p.set_defaults(func=run_train_cmd)
-
-
-def _lora_shape(role: RoleConfig):
-    return None if role.lora is None else (role.lora.rank, sorted(role.lora.target_modules))
-
-
-def resume_changes(saved: TrainConfig, cfg: TrainConfig) -> tuple[str | None, list[str]]:
-    """(refusal, notes) for a resume of the run `saved` with the config `cfg`: a change of what a checkpoint's
-    weight shapes follow (LoRA rank or target modules, LoRA on or off, a shared base) is refused in one line;
-    a change of `num_generations` is named in a note (the resumed run no longer repeats an uninterrupted one)."""
-    if saved.roles.shared_base != cfg.roles.shared_base:
-        return (
-            f"roles.shared_base={str(cfg.roles.shared_base).lower()} differs from the run's "
-            f"{str(saved.roles.shared_base).lower()}",
-            [],
-        )
-    notes = []
-    for name in ("proposer", "solver"):
-        old, new = getattr(saved, name), getattr(cfg, name)
-        if _lora_shape(old) != _lora_shape(new):
-            if old.lora is None or new.lora is None:
-                was = "a full model" if old.lora is None else "a LoRA adapter"
-                return f"{name}.lora differs: the run's checkpoints hold {was}", []
-            field_ = "rank" if old.lora.rank != new.lora.rank else "target_modules"
-            was, now = getattr(old.lora, field_), getattr(new.lora, field_)
-            return f"{name}.lora.{field_}={now} differs from the run's {was} (the LoRA shape)", []
-        if old.num_generations != new.num_generations:
-            notes.append(
-                f"note: {name}.num_generations changes from {old.num_generations} to {new.num_generations} "
-                "on resume; the run goes on with the new group size"
-            )
-    return None, notes
-
-
-def run_train_cmd(args: argparse.Namespace) -> int:
-    if args.resume is not None:
-        saved = args.resume / "config.yaml"
-        if not saved.exists():
-            raise UserError(
-                f"--resume {args.resume}: no config.yaml there; pass the folder a train run wrote"
-            )
-        if args.config is not None:
-            raise UserError("--resume reads RUN_DIR/config.yaml; give overrides instead of --config")
-        cfg = load_config(TrainConfig, saved, args.overrides)
-        refusal, notes = resume_changes(load_config(TrainConfig, saved), cfg)
-        if refusal is not None:
-            raise UserError(
-                f"--resume {args.resume}: {refusal}; a checkpoint loads only into the shapes it was saved "
-                "with: drop that override, or start a new run_dir"
-            )
-        for line in notes:
-            print(line, file=sys.stderr, flush=True)
-        cfg.run_dir = str(args.resume)
-        run_train(cfg, resume=True, strict_resume=args.strict_resume)
-        return 0
-    if args.strict_resume:
-        raise UserError("--strict-resume only applies with --resume RUN_DIR")
-    if args.config is None:
-        raise UserError("pass --config RECIPE (e.g. recipes/tiny-online.yaml) or --resume RUN_DIR")
-    run_train(load_config(TrainConfig, args.config, args.overrides))
-    return 0

@@ -1,7 +1,7 @@
 """Layout: how a run spreads over processes and GPUs, checked before any model loads.
 
-What: `DistributedConfig` (the `distributed:` section of a recipe), `check_layout` (a pure function of the config,
-the launch's world size, the visible GPUs and the models' config.json numbers) and `pasodoble layout` (prints the
+What: `DistributedConfig` (the `distributed:` section of a recipe, defined in `config.py`), `check_layout` (a pure
+function of the config, the launch's world size, the visible GPUs and the models' config.json numbers) and `pasodoble layout` (prints the
 resolved layout and the per-GPU memory table for a recipe without loading a model). A layout that cannot run
 raises one `LayoutError` line naming the numbers (exit 2):
   - GPUs asked for (`distributed.gpus`) vs GPUs visible; training processes on a node vs training GPUs on it
@@ -29,79 +29,21 @@ Tests: tests/runs/test_layout.py.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from pasodoble.errors import ConfigError, UserError
+from pasodoble.errors import UserError
 from pasodoble.realmodels import entry_dir, is_pkg_spec
-from pasodoble.rollout.placement import PLACEMENTS, server_gpus, server_roles
+from pasodoble.rollout.placement import server_gpus, server_roles
 from pasodoble.rollout.settings import resolve_engine, sleeps
 from pasodoble.scale.collectives import share_sizes
+from pasodoble.scale.config import (
+    BACKENDS as BACKENDS,  # re-exported: the `distributed:` section, read without torch
+)
+from pasodoble.scale.config import DistributedConfig, ResolvedLayout, has_proposer
 from pasodoble.update.token_budget import auto_micro_batch_tokens
 
-BACKENDS = ("ddp", "fsdp2", "deepspeed")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-@dataclass
-class ResolvedLayout:
-    world_size: int = 1  # ranks of the run
-    backend: str = "none"  # the engine that reduces gradients ("none" on one rank)
-    proposer_shares: list[int] = field(default_factory=list)  # Proposer completions per rank in a full step
-    solver_shares: list[int] = field(
-        default_factory=list
-    )  # Solver answers per rank when every question is valid
-    rollout: str = "colocated"  # where rollouts are generated (distributed.rollout)
-    vllm_servers: dict[str, list[int]] = field(
-        default_factory=dict
-    )  # dedicated: GPU indices of each role's vLLM server ([]: on the CPU)
-
-
-@dataclass
-class DistributedConfig:
-    backend: str = "ddp"  # "ddp" | "fsdp2" (torch's fully_shard) | "deepspeed" (one rank: plain PyTorch)
-    zero_stage: int = 2  # DeepSpeed ZeRO stage (the paper: 2; 3 also shards the weights)
-    offload_optimizer: bool = False  # optimizer states in CPU memory (DeepSpeed offload, FSDP2 CPU offload)
-    timeout_s: float = (
-        600.0  # every collective fails with a clear line after this long (a dead or stuck rank)
-    )
-    prepare_timeout_s: float = (
-        7200.0  # ranks 1..N wait this long for rank 0's one-time build (the tiny world)
-    )
-    gpus: int | None = None  # GPUs the layout needs on each node, vLLM's included (None: not checked)
-    rollout: str = (
-        "colocated"  # "colocated" (each rank generates on its device) | "dedicated" (shared vLLM servers)
-    )
-    vllm_gpus: int = (
-        0  # GPUs set aside on each node for the dedicated vLLM servers (the paper: 2); 0 with colocated
-    )
-    tensor_parallel_size: int = 1  # vLLM tensor parallel size; must divide the attention and key/value heads
-    vllm_memory_fraction: float = (
-        0.0  # share of each training GPU reserved beyond the roles' own vLLM engines
-    )
-    gpu_memory_gb: float | None = None  # memory of one GPU (None: read from the first visible GPU)
-    decisions_log: bool = False  # every rank writes RUN_DIR/decisions/rank-R.jsonl (rank-consistency checks)
-    resolved: ResolvedLayout | None = None  # written at launch into the run's config.yaml; ignored when read
-
-    def validate(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError(
-                "distributed.backend", f"unknown {self.backend!r}; use one of {', '.join(BACKENDS)}"
-            )
-        if self.zero_stage not in (1, 2, 3):
-            raise ConfigError("distributed.zero_stage", "use 1, 2 or 3")
-        if self.timeout_s <= 0:
-            raise ConfigError("distributed.timeout_s", "must be > 0 seconds")
-        if self.prepare_timeout_s <= 0:
-            raise ConfigError("distributed.prepare_timeout_s", "must be > 0 seconds")
-        if self.vllm_gpus < 0 or self.tensor_parallel_size < 1 or (self.gpus is not None and self.gpus < 1):
-            raise ConfigError("distributed.gpus", "gpus >= 1, vllm_gpus >= 0 and tensor_parallel_size >= 1")
-        if self.rollout not in PLACEMENTS:
-            raise ConfigError(
-                "distributed.rollout", f"unknown {self.rollout!r}; use one of {', '.join(PLACEMENTS)}"
-            )
-        if not 0 <= self.vllm_memory_fraction < 1:
-            raise ConfigError("distributed.vllm_memory_fraction", "must be in [0, 1)")
 
 
 class LayoutError(UserError):
@@ -363,11 +305,6 @@ def launch_from_env(world_size: int) -> Launch:
     memory = torch.cuda.get_device_properties(0).total_memory / 1e9 if visible else None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     return Launch(world_size=world_size, local_world_size=local, visible_gpus=visible, gpu_memory_gb=memory)
-
-
-def has_proposer(cfg) -> bool:
-    """Whether a run builds a Proposer: every mode but oracle (Solver-only GRPO on true answers)."""
-    return cfg.schedule.mode != "oracle"
 
 
 def generating_roles(cfg) -> dict:

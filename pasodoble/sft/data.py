@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
@@ -43,10 +44,13 @@ from pasodoble.core.knowledge import KnowledgeConfig, PassageSampler
 from pasodoble.core.prompts import PromptConfig, parse_proposal, proposer_messages, solver_messages
 from pasodoble.errors import ConfigError, UserError
 from pasodoble.folders import claim_folder
-from pasodoble.grader import Grader, GraderConfig
+from pasodoble.grader.config import GraderConfig
 from pasodoble.io import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
 from pasodoble.kb.dedup import normalise
 from pasodoble.sft.teacher import Teacher, TeacherConfig
+
+if TYPE_CHECKING:  # the grader loads math-verify (seconds); `sft-data` checks its recipe first
+    from pasodoble.grader import Grader
 
 FATES = ("kept", "checker_disagreed", "unparseable", "leaked_answer", "duplicate", "error")
 

@@ -23,45 +23,22 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pasodoble.config import to_dict
-from pasodoble.errors import ConfigError
 from pasodoble.io import build_lock, default_cache_dir, make_build_dir, read_jsonl
-from pasodoble.qa.world import QAWorldConfig, make_world, write_world
+from pasodoble.qa.world import make_world, write_world
 from pasodoble.reports.tracking import Tracker
-from pasodoble.sft import SFTConfig, train_sft
-from pasodoble.world.model import ModelConfig, build_model
+from pasodoble.sft import train_sft
+from pasodoble.sft.config import QAWarmUp as QAWarmUp  # re-exported: read without torch
+from pasodoble.world.model import build_model
 from pasodoble.world.tokenizer import build_tokenizer
 
 FORMAT_VERSION = 1  # bump when the files change for the same configs, so caches rebuild
 QA_TOKENS = ["<question>", "</question>", "<alias>", "</alias>"]
-
-
-def _qa_sft() -> SFTConfig:
-    # a few hundred facts need many epochs, not many examples; measured in docs/QA.md ("The tiny QA world")
-    return SFTConfig(max_steps=300, batch_size=32, lr=5e-3, warmup_steps=30, log_every=50)
-
-
-@dataclass
-class QAWarmUp:
-    world: QAWorldConfig = field(default_factory=QAWorldConfig)  # the invented facts and their tiers
-    model: ModelConfig = field(default_factory=ModelConfig)  # size of the tiny Qwen3 base
-    vocab_size: int = 400  # BPE vocabulary, special and tag tokens included
-    sft: SFTConfig = field(default_factory=_qa_sft)  # the cold start (roles: joint or separate)
-
-    def validate(self) -> None:
-        if self.vocab_size < 300:
-            raise ConfigError("vocab_size", "must be at least 300 (256 bytes + special and tag tokens)")
-        if self.world.proposer_facts != "sft" and self.sft.roles != "separate":
-            raise ConfigError(
-                "sft.roles",
-                f"must be separate when world.proposer_facts is {self.world.proposer_facts!r} (a joint model "
-                "would teach the Solver the corpus facts the Proposer's records ask about); set sft.roles=separate",
-            )
 
 
 @dataclass(frozen=True)

@@ -36,74 +36,23 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import torch
 
 from pasodoble.errors import ConfigError, UserError
-from pasodoble.jsonl import read_jsonl_skipping, warn_skipped
 from pasodoble.progress import progress_bar
+from pasodoble.sft.config import SFTConfig as SFTConfig  # re-exported: read without torch
+from pasodoble.sft.examples import load_examples as load_examples  # re-exported, as split_examples
+from pasodoble.sft.examples import split_examples as split_examples
 
 IGNORE_INDEX = -100  # label value the HF loss skips
 _SORT_WINDOW = 32  # batches whose examples are sorted by length together
 
 
-@dataclass
-class SFTConfig:
-    max_steps: int = 2000  # optimizer steps (the tiny world's warm-up stops earlier: world/select.py)
-    batch_size: int = (
-        32  # examples per step (small batches, more updates: the tiny models learn faster per token)
-    )
-    lr: float = 5e-3  # peak AdamW learning rate (tiny models take a large one; use ~1e-5 for 1B+ models)
-    warmup_steps: int = 30  # linear warm-up steps
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float = 1.0  # gradient clipping
-    group_by_length: bool = False  # batch examples of similar length (less padding, but one-format batches)
-    max_length: int | None = None  # longest prompt + completion in tokens (None: the model's max positions)
-    seed: int = 0  # data order
-    num_threads: int | None = (
-        1  # torch CPU threads; 1 because 2 threads ran 15x slower on a busy 2-core machine
-    )
-    log_every: int = 10  # steps between logged loss rows
-    roles: str = "joint"  # warm-up: "joint" = one model on both roles' data; "separate" = one model per role
-    micro_batch_size: int | None = (
-        None  # examples per forward pass; gradients add up to the batch (None: all)
-    )
-    eval_every: int | None = None  # steps between eval losses, when there is an eval set (None: at the end)
-    bf16: bool = False  # bfloat16 autocast over fp32 master weights (the optimizer keeps fp32)
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory, slower)
-    packing: bool = False  # several examples per row of max_length tokens, kept apart by the attention mask
-
-    def validate(self) -> None:
-        for name in ("max_steps", "batch_size", "log_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"sft.{name}", "must be at least 1")
-        for name in ("micro_batch_size", "eval_every"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"sft.{name}", "must be at least 1, or null")
-        if self.lr <= 0:
-            raise ConfigError("sft.lr", "must be positive, e.g. 3e-3 for tiny models")
-        if self.roles not in ("joint", "separate"):
-            raise ConfigError("sft.roles", f"must be 'joint' or 'separate', got {self.roles!r}")
-
-
 def _messages(example: dict) -> list[dict[str, str]]:
     head = [{"role": "system", "content": example["system"]}] if example.get("system") else []
     return head + [{"role": "user", "content": example["prompt"]}]
-
-
-def split_examples(examples: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
-    """(train, eval): a seeded `fraction` of the examples held out (at least one when fraction > 0)."""
-    if fraction <= 0:
-        return list(examples), []
-    order = list(range(len(examples)))
-    random.Random(f"sft-split/{seed}").shuffle(order)
-    held = set(order[: max(1, round(fraction * len(examples)))])
-    return [e for i, e in enumerate(examples) if i not in held], [
-        e for i, e in enumerate(examples) if i in held
-    ]
 
 
 def encode_examples(
@@ -423,41 +372,3 @@ def train_sft(
     if evals:
         summary.update({f"{role}/sft/eval_loss_first": evals[0], f"{role}/sft/eval_loss_last": evals[-1]})
     return summary
-
-
-def load_examples(path: Path) -> list[dict]:
-    """`{"prompt", "completion"[, "system"]}` rows of a JSONL file; a bad line is reported with its number and
-    skipped."""
-    if not path.exists():
-        raise UserError(f"--data {path}: file not found")
-    if not path.is_file():
-        raise UserError(f"--data {path}: not a regular file (a folder, device or pipe); give a JSONL file")
-    rows, skipped = read_jsonl_skipping(path, _example_problem)
-    warn_skipped(skipped)
-    if not rows:
-        raise UserError(
-            f"--data {path}: no usable example ({len(skipped)} bad line(s)); one JSON object a line"
-        )
-    if skipped:
-        print(
-            f"--data {path}: {len(skipped)} bad line(s) skipped, {len(rows)} examples read", file=sys.stderr
-        )
-    examples = []
-    for row in rows:
-        example = {"prompt": row["prompt"], "completion": row["completion"]}
-        if row.get("system"):
-            example["system"] = row["system"]
-        examples.append(example)
-    return examples
-
-
-def _example_problem(row: object) -> str | None:
-    if not (
-        isinstance(row, dict)
-        and isinstance(row.get("prompt"), str)
-        and isinstance(row.get("completion"), str)
-    ):
-        return "each row needs string fields 'prompt' and 'completion'"
-    if not isinstance(row.get("system", ""), str):
-        return "'system', when given, must be a string"
-    return None

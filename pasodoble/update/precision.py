@@ -25,7 +25,9 @@ import contextlib
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from pasodoble.update.dtype_names import DTYPE_NAMES
+
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def weights_dtype(dtype: str, trainable: bool) -> torch.dtype:

@@ -11,21 +11,10 @@ steps of our trials and costs about twice the time; 2 threads on a shared 2-core
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-
-@dataclass
-class ModelConfig:
-    hidden_size: int = 96  # width of the residual stream
-    intermediate_size: int = 256  # width of each MLP
-    num_hidden_layers: int = 4  # transformer blocks
-    num_attention_heads: int = 4  # query heads
-    num_key_value_heads: int = 2  # key/value heads (grouped-query attention, as in Qwen3)
-    head_dim: int = 24  # width of each head
-    max_position_embeddings: int = 256  # longest prompt + completion, in tokens
+from pasodoble.world.config import ModelConfig
 
 
 def build_model(config: ModelConfig, tokenizer, seed: int) -> Qwen3ForCausalLM:

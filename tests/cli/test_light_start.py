@@ -1,5 +1,7 @@
-"""`pasodoble --version`, `--help`, a mistyped command and the errors of commands that need no model answer before
-torch or transformers is imported: the command line imports only the module of the command it was given.
+"""`pasodoble --version`, `--help`, every command's `--help`, a mistyped command, `config keys` / `config show` and
+the argument and config errors of every command tested here answer before torch or transformers is imported: the
+command line imports only the module of the command it was given, and every command reads and checks its flags and
+recipe before it imports what runs it.
 
 Each case runs the command line in a fresh interpreter with an import hook that records every top-level package
 imported (it changes nothing); no timing is taken.
@@ -59,6 +61,63 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
         (("experiment", "recipes/tiny-ablation.yaml", "bogus=1"), 2, "bogus: unknown key"),
         (("kb", "stats", "no-such.jsonl"), 2, "no-such.jsonl does not exist"),
         (("verify-answers", "no-such-file.jsonl", "--out", "o.jsonl"), 2, "no-such-file.jsonl"),
+        (("train", "--config", "recipes/tiny-online.yaml", "bogus.key=1"), 2, "bogus: unknown key"),
+        (("train", "--config", "recipes/tiny-online.yaml", "solver.lr=-1"), 2, "solver.lr: lr and beta"),
+        (("train", "--config", "recipes/tiny-online.yaml", "schedule.steps=x"), 2, "schedule.steps"),
+        (("train", "--resume", "no-such-run"), 2, "no config.yaml there"),
+        (("train",), 2, "pass --config RECIPE"),
+        (("config", "keys"), 0, "accel.cpu_matmul"),
+        (("config", "keys", "--kind", "demo"), 0, "dualplay.steps"),
+        (("config", "show", "recipes/tiny-online.yaml"), 0, "schedule:"),
+        (("demo", "bogus=1"), 2, "bogus: unknown key"),
+        (("layout", "--config", "recipes/tiny-online.yaml", "bogus=1"), 2, "bogus: unknown key"),
+        (
+            ("eval", "--model", "no/such/model", "--benchmarks", "gsm8k", "--out", "o"),
+            2,
+            "no/such/model does not",
+        ),
+        (
+            ("eval", "--model", "tiny:solver", "--num-samples", "0", "--out", "o"),
+            2,
+            "num_samples: must be >= 1",
+        ),
+        (("eval", "--model", "tiny:solver"), 2, "the following arguments are required: --out"),
+        (("eval-table", "no-such-dir"), 2, "no-such-dir/results.json: not found"),
+        (("demo-real", "bogus=1"), 2, "bogus: unknown key"),
+        (("demo-real", "--quick", "bogus=1"), 2, "bogus: unknown key"),  # the quick recipe is found
+        (("demo-real", "--quick", "--config", "x.yaml"), 2, "give either --quick or --config"),
+        (("demo-real", "seeds=[0,0]"), 2, "seeds: give one or more distinct seeds"),
+        (("demo-qa", "bogus=1"), 2, "bogus: unknown key"),
+        (
+            ("demo-qa", "--config", "recipes/tiny-qa.yaml", "conditions=[nope]"),
+            2,
+            "conditions: use one or both",
+        ),
+        (
+            ("sft", "--model", "tiny:base", "--data", "no-such.jsonl", "--out", "o"),
+            2,
+            "no-such.jsonl: file not found",
+        ),
+        (("sft", "--data", "x.jsonl"), 2, "model: is required"),
+        (("sft", "--max-steps", "x"), 2, "argument --max-steps: invalid int value"),
+        (
+            ("sft", "--model", "tiny:base", "--data", "x", "--out", "o", "dtype=float8"),
+            2,
+            "dtype: must be one of",
+        ),
+        (("sft-data", "--config", "recipes/cold-start-tiny.yaml", "bogus=1"), 2, "bogus: unknown key"),
+        (("sft-data",), 2, "the following arguments are required: --config"),
+        (("export", "no-such-run", "--out", "o"), 2, "no-such-run: not a folder"),
+        (("export", "recipes", "--out", "o"), 2, "recipes: no complete checkpoint"),
+        (("code-eval", "--canonical", "--k", "x", "--out", "o"), 2, "--k 'x': give positive integers"),
+        (("code-eval", "--model", "tiny:solver", "--k", "10", "--out", "o"), 2, "pass@10 needs --n >= 10"),
+        (
+            ("code-eval", "--jsonl", "no-such.jsonl", "--canonical", "--out", "o"),
+            2,
+            "no-such.jsonl not found",
+        ),
+        (("serve", "--model", "m", "--host", "0.0.0.0"), 2, "set --allow-remote to accept that"),
+        (("serve", "--model", "m", "--gpu-memory-utilization", "2"), 2, "gpu_memory_utilization: must be in"),
     ],
 )
 def test_answers_before_torch_is_imported(args, code, shows):
@@ -68,6 +127,14 @@ def test_answers_before_torch_is_imported(args, code, shows):
     assert not set(HEAVY) & set(imported), f"{args}: imported {set(HEAVY) & set(imported)}"
     if code == 2 and stderr:
         assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("command", [name for name, _, _ in COMMANDS])
+def test_every_commands_help_answers_before_torch_is_imported(command):
+    returncode, stdout, stderr, imported = _run(command, "--help")
+    assert returncode == 0, stderr[-2000:]
+    assert f"usage: pasodoble {command}" in stdout
+    assert not set(HEAVY) & set(imported), f"{command} --help: imported {set(HEAVY) & set(imported)}"
 
 
 def test_top_level_help_lines_are_the_commands_own():

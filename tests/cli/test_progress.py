@@ -4,9 +4,15 @@ terminal, library bars and notes off, and the SFT bar saying its stop rule and w
 from __future__ import annotations
 
 import copy
+import importlib.util
 import io
 import logging
 import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from pasodoble.progress import LOG_PERCENT, progress_bar, quiet_libraries
 
@@ -50,6 +56,37 @@ def test_quiet_libraries_turns_off_hub_bars_unless_the_user_set_them(monkeypatch
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
     quiet_libraries()
     assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
+
+
+SAVE = """
+import sys
+from transformers import AutoModelForCausalLM
+if sys.argv[1] == "quiet":
+    from pasodoble.progress import quiet_libraries
+    quiet_libraries()
+AutoModelForCausalLM.from_pretrained(sys.argv[2]).save_pretrained(sys.argv[3])
+print("deepspeed imported:", "deepspeed" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
+@pytest.mark.parametrize("mode", ["quiet", "plain"])
+def test_saving_a_model_on_a_cpu_does_not_print_deepspeeds_cpu_fallback(tiny_lm, tmp_path, mode):
+    """`save_pretrained` imports DeepSpeed where it is installed; a CPU run (no GPU visible) that never uses the
+    DeepSpeed backend shows no `Setting accelerator to CPU` warning. The plain run shows that it would."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env.pop("DS_ACCELERATOR", None)  # DeepSpeed warns only when it detects the accelerator itself
+    out = subprocess.run(
+        [sys.executable, "-c", SAVE, mode, str(tiny_lm[2]), str(tmp_path / "saved")],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "deepspeed imported: True" in out.stdout
+    assert ("Setting accelerator to CPU" in out.stdout + out.stderr) == (mode == "plain")
 
 
 class _StopAt:

@@ -303,13 +303,13 @@ def test_help_shows_every_default():
 def test_ctrl_c_keeps_finished_samples_and_says_how_to_resume(
     tiny_lm, own_set, tmp_path, monkeypatch, capsys
 ):
-    import pasodoble.evals.cli as cli
+    import pasodoble.evals.runner as runner  # `pasodoble eval` imports `evaluate` from it once the flags are checked
 
     def interrupted(*args, samples_path, **kwargs):
         samples_path.write_text('{"source": "pens", "id": "p0", "sample": 0}\n')
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "evaluate", interrupted)
+    monkeypatch.setattr(runner, "evaluate", interrupted)
     out = tmp_path / "run"
     assert main(_eval_args(tiny_lm[2], own_set, out)) == 130
     assert (

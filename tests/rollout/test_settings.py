@@ -30,7 +30,7 @@ def test_engine_vllm_without_vllm_says_how_to_install(monkeypatch):
     with pytest.raises(ConfigError, match=r"engine=vllm needs the vllm package.*make vllm-env"):
         validate_engine("vllm", VLLMConfig())
     with pytest.raises(ConfigError, match="engine"):
-        RoleConfig(engine="vllm").validate()
+        RoleConfig(engine="vllm").check_machine()
     validate_engine("vllm_server", VLLMConfig(server_url="http://127.0.0.1:8000"))  # a given server: fine
     with pytest.raises(ConfigError, match="unknown 'sglang'"):
         validate_engine("sglang", VLLMConfig())
@@ -44,7 +44,7 @@ def test_tensor_parallel_must_divide_the_heads(tmp_path, with_vllm):
     ):
         validate_engine("vllm", VLLMConfig(tensor_parallel_size=3), model_dir=d, on_cpu=False)
     with pytest.raises(ConfigError, match="vllm.tensor_parallel_size"):
-        RoleConfig(model=str(d), engine="vllm", vllm=VLLMConfig(tensor_parallel_size=3)).validate()
+        RoleConfig(model=str(d), engine="vllm", vllm=VLLMConfig(tensor_parallel_size=3)).check_machine()
 
 
 def test_memory_share_lora_rank_sleep_mode_and_cpu_head_size(tmp_path, with_vllm):

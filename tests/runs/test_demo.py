@@ -16,10 +16,10 @@ from pasodoble.runs.demo import (
     band_shares,
     change_table,
     changes,
-    register,
     run_demo,
     verdict_line,
 )
+from pasodoble.runs.demo_cli import register
 from pasodoble.sft import SFTConfig
 from pasodoble.world import WorldConfig
 
