@@ -33,6 +33,8 @@ of questions with 3+ operands).
 Run: `pasodoble experiment recipes/tiny-ablation.yaml [steps=10 seeds=[0]]`. Finished runs (their `eval.json`)
 are reused, so a killed experiment continues where it stopped; a finished run whose evaluation settings differ
 from the config's (`eval_limit`, `eval_samples`, ...) is evaluated again from its final weights, not retrained.
+With `checkpoint_every` set, an unfinished run whose saved config equals its config now resumes from its newest
+checkpoint (as `pasodoble train --resume`, which repeats an uninterrupted run); otherwise it starts over.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pasodoble.config import load_config, save_config, to_dict
-from pasodoble.errors import ConfigError
+from pasodoble.errors import ConfigError, UserError
 from pasodoble.io import read_jsonl, write_json_atomic, write_text_atomic
 
 CONDITIONS = {
@@ -97,6 +99,8 @@ class ExperimentConfig:
     min_gain: float = 0.04  # success needs at least this change (and the go/no-go the control's seed 0)
     margin: float = 0.03  # non-inferiority margin on guard_tiers
     guard_tiers: list[str] = field(default_factory=lambda: ["t1", "t2"])  # tiers that must not drop
+    checkpoint_every: int | None = None  # steps between a run's checkpoints, so that a stopped experiment
+    # resumes its unfinished runs (None: one checkpoint at the end, and an unfinished run starts over)
     cold_start: str | None = None  # a `pasodoble demo-real` run folder: both roles start from its
     # checkpoints/sft and read its world/corpus.jsonl (a real model); None: the recipe's models (tiny:)
 
@@ -175,8 +179,27 @@ def train_config(cfg: ExperimentConfig, condition: str, seed: int):
         train.schedule.steps = max(1, cfg.steps // per_iteration)
     else:
         train.schedule.steps = cfg.steps
-    train.schedule.checkpoint_every = None  # one checkpoint at the end: the weights to evaluate
+    train.schedule.checkpoint_every = cfg.checkpoint_every  # None: one at the end, the weights to evaluate
     return train
+
+
+def resumable(run_dir: Path, train) -> bool:
+    """Whether an unfinished run can go on: it has a checkpoint and was started with this very config (the
+    launch-time layout aside), so the resumed run repeats an uninterrupted one."""
+    from pasodoble.checkpoint import latest_checkpoint
+    from pasodoble.runs.train import TrainConfig
+
+    saved = run_dir / "config.yaml"
+    if not saved.is_file() or latest_checkpoint(run_dir) is None:
+        return False
+    try:
+        before = to_dict(load_config(TrainConfig, saved))
+    except (UserError, OSError, ValueError):
+        return False  # a damaged or older config: start over
+    now = to_dict(train)
+    for d in (before, now):
+        d.get("distributed", {}).pop("resolved", None)
+    return before == now
 
 
 def evaluation_problems(train, cfg: ExperimentConfig) -> list:
@@ -341,20 +364,27 @@ def run_one(cfg: ExperimentConfig, condition: str, seed: int) -> dict:
         if stale or missing_stats:
             write_json_atomic(done, result)  # once: later loads read it back
         return result
-    start = time.perf_counter()
+    start, resume = time.perf_counter(), False
     if condition == "sft":
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
-        if run_dir.exists():
+        resume = resumable(run_dir, train)
+        if run_dir.exists() and not resume:
             import shutil
 
             shutil.rmtree(run_dir)  # an unfinished run starts over: its eval.json is the completion mark
-        run_train(train)
+        if resume:
+            print(
+                f"[experiment] {condition} seed {seed}: resuming from {latest_checkpoint(run_dir)}",
+                flush=True,
+            )
+        run_train(train, resume=resume)
     result = {
         "condition": condition,
         "seed": seed,
         "train_s": time.perf_counter() - start,
         "steps": 0 if condition == "sft" else train.schedule.steps,
+        "resumed": condition != "sft" and resume,  # train_s then counts only the part after the resume
         **_scores(train, solver_dir(), cfg),
         **proposer_stats(run_dir),
         "mechanism": mechanism(run_dir),

@@ -144,8 +144,9 @@ def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
             "eval": eval_settings(cfg),
         }
 
-    def train(config):
+    def train(config, resume=False):
         calls["train"] += 1
+        assert resume is False  # no config.yaml was saved: nothing to resume
         weights["dir"] = tmp_path / "ckpt"
 
     weights = {"dir": tmp_path / "ckpt"}
@@ -163,16 +164,45 @@ def test_finished_run_is_evaluated_again_not_retrained(tmp_path, monkeypatch):
     assert calls == {"scores": 2, "train": 1}
 
 
-@pytest.mark.slow
-def test_tiny_experiment_end_to_end(tmp_path):
-    from pasodoble.runs.experiment import run_experiment
+def test_an_unfinished_run_resumes_only_with_its_own_config(tmp_path, monkeypatch):
+    import pasodoble.checkpoint
+    from pasodoble.config import save_config
+    from pasodoble.runs.experiment import resumable
+
+    cfg = ExperimentConfig(out_dir=str(tmp_path / "exp"), checkpoint_every=2)
+    train = train_config(cfg, "online", 0)
+    assert train.schedule.checkpoint_every == 2
+    assert (
+        train_config(ExperimentConfig(out_dir=str(tmp_path)), "online", 0).schedule.checkpoint_every is None
+    )
+    run_dir = tmp_path / "exp" / "runs" / "online-s0"
+    run_dir.mkdir(parents=True)
+    checkpoint = {"dir": run_dir / "checkpoints" / "step-2"}
+    monkeypatch.setattr(pasodoble.checkpoint, "latest_checkpoint", lambda d: checkpoint["dir"])
+    assert not resumable(run_dir, train)  # no config.yaml: started over
+    save_config(train, run_dir / "config.yaml")
+    assert resumable(run_dir, train)
+    other = train_config(
+        ExperimentConfig(out_dir=str(tmp_path / "exp"), checkpoint_every=2, steps=31), "online", 0
+    )
+    assert not resumable(run_dir, other)  # another length: the run would not repeat an uninterrupted one
+    checkpoint["dir"] = None
+    assert not resumable(run_dir, train)  # nothing to resume from
+    checkpoint["dir"] = run_dir / "checkpoints" / "step-2"
+    (run_dir / "config.yaml").write_text("schedule: [not a mapping\n")
+    assert not resumable(run_dir, train)  # a damaged config: started over, not a traceback
+
+
+def tiny_world_overrides(tmp_path) -> list[str]:
+    """A two-layer world of 20 passages, its SFT models cached under tmp_path/cache."""
     from pasodoble.sft import SFTConfig
     from pasodoble.sft.tiny import ensure_sft_models
     from pasodoble.world import WorldConfig
 
     sft = SFTConfig(max_steps=20, batch_size=8, log_every=10, num_threads=1)
     ensure_sft_models(tmp_path / "cache", WorldConfig.minimal(), sft, progress=False)
-    world = [
+    return [
+        f"cache_dir={tmp_path / 'cache'}",
         "world.corpus_size=20",
         "world.tier_size=4",
         "world.sft_solver_examples=200",
@@ -185,7 +215,49 @@ def test_tiny_experiment_end_to_end(tmp_path):
         "sft.batch_size=8",
         "sft.log_every=10",
         "sft.num_threads=1",
+        "num_threads=1",
+        "proposer.max_completion_length=32",
+        "solver.max_completion_length=16",
     ]
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capsys):
+    import hashlib
+
+    from pasodoble.checkpoint import latest_checkpoint
+
+    def weights(out) -> str:
+        folder = latest_checkpoint(out / "runs" / "online-s0") / "solver" / "model"
+        return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+
+    overrides = tiny_world_overrides(tmp_path)
+    kw = dict(conditions=["online"], seeds=[0], steps=4, checkpoint_every=2, eval_limit=2, eval_samples=0)
+    kw["eval_max_new_tokens"] = 16
+    whole = ExperimentConfig(out_dir=str(tmp_path / "whole"), overrides=overrides, **kw)
+    run_one(whole, "online", 0)
+    stopped = ExperimentConfig(out_dir=str(tmp_path / "stopped"), overrides=overrides, **kw)
+    first = run_one(stopped, "online", 0)
+    assert first["resumed"] is False and weights(tmp_path / "stopped") == weights(tmp_path / "whole")
+    # As if killed after step 2: no eval.json, no step-4 checkpoint, `latest` naming step 2.
+    run_dir = tmp_path / "stopped" / "runs" / "online-s0"
+    (run_dir / "eval.json").unlink()
+    import shutil
+
+    shutil.rmtree(run_dir / "checkpoints" / "step-4")
+    (run_dir / "checkpoints" / "latest").write_text("step-2")
+    capsys.readouterr()
+    again = run_one(stopped, "online", 0)
+    assert "online seed 0: resuming from" in capsys.readouterr().out and again["resumed"] is True
+    assert weights(tmp_path / "stopped") == weights(tmp_path / "whole")
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s for s in steps if s is not None][-1] == 4
+
+
+@pytest.mark.slow
+def test_tiny_experiment_end_to_end(tmp_path):
+    from pasodoble.runs.experiment import run_experiment
+
     cfg = ExperimentConfig(
         out_dir=str(tmp_path / "exp"),
         conditions=["sft", "online", "oracle"],
@@ -194,13 +266,7 @@ def test_tiny_experiment_end_to_end(tmp_path):
         eval_limit=2,
         eval_max_new_tokens=16,
         eval_samples=2,
-        overrides=[
-            f"cache_dir={tmp_path / 'cache'}",
-            *world,
-            "num_threads=1",
-            "proposer.max_completion_length=32",
-            "solver.max_completion_length=16",
-        ],
+        overrides=tiny_world_overrides(tmp_path),
     )
     out = run_experiment(cfg)
     summary = json.loads((out / "results.json").read_text())["summary"]
