@@ -3,8 +3,8 @@
 Called directly rather than through Accelerate, so CPU (gloo) and GPU (NCCL) share one code path with the
 accumulation set per micro-batch. Under ZeRO-3 every rank gathers the weights once per generation phase and the
 update phase keeps ZeRO's per-forward gathers. A bfloat16 role is DeepSpeed's bf16 engine (`engine_config`), an
-offloaded optimizer DeepSpeed's CPU Adam (`cpu_adam`). Checkpoints hold the same files as DDP and FSDP2. float16 roles and
-LoRA on several ranks are refused (`check_roles`). The mechanism is in docs/SCALE.md ("DeepSpeed ZeRO").
+offloaded optimizer DeepSpeed's CPU Adam (`cpu_adam`). Checkpoints hold the same files as DDP and FSDP2. float16
+roles and LoRA on several ranks are refused (`check_roles`). The mechanism is in docs/SCALE.md ("DeepSpeed ZeRO").
 """
 
 from __future__ import annotations
@@ -103,14 +103,14 @@ class DeepSpeedZero(Sharding):
             raise ValueError(f"{name}: DeepSpeedZero expects one parameter group")
         params = list(optimizer.param_groups[0]["params"])
         # what a checkpoint's groups hold: torch's AdamW's and its scheduler's keys, not CPU Adam's own
-        self._group_keys[id(model)] = set(optimizer.param_groups[0]) - {"params"}
+        group_keys = set(optimizer.param_groups[0]) - {"params"}
         if self.offload_optimizer:
             optimizer = cpu_adam(optimizer)
         bf16 = compute_dtype == torch.bfloat16
         config = engine_config(self.zero_stage, self.offload_optimizer, max_grad_norm, bf16=bf16)
         engine, *_ = self.deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self._engines[id(model)] = self._engines[id(engine)] = engine
-        self._group_keys[id(engine)] = self._group_keys.pop(id(model))
+        self._group_keys[id(engine)] = group_keys
         self._params[id(engine)] = params
         # The role zeroes gradients through DeepSpeed's optimizer (torch's would drop its partition buffers);
         # the scheduler stays on torch's, whose parameter groups DeepSpeed shares.
@@ -232,7 +232,9 @@ class DeepSpeedZero(Sharding):
         }
         if optimizer is None:
             return out
-        adamw = engine.optimizer.optimizer  # torch's, stepping this rank's flat partitions
+        adamw = (
+            engine.optimizer.optimizer
+        )  # torch's AdamW (CPU Adam when offloaded) on this rank's partitions
         named = self._named(model)
         keys = self._group_keys[id(engine)]
         groups = [{k: v for k, v in g.items() if k in keys} for g in adamw.param_groups]
