@@ -60,7 +60,9 @@ class RoleConfig:
     generation_batch_size: int = 64  # prompts per generate() call of the Hugging Face engine
     dtype: str = "float32"  # compute dtype: "float32" | "bfloat16" | "float16" (trained weights: float32)
     device: str = "auto"  # "auto" (CUDA when present, else CPU) | "cpu" | "cuda" | "cuda:N"
-    gradient_checkpointing: bool = False  # trade compute for memory in the backward pass
+    # trade compute for memory in the backward pass ("auto": only where the update's activations would not fit the
+    # device, update/token_budget.py)
+    gradient_checkpointing: bool | Literal["auto"] = False
     trainable: bool = True  # False: the role only generates (no optimizer is built)
     engine: str = (
         "auto"  # rollout engine: "auto" (vllm on CUDA with vLLM, else hf) | "hf" | "vllm" | "vllm_server"

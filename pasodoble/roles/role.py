@@ -66,7 +66,12 @@ from pasodoble.update.packed import can_pack, flat_tensor
 from pasodoble.update.precision import DTYPES
 from pasodoble.update.segment_attention import attends_per_sample
 from pasodoble.update.shared_prefix import can_share_prompts
-from pasodoble.update.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
+from pasodoble.update.token_budget import (
+    auto_logprob_chunk_tokens,
+    auto_micro_batch_tokens,
+    micro_batch_positions,
+    needs_checkpointing,
+)
 
 
 def text_config(model: torch.nn.Module):
@@ -75,39 +80,60 @@ def text_config(model: torch.nn.Module):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, int | None]:
-    """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
-    its weights, gradients and AdamW states (update/token_budget.py). A model whose config lacks the sizes gets
-    micro_batch_size sequences and 2048-token chunks."""
+def _state_bytes(model: torch.nn.Module) -> int:
+    """The weights; a trained parameter adds its gradient and two float32 AdamW moments."""
+    return sum(
+        p.numel() * (p.element_size() * (2 if p.requires_grad else 1) + (8 if p.requires_grad else 0))
+        for p in model.parameters()
+    )
+
+
+def _budget_sizes(cfg: RoleConfig, model: torch.nn.Module) -> dict | None:
+    """The numbers the token budget and the checkpointing rule read (update/token_budget.py), or None when the
+    model's config lacks the sizes."""
     config = text_config(model)
     sizes = {k: getattr(config, k, None) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")}
-    vocab = getattr(config, "vocab_size", None)
-    state = 0
-    for p in model.parameters():
-        # the weights; a trained parameter adds its gradient and two float32 AdamW moments
-        state += p.numel() * (
-            p.element_size() * (2 if p.requires_grad else 1) + (8 if p.requires_grad else 0)
-        )
+    if not all(isinstance(v, int) and v > 0 for v in sizes.values()):
+        return None
+    return {
+        "hidden": sizes["hidden_size"],
+        "intermediate": sizes["intermediate_size"],
+        "layers": sizes["num_hidden_layers"],
+        "state_bytes": _state_bytes(model),
+        # autocast over float32 weights keeps float32 activations too (update/token_budget.py)
+        "value_bytes": max(DTYPES[cfg.dtype].itemsize, next(model.parameters()).element_size()),
+        "device_bytes": device_memory(model),
+    }
+
+
+def token_budgets(
+    cfg: RoleConfig, model: torch.nn.Module, checkpointing: bool = False
+) -> tuple[int | None, int | None]:
+    """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
+    its weights, gradients and AdamW states (update/token_budget.py), for a backward with or without
+    `checkpointing`. A model whose config lacks the sizes gets micro_batch_size sequences and 2048-token chunks."""
+    vocab = getattr(text_config(model), "vocab_size", None)
     tokens, chunk = cfg.micro_batch_tokens, cfg.logprob_chunk_tokens
     if tokens == "auto":
-        known = all(isinstance(v, int) and v > 0 for v in sizes.values())
-        tokens = (
-            auto_micro_batch_tokens(
-                hidden=sizes["hidden_size"],
-                intermediate=sizes["intermediate_size"],
-                layers=sizes["num_hidden_layers"],
-                state_bytes=state,
-                # autocast over float32 weights keeps float32 activations too (update/token_budget.py)
-                value_bytes=max(DTYPES[cfg.dtype].itemsize, next(model.parameters()).element_size()),
-                checkpointing=cfg.gradient_checkpointing,
-                device_bytes=device_memory(model),
-            )
-            if known
-            else None
-        )
+        sizes = _budget_sizes(cfg, model)
+        tokens = auto_micro_batch_tokens(**sizes, checkpointing=checkpointing) if sizes else None
     if chunk == "auto":
+        state = _state_bytes(model)
         chunk = auto_logprob_chunk_tokens(vocab=vocab, state_bytes=state) if isinstance(vocab, int) else 2048
     return tokens, chunk
+
+
+def gradient_checkpointing(cfg: RoleConfig, model: torch.nn.Module) -> bool:
+    """`gradient_checkpointing` with "auto" resolved by `needs_checkpointing` (update/token_budget.py) at the
+    micro-batch the role would run without it; off for a frozen role (no backward) or unknown sizes."""
+    if cfg.gradient_checkpointing != "auto":
+        return cfg.gradient_checkpointing
+    sizes = _budget_sizes(cfg, model)
+    if not cfg.trainable or sizes is None:
+        return False
+    budget, _ = token_budgets(cfg, model, checkpointing=False)
+    tokens = micro_batch_positions(budget, cfg.micro_batch_size, cfg.max_sequence_length)
+    return needs_checkpointing(**sizes, tokens=tokens)
 
 
 def device_memory(model: torch.nn.Module) -> int | None:
@@ -209,10 +235,13 @@ class Role:
         self.scheduler = None
         self.reference: torch.nn.Module | None = None
         self.updates = 0
-        self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
+        self.gradient_checkpointing = gradient_checkpointing(cfg, self.model)  # "auto" resolved by memory
+        self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(
+            cfg, self.model, self.gradient_checkpointing
+        )
         self.entry_weight = entry_weight(self.model)
         self.micro_batch_cost = micro_batch_cost(self.model)
-        if cfg.gradient_checkpointing:
+        if self.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if cfg.trainable and cfg.beta > 0:  # copied before the policy is sharded, then sharded on its own
             reference = copy.deepcopy(model).to(self.compute_dtype).eval().requires_grad_(False)
@@ -487,7 +516,7 @@ class Role:
 
     def _shares_cache(self, model: torch.nn.Module) -> bool:
         """True when the update may run each distinct prompt of a micro-batch once through the KV cache."""
-        return self._may_share() and not self.cfg.gradient_checkpointing and can_share_prompts(model)
+        return self._may_share() and not self.gradient_checkpointing and can_share_prompts(model)
 
     def _packs(self, model: torch.nn.Module) -> bool:
         """True when the update may run a micro-batch packed, each distinct prompt once (`update.packed`)."""
@@ -572,7 +601,8 @@ class Role:
         """Restore what `save` wrote: weights (in place), optimizer, scheduler, update counter. Every rank calls
         it (sharded roles keep their slice of the full weights and optimizer states)."""
         dirpath = Path(dirpath)
-        dtype = next(self.model.parameters()).dtype  # float32 master weights load without rounding
+        # float32 master weights load without rounding (a DeepSpeed bf16 module holds bfloat16, its masters float32)
+        dtype = precision.weights_dtype(self.cfg.dtype, self.cfg.trainable)
         adapters.load_weights(
             self.model, dirpath / "model", dtype, load=lambda sd: self.sharding.load_weights(self.model, sd)
         )

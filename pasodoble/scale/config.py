@@ -30,7 +30,9 @@ class ResolvedLayout:
 class DistributedConfig:
     backend: str = "ddp"  # "ddp" | "fsdp2" (torch's fully_shard) | "deepspeed" (one rank: plain PyTorch)
     zero_stage: int = 2  # DeepSpeed ZeRO stage (the paper: 2; 3 also shards the weights)
-    offload_optimizer: bool = False  # optimizer states in CPU memory (DeepSpeed offload, FSDP2 CPU offload)
+    offload_optimizer: bool = (
+        False  # optimizer states in CPU memory (DeepSpeed offload with CPU Adam, FSDP2's)
+    )
     timeout_s: float = (
         600.0  # every collective fails with a clear line after this long (a dead or stuck rank)
     )

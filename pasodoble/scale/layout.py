@@ -41,7 +41,11 @@ from pasodoble.scale.config import (
     BACKENDS as BACKENDS,  # re-exported: the `distributed:` section, read without torch
 )
 from pasodoble.scale.config import DistributedConfig, ResolvedLayout, has_proposer
-from pasodoble.update.token_budget import auto_micro_batch_tokens
+from pasodoble.update.token_budget import (
+    auto_micro_batch_tokens,
+    micro_batch_positions,
+    needs_checkpointing,
+)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -100,25 +104,10 @@ def role_memory_gb(
     h, layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
     # activation bytes, as the Role counts them: autocast over float32 masters keeps float32 activations too
     a = 4 if role.trainable else b
-    budget = role.micro_batch_tokens
-    if budget == "auto":
-        # as the Role resolves it: from the unsharded float32 master weights, gradients and AdamW moments
-        budget = auto_micro_batch_tokens(
-            hidden=h,
-            intermediate=arch["intermediate_size"],
-            layers=layers,
-            state_bytes=n * 16 if role.trainable else n * b,
-            value_bytes=a,
-            checkpointing=role.gradient_checkpointing,
-            device_bytes=gpu_gb * 1e9 if gpu_gb else None,
-        )
-    tokens = (  # a micro-batch: its sequences at full length, or the token budget (one whole sequence at least)
-        role.micro_batch_size * role.max_sequence_length
-        if budget is None
-        else max(budget, role.max_sequence_length)
-    )
+    checkpointing = checkpointing_choice(arch, role, gpu_gb)
+    tokens = _micro_batch_positions(arch, role, checkpointing, gpu_gb)
     layer_working = tokens * a * (10 * h + 4 * arch["intermediate_size"])
-    kept = layers * tokens * a * h + layer_working if role.gradient_checkpointing else layers * layer_working
+    kept = layers * tokens * a * h + layer_working if checkpointing else layers * layer_working
     activations = (kept + tokens * vocab * (b + 4)) if role.trainable else 0.0
     # the reference: sharded under FSDP2, a full copy under every other backend (DeepSpeed does not wrap it)
     reference = n * b / (ws if fsdp2 else 1) if role.trainable and role.beta > 0 else 0.0
@@ -130,6 +119,38 @@ def role_memory_gb(
         "reference": reference,
     }
     return {k: v / 1e9 for k, v in gb.items()}
+
+
+def _budget_terms(arch: dict, role, gpu_gb: float | None) -> dict:
+    """What the Role's token budget and checkpointing rule read, from config.json (as the Role resolves them: the
+    unsharded float32 master weights, gradients and AdamW moments)."""
+    n, b = parameter_count(arch), DTYPE_BYTES[role.dtype]
+    return {
+        "hidden": arch["hidden_size"],
+        "intermediate": arch["intermediate_size"],
+        "layers": arch["num_hidden_layers"],
+        "state_bytes": n * 16 if role.trainable else n * b,
+        "value_bytes": 4 if role.trainable else b,
+        "device_bytes": gpu_gb * 1e9 if gpu_gb else None,
+    }
+
+
+def _micro_batch_positions(arch: dict, role, checkpointing: bool, gpu_gb: float | None) -> int:
+    budget = role.micro_batch_tokens
+    if budget == "auto":
+        budget = auto_micro_batch_tokens(**_budget_terms(arch, role, gpu_gb), checkpointing=checkpointing)
+    return micro_batch_positions(budget, role.micro_batch_size, role.max_sequence_length)
+
+
+def checkpointing_choice(arch: dict, role, gpu_gb: float | None) -> bool:
+    """The role's gradient checkpointing, "auto" resolved by the Role's rule (`needs_checkpointing`) on a GPU of
+    `gpu_gb` (None: this machine's memory, a CPU run)."""
+    if role.gradient_checkpointing != "auto":
+        return role.gradient_checkpointing
+    if not role.trainable:
+        return False
+    tokens = _micro_batch_positions(arch, role, False, gpu_gb)
+    return needs_checkpointing(**_budget_terms(arch, role, gpu_gb), tokens=tokens)
 
 
 def read_architecture(model: str, cache_dir: str | None = None) -> dict | None:
@@ -239,17 +260,22 @@ def memory_table(cfg, launch: Launch, archs: dict[str, dict | None]) -> tuple[li
     d = cfg.distributed
     cols = ("weights", "grads", "optimizer", "activations", "reference")
     lines = [f"{'GB per GPU':<12}" + "".join(f"{c:>12}" for c in cols) + f"{'total':>10}"]
-    total, parts = 0.0, []
+    total, parts, checkpointing = 0.0, [], []
     gpu_gb = d.gpu_memory_gb or launch.gpu_memory_gb
     for name, arch in archs.items():
         if arch is None:
             lines.append(f"{name:<12}  (no local config.json: not estimated)")
             continue
-        mem = role_memory_gb(arch, getattr(cfg, name), d, launch.world_size, gpu_gb)
+        role = getattr(cfg, name)
+        mem = role_memory_gb(arch, role, d, launch.world_size, gpu_gb)
+        on = "on" if checkpointing_choice(arch, role, gpu_gb) else "off"
+        checkpointing.append(f"{name} {on}" + (" (auto)" if role.gradient_checkpointing == "auto" else ""))
         role_total = sum(mem.values())
         total += role_total
         parts.append(f"{name} {role_total:.1f}")
         lines.append(f"{name:<12}" + "".join(f"{mem[c]:>12.2f}" for c in cols) + f"{role_total:>10.2f}")
+    if checkpointing:
+        lines.append(f"gradient checkpointing: {', '.join(checkpointing)}")
     engines = engine_memory_gb(cfg, launch, gpu_gb)
     for name, gb in engines["rows"].items():
         lines.append(f"{'vllm ' + name:<12}{'':>60}{gb:>10.2f}")

@@ -29,11 +29,19 @@ role in any `dtype`). Counting 2 bytes for `dtype: bfloat16` doubled the budget 
 a CPU (SmolLM2-135M, bfloat16 autocast, one core: 1,152 tokens gave a 36.5 CPU-s update at a 4,087 MB step peak,
 576 tokens 32.8 CPU-s at 3,799 MB; docs/PERFORMANCE.md).
 
+`needs_checkpointing(...)` is what `gradient_checkpointing: auto` means: checkpointing only where one micro-batch's
+activations, every layer's kept, would not fit beside the role's state in half the device (the Proposer and the
+Solver train on the same device), with the micro-batch at the budget it would get without checkpointing. The layout
+(`pasodoble layout`) and the Role call it with the same numbers; on a CPU the device is the host's memory, so auto
+stays off there unless the activations outgrow it.
+
 Run: `auto_micro_batch_tokens(hidden=576, intermediate=1536, layers=30, state_bytes=134_515_008 * 16)` -> 576
 (SmolLM2-135M, float32 AdamW); the tiny anchor (hidden 96, intermediate 256, 4 layers) gets 2112.
 """
 
 from __future__ import annotations
+
+import os
 
 ACTIVATION_FLOOR_BYTES = 64 << 20  # the least a micro-batch's activations may take (tiny models)
 STATE_SHARE = 0.4  # a micro-batch's activations as a share of weights + gradients + optimizer states
@@ -41,6 +49,9 @@ DEVICE_SHARE = 0.2  # on an accelerator, the least share of its memory a micro-b
 LOGITS_SHARE = 0.25  # the loss's LM-head chunk as a share of that activation target
 BUDGET_STEP = 64  # budgets are multiples of this many tokens
 MAX_AUTO_CHUNK = 2048  # the fixed default chunk: auto never goes above it
+CHECKPOINT_SHARE = (
+    0.5  # `gradient_checkpointing: auto`: a role's share of its device (two roles train on each)
+)
 
 
 def activation_target(state_bytes: float, device_bytes: float | None = None) -> float:
@@ -89,3 +100,33 @@ def auto_logprob_chunk_tokens(*, vocab: int, state_bytes: float) -> int:
     if vocab < 1 or state_bytes < 0:
         raise ValueError("auto_logprob_chunk_tokens needs vocab >= 1 and state_bytes >= 0")
     return _rounded(LOGITS_SHARE * activation_target(state_bytes) / (8 * vocab), MAX_AUTO_CHUNK)
+
+
+def micro_batch_positions(budget: int | None, micro_batch_size: int, max_sequence_length: int) -> int:
+    """Token positions of the largest micro-batch: `micro_batch_size` sequences at full length without a token
+    budget, else the budget (one whole sequence at least)."""
+    return micro_batch_size * max_sequence_length if budget is None else max(budget, max_sequence_length)
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine: a CPU role's device."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def needs_checkpointing(
+    *,
+    hidden: int,
+    intermediate: int,
+    layers: int,
+    tokens: int,
+    state_bytes: float,
+    value_bytes: int = 4,
+    device_bytes: float | None = None,
+) -> bool:
+    """`gradient_checkpointing: auto`: on when one micro-batch of `tokens` positions, every layer's activations kept
+    (`token_activation_bytes` without checkpointing), does not fit beside the role's weights, gradients and optimizer
+    states (`state_bytes`) in its share of the device, `CHECKPOINT_SHARE` of `device_bytes` (None: a CPU, whose
+    device is the host's memory)."""
+    device = device_bytes if device_bytes else host_memory_bytes()
+    sizes = dict(hidden=hidden, intermediate=intermediate, layers=layers, value_bytes=value_bytes)
+    return state_bytes + tokens * token_activation_bytes(**sizes) > CHECKPOINT_SHARE * device

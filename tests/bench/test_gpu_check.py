@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pasodoble.update.liger import liger_unavailable
 from tests.bench_modules import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +93,7 @@ def test_the_update_section_compares_both_arms(tmp_path):
     assert plain["op_calls_vs_plain"] == 1.0 and project["op_calls_vs_plain"] > 0
     assert project["host_syncs_per_update"] >= 0 and project["s_per_update"] > 0 and 0 < project["mfu"] < 1
     assert "skipped" in out["arms"]["padding_free"]
+    assert out["arms"]["liger"] == {"skipped": liger_unavailable("cpu")}  # Liger is CUDA only
 
 
 @pytest.mark.slow

@@ -175,6 +175,25 @@ def test_a_token_budget_sizes_the_activation_estimate(tmp_path):
     assert totals["small"] < totals["sequences"] < totals["large"]
 
 
+def test_the_table_shows_auto_checkpointing_chosen_by_the_gpu_s_memory(tmp_path):
+    """`gradient_checkpointing: auto` is on where the update's activations would not fit the GPU, and the activation
+    column follows the choice; `true` and `false` are shown as given."""
+    overrides = ["proposer.gradient_checkpointing=auto", "solver.gradient_checkpointing=false"]
+    cfg = config(tmp_path, QWEN3_1_7B, *overrides, "proposer.micro_batch_size=2")
+    rows = {}
+    for gb in (80, 400):
+        lines, _ = memory_table(
+            cfg, Launch(world_size=1, visible_gpus=1, gpu_memory_gb=gb), model_architectures(cfg)
+        )
+        rows[gb] = next(line for line in lines if line.startswith("gradient checkpointing"))
+        rows[gb, "activations"] = float(
+            next(line for line in lines if line.startswith("proposer")).split()[4]
+        )
+    assert rows[80] == "gradient checkpointing: proposer on (auto), solver off"
+    assert rows[400] == "gradient checkpointing: proposer off (auto), solver off"
+    assert rows[80, "activations"] < rows[400, "activations"]
+
+
 def test_deepspeed_and_fsdp2_run_on_cpu(tmp_path):
     launch = Launch(world_size=2, local_world_size=2, visible_gpus=0)
     (tmp_path / "ds").mkdir()

@@ -6,14 +6,16 @@ import pytest
 
 from pasodoble.config import apply_override, from_dict
 from pasodoble.errors import ConfigError
-from pasodoble.roles.role import RoleConfig, Sample, token_budgets
+from pasodoble.roles.role import RoleConfig, Sample, gradient_checkpointing, token_budgets
 from pasodoble.rollout import Completion
-from pasodoble.scale.layout import DistributedConfig, role_memory_gb
+from pasodoble.scale.layout import DistributedConfig, checkpointing_choice, role_memory_gb
 from pasodoble.update.micro_batches import plan_micro_batches
 from pasodoble.update.token_budget import (
     ACTIVATION_FLOOR_BYTES,
     auto_logprob_chunk_tokens,
     auto_micro_batch_tokens,
+    host_memory_bytes,
+    needs_checkpointing,
     token_activation_bytes,
 )
 from tests.roles.test_roles import make_role
@@ -187,3 +189,64 @@ def test_a_trained_role_in_bfloat16_counts_float32_activations():
     assert token_budgets(bf16, role.model)[0] == tokens
     stored = copy.deepcopy(role.model).to(torch.bfloat16).requires_grad_(False)
     assert token_budgets(bf16, stored)[0] > tokens
+
+
+QWEN3_1_7B = dict(hidden=2048, intermediate=6144, layers=28)
+
+
+def test_auto_checkpointing_turns_on_only_where_the_activations_do_not_fit_half_the_device():
+    # Qwen3-1.7B, float32 AdamW (27.2 GB) and one 6,656-token sequence with every layer's activations (33.6 GB)
+    state, one_sequence = 16 * 1.7e9, 512 + 6144
+    assert needs_checkpointing(**QWEN3_1_7B, tokens=one_sequence, state_bytes=state, device_bytes=80e9)
+    assert not needs_checkpointing(**QWEN3_1_7B, tokens=one_sequence, state_bytes=state, device_bytes=141e9)
+    assert not needs_checkpointing(**QWEN3_1_7B, tokens=1024, state_bytes=state, device_bytes=80e9)
+    per_token = token_activation_bytes(**QWEN3_1_7B)
+    edge = int(
+        (0.5 * 80e9 - state) // per_token
+    )  # the most tokens that fit beside the state in half of 80 GB
+    assert not needs_checkpointing(**QWEN3_1_7B, tokens=edge, state_bytes=state, device_bytes=80e9)
+    assert needs_checkpointing(**QWEN3_1_7B, tokens=edge + 1, state_bytes=state, device_bytes=80e9)
+
+
+def test_on_a_cpu_auto_checkpointing_reads_the_host_memory():
+    per_token = token_activation_bytes(**TINY)
+    fits = int(0.5 * host_memory_bytes() // per_token)
+    assert not needs_checkpointing(**TINY, tokens=fits - 1, state_bytes=0)
+    assert needs_checkpointing(**TINY, tokens=fits + 1, state_bytes=0)
+
+
+def test_the_role_and_the_layout_resolve_auto_checkpointing_alike():
+    """A role with `gradient_checkpointing: auto` on a CPU keeps it off at its own shape and turns it on only for a
+    micro-batch past the host's memory; the layout's estimate from config.json makes the same choice."""
+    role = make_role(gradient_checkpointing="auto")
+    assert role.gradient_checkpointing is False and not role.model.is_activation_checkpointing
+    config = role.model.config
+    arch = {
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": config.head_dim,
+        "vocab_size": config.vocab_size,
+        "tie_word_embeddings": True,
+        "model_type": "qwen3",
+    }
+    sizes = dict(
+        hidden=config.hidden_size, intermediate=config.intermediate_size, layers=config.num_hidden_layers
+    )
+    sequence = role.cfg.max_sequence_length
+    past_host = int(host_memory_bytes() // (token_activation_bytes(**sizes) * sequence)) + 1
+    for batch, on in [(role.cfg.micro_batch_size, False), (past_host, True)]:
+        cfg = RoleConfig(
+            model="m", max_completion_length=8, micro_batch_size=batch, gradient_checkpointing="auto"
+        )
+        assert gradient_checkpointing(cfg, role.model) is on
+        assert checkpointing_choice(arch, cfg, None) is on
+    for fixed in (True, False):  # true and false stay what they say
+        cfg = RoleConfig(model="m", micro_batch_size=past_host, gradient_checkpointing=fixed)
+        assert (
+            gradient_checkpointing(cfg, role.model) is fixed and checkpointing_choice(arch, cfg, 80) is fixed
+        )
+    frozen = RoleConfig(model="m", micro_batch_size=past_host, gradient_checkpointing="auto", trainable=False)
+    assert gradient_checkpointing(frozen, role.model) is False  # no backward

@@ -2,8 +2,9 @@
 
 Called directly rather than through Accelerate, so CPU (gloo) and GPU (NCCL) share one code path with the
 accumulation set per micro-batch. Under ZeRO-3 every rank gathers the weights once per generation phase and the
-update phase keeps ZeRO's per-forward gathers. Checkpoints hold the same files as DDP and FSDP2. float16 roles and
-LoRA on several ranks are refused (`check_roles`). The mechanism is in docs/SCALE.md ("DeepSpeed ZeRO").
+update phase keeps ZeRO's per-forward gathers. A bfloat16 role is DeepSpeed's bf16 engine (`engine_config`), an
+offloaded optimizer DeepSpeed's CPU Adam (`cpu_adam`). Checkpoints hold the same files as DDP and FSDP2. float16
+roles and LoRA on several ranks are refused (`check_roles`). The mechanism is in docs/SCALE.md ("DeepSpeed ZeRO").
 """
 
 from __future__ import annotations
@@ -36,8 +37,15 @@ def import_deepspeed():
     return deepspeed
 
 
-def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float | None) -> dict:
-    """DeepSpeed's config for one role: accumulation is driven per micro-batch by `accumulate`, so 1 here."""
+def engine_config(
+    zero_stage: int, offload_optimizer: bool, max_grad_norm: float | None, *, bf16: bool = False
+) -> dict:
+    """DeepSpeed's config for one role: accumulation is driven per micro-batch by `accumulate`, so 1 here.
+
+    `bf16` (a bfloat16 role): DeepSpeed's own mixed precision, the module in bfloat16 and float32 master weights
+    and AdamW states in its partitions; gradients are reduced in float32 (`communication_data_type`) and, where
+    DeepSpeed supports it (ZeRO-1 without offload: its BF16_Optimizer), accumulated in float32 too. ZeRO-2 and 3
+    accumulate in their bfloat16 gradient partitions, DeepSpeed's only path there."""
     zero: dict = {"stage": zero_stage}
     if (
         zero_stage == 3
@@ -45,16 +53,22 @@ def engine_config(zero_stage: int, offload_optimizer: bool, max_grad_norm: float
         zero["stage3_param_persistence_threshold"] = 0
     if offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
-    return {
+    config = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": float(max_grad_norm) if max_grad_norm is not None else 0.0,
         "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,  # offload steps torch's AdamW on the CPU partitions
+        # offload steps DeepSpeed's compiled CPU Adam on the CPU partitions (`cpu_adam`); DeepSpeed checks it
+        "zero_force_ds_cpu_optimizer": offload_optimizer,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    if bf16:
+        config["bf16"] = {"enabled": True}
+        config["communication_data_type"] = "fp32"
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+    return config
 
 
 class DeepSpeedZero(Sharding):
@@ -74,6 +88,7 @@ class DeepSpeedZero(Sharding):
         self._depth: dict[int, int] = {}  # id(engine) -> nesting depth of `gathered` (ZeRO-3)
         self._gathers: dict[int, object] = {}  # id(engine) -> the open GatheredParameters (ZeRO-3)
         self._start_hooks: dict[int, object] = {}  # id(engine) -> ZeRO-3's removed start-of-forward hook
+        self._group_keys: dict[int, set[str]] = {}  # id(engine) -> the group keys a checkpoint holds
 
     def prepare(
         self,
@@ -87,9 +102,15 @@ class DeepSpeedZero(Sharding):
         if len(optimizer.param_groups) != 1:  # the checkpoint layout below indexes one group
             raise ValueError(f"{name}: DeepSpeedZero expects one parameter group")
         params = list(optimizer.param_groups[0]["params"])
-        config = engine_config(self.zero_stage, self.offload_optimizer, max_grad_norm)
+        # what a checkpoint's groups hold: torch's AdamW's and its scheduler's keys, not CPU Adam's own
+        group_keys = set(optimizer.param_groups[0]) - {"params"}
+        if self.offload_optimizer:
+            optimizer = cpu_adam(optimizer)
+        bf16 = compute_dtype == torch.bfloat16
+        config = engine_config(self.zero_stage, self.offload_optimizer, max_grad_norm, bf16=bf16)
         engine, *_ = self.deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self._engines[id(model)] = self._engines[id(engine)] = engine
+        self._group_keys[id(engine)] = group_keys
         self._params[id(engine)] = params
         # The role zeroes gradients through DeepSpeed's optimizer (torch's would drop its partition buffers);
         # the scheduler stays on torch's, whose parameter groups DeepSpeed shares.
@@ -206,23 +227,39 @@ class DeepSpeedZero(Sharding):
         engine = self._engine(model)
         if engine is None:  # a frozen role: never wrapped
             return None
-        out = {"model": self._full_weights(engine)}
+        out = {
+            "model": self._master_weights(engine) if engine.bfloat16_enabled() else self._full_weights(engine)
+        }
         if optimizer is None:
             return out
-        adamw = engine.optimizer.optimizer  # torch's, stepping this rank's flat partitions
+        adamw = (
+            engine.optimizer.optimizer
+        )  # torch's AdamW (CPU Adam when offloaded) on this rank's partitions
         named = self._named(model)
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in adamw.param_groups]
+        keys = self._group_keys[id(engine)]
+        groups = [{k: v for k, v in g.items() if k in keys} for g in adamw.param_groups]
         groups[0]["params"] = list(range(len(named)))
         state: dict = {}
         if _stepped(engine):  # before any step there is nothing to gather: the hyperparameters only
             self._link_states(engine)
             step = next(adamw.state[p]["step"] for p in _flats(engine) if "step" in adamw.state.get(p, {}))
             for i, (_, param) in enumerate(named):
-                state[i] = {"step": step.detach().cpu().clone()}
+                state[i] = {"step": torch.as_tensor(step, dtype=torch.float32).detach().cpu().clone()}
                 for key in ("exp_avg", "exp_avg_sq"):
                     state[i][key] = safe_get_full_optimizer_state(param, key).detach().cpu()
         out["optimizer"] = {"state": state, "param_groups": groups}
         return out
+
+    def _master_weights(self, engine) -> dict:
+        """A bf16 engine's checkpoint weights: its float32 master copy (what AdamW steps; the module holds their
+        bfloat16 rounding), so a resume continues exactly as under the other backends. A collective: every rank
+        calls it."""
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        out = {k: v.float() for k, v in self._full_weights(engine).items()}
+        for name, param in self._named(engine.module):
+            out[name] = safe_get_full_fp32_param(param).detach().cpu()
+        return _tie(engine.module, out)
 
     def load_weights(self, model: torch.nn.Module, state_dict: dict) -> None:
         """Full weights into the module and into DeepSpeed's float32 master partitions (each rank its slice)."""
@@ -254,11 +291,38 @@ class DeepSpeedZero(Sharding):
             if not adamw.state.get(flat):
                 zeros = torch.zeros_like(flat, memory_format=torch.preserve_format)
                 adamw.state[flat] = {"exp_avg": zeros, "exp_avg_sq": zeros.clone()}
-            adamw.state[flat]["step"] = step.detach().clone().to(torch.float32).cpu()
+            adamw.state[flat]["step"] = _step_for(adamw, step)
         self._link_states(engine)
         for i, (_, param) in enumerate(self._named(model)):
             for key in ("exp_avg", "exp_avg_sq"):
                 safe_set_full_optimizer_state(param, state["state"][i][key].to(param.device), key)
+
+
+def cpu_adam(adamw: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """DeepSpeed's CPU Adam in place of torch's AdamW for an offloaded optimizer (DeepSpeed's offload expects it; its
+    vectorised step is DeepSpeed's measured gain over torch's on the CPU partitions). It takes torch's parameter
+    groups themselves, so the scheduler built on torch's optimizer still sets the learning rate it steps with. The
+    op is compiled on first use (a C++ compiler and ninja; minutes, then cached)."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    d = adamw.defaults
+    return DeepSpeedCPUAdam(
+        adamw.param_groups,
+        lr=d["lr"],
+        betas=d["betas"],
+        eps=d["eps"],
+        weight_decay=d["weight_decay"],
+        adamw_mode=True,  # decoupled weight decay, as torch's AdamW
+    )
+
+
+def _step_for(optimizer, step: torch.Tensor):
+    """A checkpoint's step count (a float32 tensor, torch's) as `optimizer` keeps it: CPU Adam counts in an int."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    if isinstance(optimizer, DeepSpeedCPUAdam):
+        return int(step)
+    return step.detach().clone().to(torch.float32).cpu()
 
 
 def _offload(engine):
