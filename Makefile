@@ -52,10 +52,12 @@ test-slow: install fetch-code
 
 # DeepSpeed (distributed.backend=deepspeed) into the venv: its CUDA/C++ ops are not prebuilt (DS_BUILD_OPS=0;
 # on CPU it compiles one small shared-memory op with the C++ compiler at first use), and the constraints keep
-# pip from replacing the venv's torch.
+# pip from replacing the venv's torch. CPU Adam, which steps an offloaded optimizer, is compiled here once (a few
+# minutes; torch's extension cache, ~/.cache/torch_extensions) rather than inside the first test or run that needs it.
 $(VENV)/.installed-deepspeed: $(VENV)/.installed constraints.txt
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation -c constraints.txt deepspeed
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('$(subst torch==,,$(TORCH))'), torch.__version__"
+	$(BIN)/python -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(verbose=False)"
 	touch $@
 
 deepspeed-env: $(VENV)/.installed-deepspeed

@@ -17,6 +17,10 @@ from pasodoble.scale.sharding import check_roles
 from pasodoble.scale.sharding.deepspeed import engine_config, import_deepspeed
 from tests.roles.test_roles import sampled
 from tests.scale.test_sharding import one_rank_group, role_with  # noqa: F401 (a fixture)
+from tests.worlds import BUILD_BUDGET_S
+
+# CPU Adam compiles on first use unless `make deepspeed-env` built it: the two tests that step it get the build budget
+COMPILES = pytest.mark.timeout(BUILD_BUDGET_S)
 
 
 def test_zero3_on_several_ranks_is_accepted_and_its_refusals_remain():
@@ -88,6 +92,7 @@ def max_diff(a: dict, b: dict) -> float:
 
 
 @pytest.mark.distributed
+@COMPILES
 def test_cpu_adam_steps_as_torch_s_adamw_and_follows_its_scheduler():
     """The offloaded optimizer: DeepSpeed's compiled CPU Adam on torch's parameter groups (compiled on first use)."""
     pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed (make deepspeed-env)")
@@ -115,6 +120,7 @@ def test_cpu_adam_steps_as_torch_s_adamw_and_follows_its_scheduler():
 
 
 @pytest.mark.distributed
+@COMPILES
 def test_a_zero_role_trains_saves_and_loads_as_an_unsharded_one(zero, tmp_path):
     """ZeRO-2, ZeRO-1 with the optimizer offloaded, and ZeRO-3 (with and without), in one process group (DeepSpeed keeps the group it first
     saw for the life of the process); then bfloat16 roles, DeepSpeed's bf16 engines."""
