@@ -62,14 +62,18 @@ from pasodoble.update.micro_batches import (
     layout_cost,
     micro_batch_weight,
     plan_micro_batches,
+    plan_padding_free,
 )
 from pasodoble.update.packed import can_pack, flat_tensor
+from pasodoble.update.padding_free import attention_for, flatten, to_device
+from pasodoble.update.padding_free import usable as padding_free_usable
 from pasodoble.update.precision import DTYPES
 from pasodoble.update.segment_attention import attends_per_sample
 from pasodoble.update.shared_prefix import can_share_prompts
 from pasodoble.update.token_budget import auto_logprob_chunk_tokens, auto_micro_batch_tokens
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
+READ_BACK = "pasodoble::read_back"  # the profiler region of an update's one read of its statistics
 LR_SCHEDULERS = lr_schedules.SCHEDULES
 # Sizes past these cannot run anywhere, so they are refused at validation rather than hours in.
 # Completions per prompt: GRPO groups are 4-64, and each completion is a full generation.
@@ -237,10 +241,13 @@ def text_config(model: torch.nn.Module):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, int | None]:
+def token_budgets(
+    cfg: RoleConfig, model: torch.nn.Module, *, padding_free: bool = False
+) -> tuple[int | None, int | None]:
     """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
-    its weights, gradients and AdamW states (update/token_budget.py). A model whose config lacks the sizes gets
-    micro_batch_size sequences and 2048-token chunks."""
+    its weights, gradients and AdamW states (update/token_budget.py); `padding_free` (`Role.padding_free`): null
+    resolves as "auto" too, to the padding-free budget. A model whose config lacks the sizes gets micro_batch_size
+    sequences and 2048-token chunks."""
     config = text_config(model)
     sizes = {k: getattr(config, k, None) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")}
     vocab = getattr(config, "vocab_size", None)
@@ -251,7 +258,7 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
             p.element_size() * (2 if p.requires_grad else 1) + (8 if p.requires_grad else 0)
         )
     tokens, chunk = cfg.micro_batch_tokens, cfg.logprob_chunk_tokens
-    if tokens == "auto":
+    if tokens == "auto" or (tokens is None and padding_free):
         known = all(isinstance(v, int) and v > 0 for v in sizes.values())
         tokens = (
             auto_micro_batch_tokens(
@@ -263,6 +270,7 @@ def token_budgets(cfg: RoleConfig, model: torch.nn.Module) -> tuple[int | None, 
                 value_bytes=max(DTYPES[cfg.dtype].itemsize, next(model.parameters()).element_size()),
                 checkpointing=cfg.gradient_checkpointing,
                 device_bytes=device_memory(model),
+                padding_free=padding_free,
             )
             if known
             else None
@@ -371,7 +379,10 @@ class Role:
         self.scheduler = None
         self.reference: torch.nn.Module | None = None
         self.updates = 0
+        self.padding_free = False  # the update's layout: `use_padding_free`
         self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
+        if next(self.model.parameters()).device.type == "cuda":
+            self.use_padding_free()
         self.entry_weight = entry_weight(self.model)
         self.micro_batch_cost = micro_batch_cost(self.model)
         if cfg.gradient_checkpointing:
@@ -403,6 +414,25 @@ class Role:
         if "engine" not in kwargs:
             kwargs["engine"] = build_engine(name, cfg, model, tokenizer, path, placement)
         return cls(name, cfg, model, tokenizer, **kwargs)
+
+    def use_padding_free(self) -> bool:
+        """Run the update padding-free (`update.padding_free`) where the role allows it (trainable, unsharded, a
+        model that can): the attention set to `padding_free.attention_for` the device (FlashAttention when
+        installed, else FlexAttention on CUDA; SDPA on a CPU) and a null `micro_batch_tokens` resolved to the
+        padding-free budget. The Role calls it on CUDA; a CPU keeps its measured layouts unless a caller asks (the
+        GPU check's CPU run). Returns whether the update now runs padding-free."""
+        if not self.cfg.trainable or not isinstance(self.sharding, Unsharded) or self._same_numerics():
+            return False
+        if not can_share_prompts(self.model):  # a plain linear head, full attention in every layer
+            return False
+        attention = attention_for(next(self.model.parameters()).device)
+        for model in (self.model, self.reference):
+            if model is not None:
+                model.set_attn_implementation(attention)
+        self.padding_free = padding_free_usable(self.model)
+        if self.padding_free:
+            self.micro_batch_tokens, _ = token_budgets(self.cfg, self.model, padding_free=True)
+        return self.padding_free
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -515,20 +545,18 @@ class Role:
                             first_pass.append(logps)
                             chunk_gap = stats.pop("logprob_diff_max")
                             if weight > 0:  # a zero-weight filler sample has no engine log-probs to compare
-                                gap_max = max(gap_max, chunk_gap)
+                                gap_max = torch.maximum(torch.as_tensor(gap_max), chunk_gap.double())
                         self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
-                    for key, value in {"loss": loss.item(), **stats}.items():
-                        # the gap: first pass only
+                    for key, value in {"loss": loss.detach(), **stats}.items():
+                        # the gap: first pass only; in float64 on the device, as the host would sum them
                         per_pass = 1.0 if key == "logprob_diff_mean" else 1.0 / passes
-                        sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
-            grad_norm += self._clip_and_step() / passes
+                        sums[key] = sums.get(key, 0.0) + value.double() * weight * per_pass
+            grad_norm = grad_norm + torch.as_tensor(self._clip_and_step()).double() / passes
             self.updates += 1
             if it + 1 < passes:
                 self.sharding.refresh(self.train_model)  # the next pass runs on the stepped weights
         return {
-            **sums,
-            "logprob_diff_max": gap_max,
-            "grad_norm": grad_norm,
+            **read_once({**sums, "logprob_diff_max": gap_max, "grad_norm": grad_norm}),
             "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
         }
 
@@ -541,10 +569,14 @@ class Role:
         when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
         row's masked attention grows with the square of its group's length (long completions, small models),
         unless the model attends per sample (`update.segment_attention`, the project's grouped SDPA on a CPU); then
-        a packed micro-batch is one row without padding."""
+        a packed micro-batch is one row without padding. A padding-free role (`padding_free`, CUDA) plans one row of
+        whole samples a micro-batch up to its token budget, never the two-pass layout (`plan_padding_free`)."""
         # tuples: the planners key their groups by them, and take a tuple as it is
         prompts = [tuple(s.prompt_ids) for s in samples]
         lengths = [len(s.completion.token_ids) for s in samples]
+        if self.padding_free:  # one row a micro-batch, filled to the token budget (`update.padding_free`)
+            budget = self.micro_batch_tokens or self.cfg.micro_batch_size * self.cfg.max_sequence_length
+            return plan_padding_free(prompts, lengths, budget), False
         share = self._shares_cache(self.train_model)
         cost = self.micro_batch_cost
         plan = plan_micro_batches(
@@ -605,13 +637,20 @@ class Role:
         first_logps: torch.Tensor | None = None,
         *,
         packed: bool = False,
-    ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
-        """Loss, stats and the detached log-probs of this pass; `first_logps` is None on the first pass (the
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """Loss, stats (0-dim tensors on the device, read once per update) and the detached log-probs of this pass; `first_logps` is None on the first pass (the
         log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS); `packed`:
         the micro-batch runs packed, each prompt once (`micro_batch_layout`)."""
         batch = collate(samples, self.tokenizer.pad_token_id)
+        batch["advantages"] = torch.tensor(list(advantages), dtype=torch.float32)
+        if self.padding_free:  # its indices built here, on the CPU, like the rest of the batch
+            batch["flat"] = flatten(
+                [s.prompt_ids for s in samples],
+                [s.completion.token_ids for s in samples],
+                batch["input_ids"].shape[1],
+            )
         device = next(self.model.parameters()).device
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = to_device(batch, device)
         logps = self._token_logprobs(self.train_model, batch, samples, packed=packed)
         ref_logps = None
         if self.reference is not None:
@@ -635,7 +674,7 @@ class Role:
         loss, stats = grpo.policy_loss(
             logps,
             old_logps,
-            torch.tensor(list(advantages), dtype=torch.float32, device=device),
+            batch["advantages"],
             batch["completion_mask"],
             epsilon_low=self.cfg.epsilon,
             epsilon_high=self.cfg.epsilon_high,
@@ -644,6 +683,7 @@ class Role:
             ref_logps=ref_logps,
             beta=self.cfg.beta,
             token_weights=token_weights,
+            tensor_stats=True,
         )
         return loss, {**stats, **gap}, behaviour
 
@@ -656,10 +696,12 @@ class Role:
         return self._may_share() and can_pack(model)
 
     def _may_share(self) -> bool:
-        # An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
-        # ratios need the loss in the very same numerics, so only then is the prompt not shared.
-        same_numerics = self.cfg.num_iterations > 1 and not self.engine.copies_weights
-        return self.cfg.share_prompt_prefill and not same_numerics and self.train_model is self.model
+        return self.cfg.share_prompt_prefill and not self._same_numerics() and self.train_model is self.model
+
+    def _same_numerics(self) -> bool:
+        """An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
+        ratios need the loss in the very same numerics: then the update keeps the plain layout."""
+        return self.cfg.num_iterations > 1 and not self.engine.copies_weights
 
     def _token_logprobs(
         self,
@@ -676,7 +718,9 @@ class Role:
         chunk = self.logprob_chunk_tokens
         unsharded = self.train_model is self.model
         shared = len({tuple(s.prompt_ids) for s in samples}) < len(samples)
-        if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
+        if self.padding_free:
+            layout = "padding_free"
+        elif (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
             layout = "packed" if packed else "shared_prefix"
         elif (
             chunk is not None and self.sharding.head_outside_forward and supports_chunking(inner_model(model))
@@ -697,6 +741,7 @@ class Role:
                 prompts=[s.prompt_ids for s in samples],
                 completions=[s.completion.token_ids for s in samples],
                 pad_id=self.tokenizer.pad_token_id,
+                flat=batch.get("flat"),
             )
 
     def full_state(self, *, all_ranks: bool = False) -> dict | None:
@@ -753,6 +798,17 @@ class Role:
                 self.scaler.load_state_dict(state["scaler"])
             self.updates = int(state["updates"])
         self.sharding.sync_engine(self.model, self.engine)
+
+
+def read_once(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
+    """The update's statistics, kept as device tensors through its micro-batches, read back to the host in one
+    copy."""
+    keys = list(values)
+    tensors = [v for v in values.values() if isinstance(v, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    stacked = torch.stack([torch.as_tensor(values[k], dtype=torch.float64, device=device) for k in keys])
+    with torch.profiler.record_function(READ_BACK):  # the GPU check counts this region as one host sync
+        return dict(zip(keys, stacked.cpu().tolist()))
 
 
 def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:

@@ -92,6 +92,18 @@ def flatten(
     }
 
 
+def to_device(batch, device: torch.device):
+    """`batch`'s tensors (and those of its nested dicts) on `device`; to CUDA from pinned memory without blocking,
+    so that the host queues a micro-batch's kernels while its copies run."""
+    if isinstance(batch, torch.Tensor):
+        if device.type != "cuda":
+            return batch.to(device)
+        return batch.pin_memory().to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch  # a size, kept on the host
+
+
 def padding_free_logprobs(
     model: torch.nn.Module,
     flat: dict[str, torch.Tensor | int],
@@ -104,6 +116,11 @@ def padding_free_logprobs(
     """(batch_size, width) log-probs of the samples `flat` holds (`flatten`, its tensors on the model's device), at
     the plain layout's positions; `temperature` as scored (`update.logprobs`)."""
     config = inner_model(model).config
+    if config._attn_implementation not in PACKED_AWARE:  # it would attend across the samples of the row
+        raise ValueError(
+            f"attention {config._attn_implementation!r} does not mask packed sequences; the padding-free layout "
+            f"needs one of {', '.join(sorted(PACKED_AWARE))} (padding_free.attention_for)"
+        )
     varlen = {}
     if (
         config._attn_implementation in FLASH

@@ -93,3 +93,10 @@ def test_only_packed_aware_attention_is_usable():
     assert not usable(model)
     assert attention_for(torch.device("cpu")) == "sdpa"
     assert attention_for(torch.device("cuda")) in ("flash_attention_2", "flex_attention")
+
+
+def test_an_attention_that_ignores_packed_positions_is_refused():
+    model = _model("qwen2", "sdpa")
+    model.config._attn_implementation = "pasodoble_grouped_sdpa"
+    with pytest.raises(ValueError, match="does not mask packed sequences"):
+        padding_free_logprobs(model, flatten([[1]], [[2]], 2), 1, 2)
