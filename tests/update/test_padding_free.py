@@ -100,3 +100,50 @@ def test_an_attention_that_ignores_packed_positions_is_refused():
     model.config._attn_implementation = "pasodoble_grouped_sdpa"
     with pytest.raises(ValueError, match="does not mask packed sequences"):
         padding_free_logprobs(model, flatten([[1]], [[2]], 2), 1, 2)
+
+
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "dapo"])
+def test_a_padding_free_role_update_equals_the_plain_one(loss_type):
+    from tests.roles.test_roles import make_role, sampled
+
+    flat = make_role(loss_type=loss_type, micro_batch_size=2)
+    plain = make_role(loss_type=loss_type, share_prompt_prefill=False, micro_batch_size=2)
+    assert not flat.padding_free  # a CPU keeps its layouts unless asked
+    assert flat.use_padding_free() and flat.model.config._attn_implementation == "sdpa"
+    plain.model.set_attn_implementation("sdpa")  # the same attention kernels on both sides
+    samples, adv = sampled(flat, ["1+1", "2+2", "33*3"])
+    assert len(flat.micro_batch_plan(samples)) == 1 < len(plain.micro_batch_plan(samples))
+    for _ in range(2):  # the second update's samples are a step old: ratios != 1 on both paths
+        a, b = flat.update(samples, adv), plain.update(samples, adv)
+        for key in (
+            "loss",
+            "grad_norm",
+            "clip_fraction",
+            "ratio_mean",
+            "logprob_diff_mean",
+            "logprob_diff_max",
+        ):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+        for x, y in zip(flat.model.parameters(), plain.model.parameters()):
+            torch.testing.assert_close(x, y, atol=2e-5, rtol=0)
+
+
+def test_a_padding_free_update_reads_back_at_most_twice():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from gpu_sections import profile_counts
+
+    from tests.roles.test_roles import make_role, sampled
+
+    role = make_role(micro_batch_tokens=24, micro_batch_size=2)  # several micro-batches
+    assert role.use_padding_free()
+    samples, adv = sampled(role, ["1+1", "2+2", "33*3"])
+    micro_batches = len(role.micro_batch_plan(samples))
+    assert micro_batches > 1
+    role.update(samples, adv)
+    _, syncs, in_step = profile_counts(lambda: role.update(samples, adv))
+    # one flag a forward from transformers' packed-sequence detection, then one read of the statistics
+    assert syncs["aten::_local_scalar_dense"] == micro_batches and syncs["aten::nonzero"] == 0
+    assert syncs["pasodoble::read_back"] == 1
