@@ -213,7 +213,7 @@ def measure_role(ctx: dict, role: Role, samples, advantages, tokens: int, params
         "micro_batches": len(plan),
         "micro_batch_tokens": role.micro_batch_tokens,
         "layout": layout,
-        "attention": role.model.config._attn_implementation,
+        "attention": role.update_attention or role.model.config._attn_implementation,
     }
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,8 +66,7 @@ from pasodoble.update.micro_batches import (
     plan_padding_free,
 )
 from pasodoble.update.packed import can_pack, flat_tensor
-from pasodoble.update.padding_free import attention_for, flatten, to_device
-from pasodoble.update.padding_free import usable as padding_free_usable
+from pasodoble.update.padding_free import PACKED_AWARE, attention_for, attention_set, flatten, to_device
 from pasodoble.update.precision import DTYPES
 from pasodoble.update.segment_attention import attends_per_sample
 from pasodoble.update.shared_prefix import can_share_prompts
@@ -380,6 +380,9 @@ class Role:
         self.reference: torch.nn.Module | None = None
         self.updates = 0
         self.padding_free = False  # the update's layout: `use_padding_free`
+        self.update_attention: str | None = (
+            None  # the attention implementation the update sets (padding-free)
+        )
         self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
         if next(self.model.parameters()).device.type == "cuda":
             self.use_padding_free()
@@ -417,19 +420,23 @@ class Role:
 
     def use_padding_free(self) -> bool:
         """Run the update padding-free (`update.padding_free`) where the role allows it (trainable, unsharded, a
-        model that can): the attention set to `padding_free.attention_for` the device (FlashAttention when
-        installed, else FlexAttention on CUDA; SDPA on a CPU) and a null `micro_batch_tokens` resolved to the
-        padding-free budget. The Role calls it on CUDA; a CPU keeps its measured layouts unless a caller asks (the
+        model that can): its forwards attend through `padding_free.attention_for` the device (FlashAttention when
+        installed, else FlexAttention on CUDA; SDPA on a CPU; generation keeps the model's own) and a null
+        `micro_batch_tokens` resolves to the padding-free budget. The Role calls it on CUDA; a CPU keeps its measured layouts unless a caller asks (the
         GPU check's CPU run). Returns whether the update now runs padding-free."""
         if not self.cfg.trainable or not isinstance(self.sharding, Unsharded) or self._same_numerics():
             return False
         if not can_share_prompts(self.model):  # a plain linear head, full attention in every layer
             return False
         attention = attention_for(next(self.model.parameters()).device)
-        for model in (self.model, self.reference):
-            if model is not None:
-                model.set_attn_implementation(attention)
-        self.padding_free = padding_free_usable(self.model)
+        try:  # the implementation is importable and the architecture takes it
+            with attention_set([self.model], attention):
+                pass
+        except (ImportError, ValueError) as err:
+            warnings.warn(f"{self.name}: the padding-free update is off: {err}", stacklevel=2)
+            return False
+        self.padding_free = attention in PACKED_AWARE
+        self.update_attention = attention if self.padding_free else None
         if self.padding_free:
             self.micro_batch_tokens, _ = token_budgets(self.cfg, self.model, padding_free=True)
         return self.padding_free
@@ -494,7 +501,16 @@ class Role:
         if len(samples) != len(advantages) or (not samples and batch is None):
             raise ValueError("update() needs one advantage per sample and at least one sample")
         start = time.perf_counter()
-        with self.sharding.updating(self.model):  # every rank enters once per update (FSDP2: one gather)
+        models = [m for m in (self.model, self.reference) if m is not None]
+        attention = (
+            attention_set(models, self.update_attention)
+            if self.update_attention
+            else contextlib.nullcontext()
+        )
+        with (
+            self.sharding.updating(self.model),
+            attention,
+        ):  # every rank enters once per update (FSDP2: one gather)
             stats = self._update(samples, advantages, batch)
         accel.release_freed()  # the activations' heap, before the engine syncs
         sync_start = time.perf_counter()

@@ -17,8 +17,8 @@ new one) and attends within each, through the attention implementation's mask in
 FlexAttention's block mask, which skips the blocks it hides); FlashAttention runs its varlen kernel on the
 boundaries given here. That detection reads one flag back per forward (`find_packed_sequence_indices`). An
 implementation outside `PACKED_AWARE` (the project's grouped SDPA on a CPU) would attend across samples: `usable`
-says no, and `attention_for(device)` names the implementation to set: FlashAttention 2 on CUDA when installed,
-else FlexAttention, and SDPA on a CPU.
+says no, and `attention_for(device)` names the implementation the update sets (`attention_set`, for the update
+only): FlashAttention 2 on CUDA when installed, else FlexAttention, and SDPA on a CPU.
 
 Why: on a GPU a packed row with a dense boolean mask makes SDPA compute every (query, key) pair of the row, and the
 two-pass KV-cache layout runs two forwards a micro-batch; without padding or a mask a micro-batch is one forward of
@@ -29,6 +29,7 @@ Run: `padding_free_logprobs(model, flatten(prompts, completions, width), len(pro
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Sequence
 
@@ -50,6 +51,19 @@ def attention_for(device: torch.device) -> str:
     if device.type == "cuda":
         return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "flex_attention"
     return "sdpa"
+
+
+@contextlib.contextmanager
+def attention_set(models: Sequence[torch.nn.Module], name: str):
+    """`models` attend through implementation `name` for the duration (the update's; generation keeps its own)."""
+    kept = [m.config._attn_implementation for m in models]
+    for m in models:
+        m.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        for m, k in zip(models, kept):
+            m.set_attn_implementation(k)
 
 
 def usable(model: torch.nn.Module) -> bool:

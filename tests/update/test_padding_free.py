@@ -109,7 +109,8 @@ def test_a_padding_free_role_update_equals_the_plain_one(loss_type):
     flat = make_role(loss_type=loss_type, micro_batch_size=2)
     plain = make_role(loss_type=loss_type, share_prompt_prefill=False, micro_batch_size=2)
     assert not flat.padding_free  # a CPU keeps its layouts unless asked
-    assert flat.use_padding_free() and flat.model.config._attn_implementation == "sdpa"
+    kept = flat.model.config._attn_implementation  # generation's, which the update leaves as it was
+    assert flat.use_padding_free() and flat.update_attention == "sdpa"
     plain.model.set_attn_implementation("sdpa")  # the same attention kernels on both sides
     samples, adv = sampled(flat, ["1+1", "2+2", "33*3"])
     assert len(flat.micro_batch_plan(samples)) == 1 < len(plain.micro_batch_plan(samples))
@@ -126,6 +127,7 @@ def test_a_padding_free_role_update_equals_the_plain_one(loss_type):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
         for x, y in zip(flat.model.parameters(), plain.model.parameters()):
             torch.testing.assert_close(x, y, atol=2e-5, rtol=0)
+    assert flat.model.config._attn_implementation == kept
 
 
 def test_a_padding_free_update_reads_back_at_most_twice():
