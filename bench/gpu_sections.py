@@ -32,6 +32,12 @@ from pasodoble.update import precision
 
 # the Role's one copy of its statistics to the host, which no aten operator above names
 HOST_SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::item", READ_BACK)
+COUNTING = (
+    "profiler aten::_local_scalar_dense + aten::nonzero (aten::item runs the first) + the Role's "
+    f"{READ_BACK} region (one copy of its statistics) in one update, outside the optimizer's step; the step's own "
+    "are host_syncs_in_optimizer_step (torch's CPU AdamW reads each parameter's step count back, the fused CUDA "
+    "AdamW none), in every arm alike"
+)
 
 
 class Skip(Exception):
@@ -196,9 +202,7 @@ def measure_arm(ctx: dict, fn, tokens: int, params: int) -> dict:
         "host_syncs_per_update": count(syncs),
         "host_sync_ops": syncs,
         "host_syncs_in_optimizer_step": count(in_step),
-        "host_sync_counting": "profiler aten::_local_scalar_dense + aten::nonzero (aten::item runs the first) + the "
-        f"Role's {READ_BACK} region (one copy of its statistics) of one update, outside the optimizer's step; the step's own are host_syncs_in_optimizer_step (torch's CPU AdamW "
-        "reads each parameter's step count back, the fused CUDA AdamW none)",
+        "host_sync_counting": COUNTING,
     }
 
 

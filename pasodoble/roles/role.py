@@ -380,9 +380,7 @@ class Role:
         self.reference: torch.nn.Module | None = None
         self.updates = 0
         self.padding_free = False  # the update's layout: `use_padding_free`
-        self.update_attention: str | None = (
-            None  # the attention implementation the update sets (padding-free)
-        )
+        self.update_attention: str | None = None  # the attention implementation the update sets
         self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(cfg, self.model)
         if next(self.model.parameters()).device.type == "cuda":
             self.use_padding_free()
@@ -422,8 +420,9 @@ class Role:
         """Run the update padding-free (`update.padding_free`) where the role allows it (trainable, unsharded, a
         model that can): its forwards attend through `padding_free.attention_for` the device (FlashAttention when
         installed, else FlexAttention on CUDA; SDPA on a CPU; generation keeps the model's own) and a null
-        `micro_batch_tokens` resolves to the padding-free budget. The Role calls it on CUDA; a CPU keeps its measured layouts unless a caller asks (the
-        GPU check's CPU run). Returns whether the update now runs padding-free."""
+        `micro_batch_tokens` resolves to the padding-free budget. The Role calls it on CUDA; a CPU keeps its
+        measured layouts unless a caller asks (the GPU check's CPU run). Returns whether the update now runs
+        padding-free."""
         if not self.cfg.trainable or not isinstance(self.sharding, Unsharded) or self._same_numerics():
             return False
         if not can_share_prompts(self.model):  # a plain linear head, full attention in every layer
@@ -502,15 +501,9 @@ class Role:
             raise ValueError("update() needs one advantage per sample and at least one sample")
         start = time.perf_counter()
         models = [m for m in (self.model, self.reference) if m is not None]
-        attention = (
-            attention_set(models, self.update_attention)
-            if self.update_attention
-            else contextlib.nullcontext()
-        )
-        with (
-            self.sharding.updating(self.model),
-            attention,
-        ):  # every rank enters once per update (FSDP2: one gather)
+        attention = attention_set(models, self.update_attention) if self.update_attention else None
+        # every rank enters once per update (FSDP2: one gather)
+        with self.sharding.updating(self.model), attention or contextlib.nullcontext():
             stats = self._update(samples, advantages, batch)
         accel.release_freed()  # the activations' heap, before the engine syncs
         sync_start = time.perf_counter()
@@ -654,9 +647,10 @@ class Role:
         *,
         packed: bool = False,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """Loss, stats (0-dim tensors on the device, read once per update) and the detached log-probs of this pass; `first_logps` is None on the first pass (the
-        log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS); `packed`:
-        the micro-batch runs packed, each prompt once (`micro_batch_layout`)."""
+        """Loss, stats (0-dim tensors on the device, read once per update) and the detached log-probs of this pass;
+        `first_logps` is None on the first pass (the log-prob gap to the engine is measured there) and that pass's
+        log-probs afterwards (for TIS); `packed`: the micro-batch runs packed, each prompt once
+        (`micro_batch_layout`)."""
         batch = collate(samples, self.tokenizer.pad_token_id)
         batch["advantages"] = torch.tensor(list(advantages), dtype=torch.float32)
         if self.padding_free:  # its indices built here, on the CPU, like the rest of the batch
