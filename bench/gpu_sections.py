@@ -26,12 +26,19 @@ from gpu_check import build_model_dir, sync
 from transformers import AutoModelForCausalLM
 
 from pasodoble.core.grpo import group_advantages
-from pasodoble.roles.role import Role, RoleConfig, Sample, collate
+from pasodoble.roles.role import READ_BACK, Role, RoleConfig, Sample, collate
 from pasodoble.rollout.base import Completion, SamplingParams
 from pasodoble.rollout.settings import CPU_HEAD_SIZES, VLLMConfig, vllm_available
 from pasodoble.update import precision
 
-HOST_SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::item")
+# the Role's one copy of its statistics to the host, which no aten operator above names
+HOST_SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::item", READ_BACK)
+COUNTING = (
+    "profiler aten::_local_scalar_dense + aten::nonzero (aten::item runs the first) + the Role's "
+    f"{READ_BACK} region (one copy of its statistics) in one update, outside the optimizer's step; the step's own "
+    "are host_syncs_in_optimizer_step (torch's CPU AdamW reads each parameter's step count back, the fused CUDA "
+    "AdamW none), in every arm alike"
+)
 
 
 class Skip(Exception):
@@ -172,16 +179,31 @@ def liger_update(model, samples, advantages, *, pad_id: int, micro_batch: int, n
     return run
 
 
-def profile_counts(fn) -> tuple[int, dict]:
-    """(aten operator calls, {host-sync operator: calls}) of one call of `fn`."""
+def in_optimizer_step(event) -> bool:
+    """Whether a profiler event ran inside an optimizer's step (the profiler's `Optimizer.step#...` region)."""
+    while event is not None:
+        if event.name.startswith("Optimizer.step#"):
+            return True
+        event = event.cpu_parent
+    return False
+
+
+def profile_counts(fn) -> tuple[int, dict, dict]:
+    """(aten operator calls, {host-sync operator: calls} outside the optimizer's step, the same inside it) of one
+    call of `fn`. The step is counted apart: torch's CPU AdamW reads each parameter's step count back
+    (`_get_value`), one sync a parameter, where the fused CUDA AdamW the roles use on a GPU reads none."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-    events = prof.key_averages()
-    ops = sum(e.count for e in events if e.key.startswith("aten::"))
-    syncs = {name: sum(e.count for e in events if e.key == name) for name in HOST_SYNC_OPS}
-    return ops, syncs
+    events = prof.events()
+    ops = sum(1 for e in events if e.name.startswith("aten::"))
+    syncs = {name: 0 for name in HOST_SYNC_OPS}
+    in_step = dict(syncs)
+    for e in events:
+        if e.name in syncs:
+            (in_step if in_optimizer_step(e) else syncs)[e.name] += 1
+    return ops, syncs, in_step
 
 
 def measure_arm(ctx: dict, fn, tokens: int, params: int) -> dict:
@@ -199,22 +221,41 @@ def measure_arm(ctx: dict, fn, tokens: int, params: int) -> dict:
         sync(device)
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() / 1e9 if device.startswith("cuda") else None
-    ops, syncs = profile_counts(fn)
+    ops, syncs, in_step = profile_counts(fn)
     s = statistics.median(times)
     peak_tflops = ctx.get("peak_tflops")
     # 6 N per trained token (forward + backward), pad tokens not counted: the useful work of either arm.
     mfu = 6 * params * tokens / s / (peak_tflops * 1e12) if peak_tflops else None
-    host_syncs = (
-        syncs["aten::_local_scalar_dense"] + syncs["aten::nonzero"]
-    )  # `item` runs _local_scalar_dense
+
+    def count(found: dict) -> int:
+        # `item` runs _local_scalar_dense
+        return found["aten::_local_scalar_dense"] + found["aten::nonzero"] + found[READ_BACK]
+
     return {
         "s_per_update": s,
         "times_s": times,
         "peak_gb": peak,
         "mfu": mfu,
         "op_calls": ops,
-        "host_syncs_per_update": host_syncs,
+        "host_syncs_per_update": count(syncs),
         "host_sync_ops": syncs,
+        "host_syncs_in_optimizer_step": count(in_step),
+        "host_sync_counting": COUNTING,
+    }
+
+
+def measure_role(ctx: dict, role: Role, samples, advantages, tokens: int, params: int) -> dict:
+    """`measure_arm` of `role.update` on the samples, with its layout, micro-batches and token budget."""
+    for s in samples:  # generated at the current weights, as in a live step
+        s.completion.policy_version = role.updates
+    plan, packed = role.micro_batch_layout(samples)
+    layout = "padding_free" if role.padding_free else "packed" if packed else "padded"
+    return {
+        **measure_arm(ctx, functools.partial(role.update, samples, advantages), tokens, params),
+        "micro_batches": len(plan),
+        "micro_batch_tokens": role.micro_batch_tokens,
+        "layout": layout,
+        "attention": role.update_attention or role.model.config._attn_implementation,
     }
 
 
@@ -225,15 +266,17 @@ def section_update(ctx: dict) -> dict:
     tokens = sum(len(s.prompt_ids) + len(s.completion.token_ids) for s in samples)
     out = {"params": params, "samples": len(samples), "tokens": tokens, "arms": {}}
     role = Role.from_pretrained("solver", role_config(ctx, path, engine="hf"), path)
-    for s in samples:  # generated at the current weights, as in a live step
-        s.completion.policy_version = role.updates
-    plan, packed = role.micro_batch_layout(samples)
-    arm = measure_arm(ctx, functools.partial(role.update, samples, advantages), tokens, params)
-    out["arms"]["project"] = {**arm, "micro_batches": len(plan), "layout": "packed" if packed else "padded"}
+    out["arms"]["project"] = measure_role(ctx, role, samples, advantages, tokens, params)
     pad_id = role.tokenizer.pad_token_id
+    if role.padding_free:  # CUDA: the project's layout is the padding-free one
+        out["arms"]["padding_free"] = {"same_as": "project"}
+    else:  # a CPU: the same role's update asked to run padding-free
+        role = Role.from_pretrained("solver", role_config(ctx, path, engine="hf"), path)
+        if not role.use_padding_free():
+            raise RuntimeError("the bench model cannot run padding-free")
+        out["arms"]["padding_free"] = measure_role(ctx, role, samples, advantages, tokens, params)
     del role
     release(device)
-    out["arms"]["padding_free"] = {"skipped": "the padding-free CUDA layout is not in this version"}
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
     run = plain_update(
         model, samples, advantages, pad_id=pad_id, micro_batch=shape.micro_batch,

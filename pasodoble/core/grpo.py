@@ -47,13 +47,13 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def logprob_gap(
     train_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor
-) -> tuple[float, float]:
-    """(B, T) x 2 + mask -> (mean, max) of |train - engine| over the masked tokens; (0, 0) for an empty mask."""
-    mask = mask.to(torch.bool)
-    if not bool(mask.any()):
-        return 0.0, 0.0
-    gap = (train_logps.detach().float() - engine_logps.float()).abs()[mask]
-    return float(gap.mean()), float(gap.max())
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) x 2 + mask -> (mean, max) of |train - engine| over the masked tokens, as 0-dim tensors on their device
+    (nothing read back to the host); (0, 0) for an empty mask."""
+    mask = mask.to(torch.float32)
+    gap = (train_logps.detach().float() - engine_logps.float()).abs() * mask
+    top = gap.amax() if gap.numel() else gap.new_zeros(())
+    return gap.sum() / mask.sum().clamp(min=1.0), top
 
 
 def tis_weights(
@@ -76,8 +76,8 @@ def _normalise(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, max_
     raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((x * mask).sum() / mask.sum().clamp(min=1.0))
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def policy_loss(
@@ -93,13 +93,15 @@ def policy_loss(
     ref_logps: torch.Tensor | None = None,
     beta: float = 0.0,
     token_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+    tensor_stats: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]] | tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Token-level clipped surrogate -min(ratio A, clip(ratio) A) (+ beta * k3 KL), normalised per `loss_type`.
 
     logps, old_logps, ref_logps, mask: (B, T); advantages: (B,). `epsilon_high=None` means symmetric clipping.
     `token_weights` (B, T), e.g. `tis_weights`, scales each token's policy-gradient term (not the KL term).
     Stats: clip_fraction (share of masked tokens whose clipped branch is the active one), ratio_mean, and kl
-    (mean k3 estimate) when beta > 0.
+    (mean k3 estimate) when beta > 0; as 0-dim tensors on the loss's device with `tensor_stats` (nothing read back
+    to the host), else floats.
     """
     eps_high = epsilon_low if epsilon_high is None else epsilon_high
     mask = mask.to(logps.dtype)
@@ -109,7 +111,7 @@ def policy_loss(
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
     if token_weights is not None:
         per_token = per_token * token_weights.to(per_token.dtype)
-    stats: dict[str, float] = {}
+    stats: dict[str, torch.Tensor] = {}
     if beta > 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps from the frozen reference model")
@@ -123,4 +125,4 @@ def policy_loss(
         high = (ratio > 1.0 + eps_high) & (adv > 0)
         stats["clip_fraction"] = _masked_mean((low | high).to(mask.dtype), mask)
         stats["ratio_mean"] = _masked_mean(ratio, mask)
-    return loss, stats
+    return loss, stats if tensor_stats else {k: float(v) for k, v in stats.items()}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +62,10 @@ from pasodoble.update.micro_batches import (
     layout_cost,
     micro_batch_weight,
     plan_micro_batches,
+    plan_padding_free,
 )
 from pasodoble.update.packed import can_pack, flat_tensor
+from pasodoble.update.padding_free import PACKED_AWARE, attention_for, attention_set, flatten, to_device
 from pasodoble.update.precision import DTYPES
 from pasodoble.update.segment_attention import attends_per_sample
 from pasodoble.update.shared_prefix import can_share_prompts
@@ -72,6 +75,8 @@ from pasodoble.update.token_budget import (
     micro_batch_positions,
     needs_checkpointing,
 )
+
+READ_BACK = "pasodoble::read_back"  # the profiler region of an update's one read of its statistics
 
 
 def text_config(model: torch.nn.Module):
@@ -107,16 +112,21 @@ def _budget_sizes(cfg: RoleConfig, model: torch.nn.Module) -> dict | None:
 
 
 def token_budgets(
-    cfg: RoleConfig, model: torch.nn.Module, checkpointing: bool = False
+    cfg: RoleConfig, model: torch.nn.Module, checkpointing: bool = False, *, padding_free: bool = False
 ) -> tuple[int | None, int | None]:
     """The role's `micro_batch_tokens` and `logprob_chunk_tokens` with "auto" resolved from the model's config and
     its weights, gradients and AdamW states (update/token_budget.py), for a backward with or without
-    `checkpointing`. A model whose config lacks the sizes gets micro_batch_size sequences and 2048-token chunks."""
+    `checkpointing`; `padding_free` (`Role.padding_free`): null resolves as "auto" too, to the padding-free budget.
+    A model whose config lacks the sizes gets micro_batch_size sequences and 2048-token chunks."""
     vocab = getattr(text_config(model), "vocab_size", None)
     tokens, chunk = cfg.micro_batch_tokens, cfg.logprob_chunk_tokens
-    if tokens == "auto":
+    if tokens == "auto" or (tokens is None and padding_free):
         sizes = _budget_sizes(cfg, model)
-        tokens = auto_micro_batch_tokens(**sizes, checkpointing=checkpointing) if sizes else None
+        tokens = (
+            auto_micro_batch_tokens(**sizes, checkpointing=checkpointing, padding_free=padding_free)
+            if sizes
+            else None
+        )
     if chunk == "auto":
         state = _state_bytes(model)
         chunk = auto_logprob_chunk_tokens(vocab=vocab, state_bytes=state) if isinstance(vocab, int) else 2048
@@ -236,9 +246,13 @@ class Role:
         self.reference: torch.nn.Module | None = None
         self.updates = 0
         self.gradient_checkpointing = gradient_checkpointing(cfg, self.model)  # "auto" resolved by memory
+        self.padding_free = False  # the update's layout: `use_padding_free`
+        self.update_attention: str | None = None  # the attention implementation the update sets
         self.micro_batch_tokens, self.logprob_chunk_tokens = token_budgets(
             cfg, self.model, self.gradient_checkpointing
         )
+        if next(self.model.parameters()).device.type == "cuda":
+            self.use_padding_free()
         self.entry_weight = entry_weight(self.model)
         self.micro_batch_cost = micro_batch_cost(self.model)
         if self.gradient_checkpointing:
@@ -270,6 +284,32 @@ class Role:
         if "engine" not in kwargs:
             kwargs["engine"] = build_engine(name, cfg, model, tokenizer, path, placement)
         return cls(name, cfg, model, tokenizer, **kwargs)
+
+    def use_padding_free(self) -> bool:
+        """Run the update padding-free (`update.padding_free`) where the role allows it (trainable, unsharded, a
+        model that can): its forwards attend through `padding_free.attention_for` the device (FlashAttention when
+        installed, else FlexAttention on CUDA; SDPA on a CPU; generation keeps the model's own) and a null
+        `micro_batch_tokens` resolves to the padding-free budget. The Role calls it on CUDA; a CPU keeps its
+        measured layouts unless a caller asks (the GPU check's CPU run). Returns whether the update now runs
+        padding-free."""
+        if not self.cfg.trainable or not isinstance(self.sharding, Unsharded) or self._same_numerics():
+            return False
+        if not can_share_prompts(self.model):  # a plain linear head, full attention in every layer
+            return False
+        attention = attention_for(next(self.model.parameters()).device)
+        try:  # the implementation is importable and the architecture takes it
+            with attention_set([self.model], attention):
+                pass
+        except (ImportError, ValueError) as err:
+            warnings.warn(f"{self.name}: the padding-free update is off: {err}", stacklevel=2)
+            return False
+        self.padding_free = attention in PACKED_AWARE
+        self.update_attention = attention if self.padding_free else None
+        if self.padding_free:
+            self.micro_batch_tokens, _ = token_budgets(
+                self.cfg, self.model, self.gradient_checkpointing, padding_free=True
+            )
+        return self.padding_free
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -331,7 +371,10 @@ class Role:
         if len(samples) != len(advantages) or (not samples and batch is None):
             raise ValueError("update() needs one advantage per sample and at least one sample")
         start = time.perf_counter()
-        with self.sharding.updating(self.model):  # every rank enters once per update (FSDP2: one gather)
+        models = [m for m in (self.model, self.reference) if m is not None]
+        attention = attention_set(models, self.update_attention) if self.update_attention else None
+        # every rank enters once per update (FSDP2: one gather)
+        with self.sharding.updating(self.model), attention or contextlib.nullcontext():
             stats = self._update(samples, advantages, batch)
         accel.release_freed()  # the activations' heap, before the engine syncs
         sync_start = time.perf_counter()
@@ -382,20 +425,18 @@ class Role:
                             first_pass.append(logps)
                             chunk_gap = stats.pop("logprob_diff_max")
                             if weight > 0:  # a zero-weight filler sample has no engine log-probs to compare
-                                gap_max = max(gap_max, chunk_gap)
+                                gap_max = torch.maximum(torch.as_tensor(gap_max), chunk_gap.double())
                         self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
-                    for key, value in {"loss": loss.item(), **stats}.items():
-                        # the gap: first pass only
+                    for key, value in {"loss": loss.detach(), **stats}.items():
+                        # the gap: first pass only; in float64 on the device, as the host would sum them
                         per_pass = 1.0 if key == "logprob_diff_mean" else 1.0 / passes
-                        sums[key] = sums.get(key, 0.0) + weight * float(value) * per_pass
-            grad_norm += self._clip_and_step() / passes
+                        sums[key] = sums.get(key, 0.0) + value.double() * weight * per_pass
+            grad_norm = grad_norm + torch.as_tensor(self._clip_and_step()).double() / passes
             self.updates += 1
             if it + 1 < passes:
                 self.sharding.refresh(self.train_model)  # the next pass runs on the stepped weights
         return {
-            **sums,
-            "logprob_diff_max": gap_max,
-            "grad_norm": grad_norm,
+            **read_once({**sums, "logprob_diff_max": gap_max, "grad_norm": grad_norm}),
             "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
         }
 
@@ -408,10 +449,14 @@ class Role:
         when the model allows it and `micro_batches.layout_cost` prices the packed plan below the other. A packed
         row's masked attention grows with the square of its group's length (long completions, small models),
         unless the model attends per sample (`update.segment_attention`, the project's grouped SDPA on a CPU); then
-        a packed micro-batch is one row without padding."""
+        a packed micro-batch is one row without padding. A padding-free role (`padding_free`, CUDA) plans one row of
+        whole samples a micro-batch up to its token budget, never the two-pass layout (`plan_padding_free`)."""
         # tuples: the planners key their groups by them, and take a tuple as it is
         prompts = [tuple(s.prompt_ids) for s in samples]
         lengths = [len(s.completion.token_ids) for s in samples]
+        if self.padding_free:  # one row a micro-batch, filled to the token budget (`update.padding_free`)
+            budget = self.micro_batch_tokens or self.cfg.micro_batch_size * self.cfg.max_sequence_length
+            return plan_padding_free(prompts, lengths, budget), False
         share = self._shares_cache(self.train_model)
         cost = self.micro_batch_cost
         plan = plan_micro_batches(
@@ -472,13 +517,21 @@ class Role:
         first_logps: torch.Tensor | None = None,
         *,
         packed: bool = False,
-    ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
-        """Loss, stats and the detached log-probs of this pass; `first_logps` is None on the first pass (the
-        log-prob gap to the engine is measured there) and that pass's log-probs afterwards (for TIS); `packed`:
-        the micro-batch runs packed, each prompt once (`micro_batch_layout`)."""
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """Loss, stats (0-dim tensors on the device, read once per update) and the detached log-probs of this pass;
+        `first_logps` is None on the first pass (the log-prob gap to the engine is measured there) and that pass's
+        log-probs afterwards (for TIS); `packed`: the micro-batch runs packed, each prompt once
+        (`micro_batch_layout`)."""
         batch = collate(samples, self.tokenizer.pad_token_id)
+        batch["advantages"] = torch.tensor(list(advantages), dtype=torch.float32)
+        if self.padding_free:  # its indices built here, on the CPU, like the rest of the batch
+            batch["flat"] = flatten(
+                [s.prompt_ids for s in samples],
+                [s.completion.token_ids for s in samples],
+                batch["input_ids"].shape[1],
+            )
         device = next(self.model.parameters()).device
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = to_device(batch, device)
         logps = self._token_logprobs(self.train_model, batch, samples, packed=packed)
         ref_logps = None
         if self.reference is not None:
@@ -502,7 +555,7 @@ class Role:
         loss, stats = grpo.policy_loss(
             logps,
             old_logps,
-            torch.tensor(list(advantages), dtype=torch.float32, device=device),
+            batch["advantages"],
             batch["completion_mask"],
             epsilon_low=self.cfg.epsilon,
             epsilon_high=self.cfg.epsilon_high,
@@ -511,6 +564,7 @@ class Role:
             ref_logps=ref_logps,
             beta=self.cfg.beta,
             token_weights=token_weights,
+            tensor_stats=True,
         )
         return loss, {**stats, **gap}, behaviour
 
@@ -523,10 +577,12 @@ class Role:
         return self._may_share() and can_pack(model)
 
     def _may_share(self) -> bool:
-        # An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
-        # ratios need the loss in the very same numerics, so only then is the prompt not shared.
-        same_numerics = self.cfg.num_iterations > 1 and not self.engine.copies_weights
-        return self.cfg.share_prompt_prefill and not same_numerics and self.train_model is self.model
+        return self.cfg.share_prompt_prefill and not self._same_numerics() and self.train_model is self.model
+
+    def _same_numerics(self) -> bool:
+        """An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'
+        ratios need the loss in the very same numerics: then the update keeps the plain layout."""
+        return self.cfg.num_iterations > 1 and not self.engine.copies_weights
 
     def _token_logprobs(
         self,
@@ -543,7 +599,9 @@ class Role:
         chunk = self.logprob_chunk_tokens
         unsharded = self.train_model is self.model
         shared = len({tuple(s.prompt_ids) for s in samples}) < len(samples)
-        if (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
+        if self.padding_free:
+            layout = "padding_free"
+        elif (packed and len(samples) > 1) or (shared and self._shares_cache(model)):
             layout = "packed" if packed else "shared_prefix"
         elif (
             chunk is not None and self.sharding.head_outside_forward and supports_chunking(inner_model(model))
@@ -564,6 +622,7 @@ class Role:
                 prompts=[s.prompt_ids for s in samples],
                 completions=[s.completion.token_ids for s in samples],
                 pad_id=self.tokenizer.pad_token_id,
+                flat=batch.get("flat"),
             )
 
     def full_state(self, *, all_ranks: bool = False) -> dict | None:
@@ -621,6 +680,17 @@ class Role:
                 self.scaler.load_state_dict(state["scaler"])
             self.updates = int(state["updates"])
         self.sharding.sync_engine(self.model, self.engine)
+
+
+def read_once(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
+    """The update's statistics, kept as device tensors through its micro-batches, read back to the host in one
+    copy."""
+    keys = list(values)
+    tensors = [v for v in values.values() if isinstance(v, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    stacked = torch.stack([torch.as_tensor(values[k], dtype=torch.float64, device=device) for k in keys])
+    with torch.profiler.record_function(READ_BACK):  # the GPU check counts this region as one host sync
+        return dict(zip(keys, stacked.cpu().tolist()))
 
 
 def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, torch.Tensor]:

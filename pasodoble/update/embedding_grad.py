@@ -34,9 +34,8 @@ class _RowsIntoGrad(torch.autograd.Function):
         (ids,) = ctx.saved_tensors
         weight = ctx.weight
         rows, values = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
-        if ctx.padding_idx is not None:
-            keep = rows != ctx.padding_idx
-            rows, values = rows[keep], values[keep]
+        if ctx.padding_idx is not None:  # zeros, not a boolean index: no count read back to size the result
+            values = torch.where((rows != ctx.padding_idx)[:, None], values, 0)
         with torch.no_grad():
             if weight.grad is None:
                 weight.grad = torch.zeros_like(weight)

@@ -5,8 +5,9 @@ What: `logprobs(model, input_ids, attention_mask, completion_mask, temperature=.
 log p(token t | tokens before it) under softmax(logits / temperature), 0 outside `completion_mask`, laid out as
 `layout` says: "full" (the whole logits at once, `full_logprobs`), "chunked" (the LM head a chunk of tokens at a
 time, `update.chunked_logprobs`), "shared_prefix" (each distinct prompt once through the KV cache,
-`update.shared_prefix`) or "packed" (a micro-batch as rows of prompt groups without padding, `update.packed`); the
-last two take the samples' `prompts` and `completions` token ids. Every layout computes the same values to float
+`update.shared_prefix`), "packed" (a micro-batch as rows of prompt groups without padding, `update.packed`), whose
+two take the samples' `prompts` and `completions` token ids, or "padding_free" (the samples in one row, no mask,
+`update.padding_free`), which takes their `flat` row built at collate time (or builds it from the two). Every layout computes the same values to float
 rounding (tests in tests/update/).
 
 `scored_temperature(t)`: temperature 0 (greedy sampling) is scored at temperature 1, as every rollout engine
@@ -25,9 +26,10 @@ import torch
 from pasodoble.core.grpo import entropy_from_logits
 from pasodoble.update.chunked_logprobs import CHUNK_TOKENS, chunked_token_logprobs
 from pasodoble.update.packed import packed_logprobs
+from pasodoble.update.padding_free import flatten, padding_free_logprobs, to_device
 from pasodoble.update.shared_prefix import shared_prompt_logprobs
 
-LAYOUTS = ("full", "chunked", "shared_prefix", "packed")
+LAYOUTS = ("full", "chunked", "shared_prefix", "packed", "padding_free")
 
 
 def scored_temperature(temperature: float) -> float:
@@ -42,16 +44,28 @@ def logprobs(
     completion_mask: torch.Tensor,  # (B, T)
     *,
     temperature: float = 1.0,
-    layout: Literal["full", "chunked", "shared_prefix", "packed"] = "full",
+    layout: Literal["full", "chunked", "shared_prefix", "packed", "padding_free"] = "full",
     chunk_tokens: int | None = None,
     prompts: Sequence[Sequence[int]] | None = None,
     completions: Sequence[Sequence[int]] | None = None,
     pad_id: int | None = None,
+    flat: dict | None = None,
     return_entropy: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """(B, T) log-probs of `input_ids` (see module); `chunk_tokens`: LM-head tokens a chunk (None: the batch's).
     With `return_entropy` ("full" and "chunked"), also the (B, T) entropies of those next-token distributions."""
     temperature = scored_temperature(temperature)
+    if layout == "padding_free":
+        if (flat is None and (prompts is None or completions is None)) or return_entropy:
+            raise ValueError(
+                "layout 'padding_free' takes flat (or prompts and completions), and returns no entropy"
+            )
+        if flat is None:
+            flat = to_device(flatten(prompts, completions, input_ids.shape[1]), input_ids.device)
+        return padding_free_logprobs(
+            model, flat, *input_ids.shape, temperature=temperature,
+            chunk_tokens=chunk_tokens or max(flat["target"].shape[0], 1),
+        )  # fmt: skip
     if layout in ("shared_prefix", "packed"):
         if prompts is None or completions is None or return_entropy:
             raise ValueError(f"layout {layout!r} takes prompts and completions, and returns no entropy")

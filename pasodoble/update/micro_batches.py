@@ -308,3 +308,42 @@ class _Filling:
             self.longest = max(self.longest, completion, 1)
         else:
             self.widest = max(self.widest, len(key) + max(completion, 1))
+
+
+def padding_free_tokens(prompt_length: int, completion_length: int) -> int:
+    """Positions one sample feeds in the padding-free layout (`update.padding_free`): its prompt and its completion
+    without the last token."""
+    return prompt_length + max(completion_length - 1, 0)
+
+
+def plan_padding_free(
+    prompts: Sequence[Sequence[int]], completion_lengths: Sequence[int], max_tokens: int
+) -> list[list[int]]:
+    """Sample indices per padding-free micro-batch (one row, no padding: `update.padding_free`), each at most
+    `max_tokens` positions (a longer sample runs alone). Every plan runs the same positions, so a plan is priced
+    by its micro-batches, each of which launches the model's whole operator list once: the fewer wins, then the
+    given order (a prompt's samples next to each other). The candidates: the given order filled in turn, and
+    first-fit by decreasing length (within 11/9 of the fewest micro-batches plus one)."""
+    if len(prompts) != len(completion_lengths) or max_tokens < 1:
+        raise ValueError("plan_padding_free needs one completion length per prompt and max_tokens >= 1")
+    sizes = [padding_free_tokens(len(p), c) for p, c in zip(prompts, completion_lengths)]
+    given: list[list[int]] = []
+    used = 0
+    for i, size in enumerate(sizes):
+        if not given or used + size > max_tokens:
+            given.append([])
+            used = 0
+        given[-1].append(i)
+        used += size
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        k = next((k for k, r in enumerate(room) if r >= sizes[i]), None)
+        if k is None:
+            bins.append([])
+            room.append(max_tokens)
+            k = len(bins) - 1
+        bins[k].append(i)
+        room[k] -= sizes[i]
+    decreasing = [sorted(b) for b in bins]
+    return decreasing if len(decreasing) < len(given) else given

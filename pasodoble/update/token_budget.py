@@ -20,7 +20,9 @@ a CPU, of a 28-layer Qwen3 of narrow width at the GPU bench's shape, 16 prompts 
 the state-derived budget (3,008 tokens: 12 micro-batches) called 499,850 operators against 174,303 for a plain loop of
 8 padded micro-batches (TRL's, written out; `bench/update_ops.py`), a ratio of 2.9 where the H200's update times were
 3.90 s in the project against 1.20 s in TRL (3.3); 3 micro-batches (12,032 tokens) called 138,886. A fifth of an
-H200 (30.1 GB) gives 11,904 tokens there. On a CPU nothing changes: its budget is the state's share.
+H200 (30.1 GB) gives 11,904 tokens there. On a CPU nothing changes: its budget is the state's share. The padding-free
+update on CUDA (`update.padding_free`) goes further: `padding_free_target` gives a micro-batch half the device less
+the role's state, and `micro_batch_tokens` null means that budget there too.
 
 `value_bytes` is the size of the values the backward keeps. A trainable role autocasts over float32 master weights,
 and autocast keeps the residual stream, the norms and the softmax in float32 beside the half-precision copies of
@@ -46,6 +48,9 @@ import os
 ACTIVATION_FLOOR_BYTES = 64 << 20  # the least a micro-batch's activations may take (tiny models)
 STATE_SHARE = 0.4  # a micro-batch's activations as a share of weights + gradients + optimizer states
 DEVICE_SHARE = 0.2  # on an accelerator, the least share of its memory a micro-batch's activations may take
+# padding-free on an accelerator: the share of its memory for the role's state and one micro-batch's activations
+# (the rest for the other role, the engines and the allocator's slack)
+PADDING_FREE_DEVICE_SHARE = 0.5
 LOGITS_SHARE = 0.25  # the loss's LM-head chunk as a share of that activation target
 BUDGET_STEP = 64  # budgets are multiples of this many tokens
 MAX_AUTO_CHUNK = 2048  # the fixed default chunk: auto never goes above it
@@ -59,6 +64,15 @@ def activation_target(state_bytes: float, device_bytes: float | None = None) -> 
     `state_bytes`, on an accelerator of `device_bytes` total memory (None: a CPU)."""
     target = max(ACTIVATION_FLOOR_BYTES, STATE_SHARE * state_bytes)
     return max(target, DEVICE_SHARE * device_bytes) if device_bytes else target
+
+
+def padding_free_target(state_bytes: float, device_bytes: float | None = None) -> float:
+    """Bytes one padding-free micro-batch's activations may take (`update.padding_free`): on an accelerator what
+    `PADDING_FREE_DEVICE_SHARE` of it leaves after the role's state, when that is more than `activation_target`'s;
+    `activation_target` on a CPU. A micro-batch there is one forward whatever its size, so the budget is as large
+    as memory allows (verl's `ppo_max_token_len_per_gpu`)."""
+    target = activation_target(state_bytes, device_bytes)
+    return max(target, PADDING_FREE_DEVICE_SHARE * device_bytes - state_bytes) if device_bytes else target
 
 
 def token_activation_bytes(
@@ -84,14 +98,16 @@ def auto_micro_batch_tokens(
     value_bytes: int = 4,
     checkpointing: bool = False,
     device_bytes: float | None = None,
+    padding_free: bool = False,
 ) -> int:
     """Token positions per forward/backward such that their activations fit `activation_target(state_bytes,
-    device_bytes)`."""
+    device_bytes)` (`padding_free`: `padding_free_target`)."""
     if min(hidden, intermediate, layers) < 1 or state_bytes < 0:
         raise ValueError("auto_micro_batch_tokens needs positive model sizes and state_bytes >= 0")
     sizes = dict(hidden=hidden, intermediate=intermediate, layers=layers)
     per_token = token_activation_bytes(**sizes, value_bytes=value_bytes, checkpointing=checkpointing)
-    return _rounded(activation_target(state_bytes, device_bytes) / per_token)
+    target = (padding_free_target if padding_free else activation_target)(state_bytes, device_bytes)
+    return _rounded(target / per_token)
 
 
 def auto_logprob_chunk_tokens(*, vocab: int, state_bytes: float) -> int:

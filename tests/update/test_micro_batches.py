@@ -7,7 +7,12 @@ import pytest
 from pasodoble.errors import ConfigError
 from pasodoble.roles.role import RoleConfig, Sample
 from pasodoble.rollout import Completion
-from pasodoble.update.micro_batches import executed_tokens, plan_micro_batches
+from pasodoble.update.micro_batches import (
+    executed_tokens,
+    padding_free_tokens,
+    plan_micro_batches,
+    plan_padding_free,
+)
 from tests.roles.test_roles import make_role
 
 A, B = [1, 2, 3], [4, 5]
@@ -242,3 +247,18 @@ def test_a_budget_fills_each_micro_batch_as_pricing_it_whole_does():
         ):
             expected = by_whole_micro_batch(order, prompts, lengths, max_tokens, share, packed, line)
             assert _fill(order, prompts, lengths, max_tokens, share, packed, line) == expected
+
+
+def test_a_padding_free_plan_fits_its_budget_and_takes_the_fewest_micro_batches():
+    prompts = [[1, 2]] * 6  # each sample feeds its prompt and its completion but the last token
+    lengths = [7, 7, 3, 3, 5, 5]  # 8, 8, 4, 4, 6, 6 positions
+    # the given order fills 8 | 8 4 | 4 6 | 6: four; first-fit by decreasing length 8 4 | 8 4 | 6 6: three
+    plan = plan_padding_free(prompts, lengths, 12)
+    assert plan == [[0, 2], [1, 3], [4, 5]]
+    assert sorted(i for mb in plan for i in mb) == list(range(6))
+    assert all(sum(padding_free_tokens(2, lengths[i]) for i in mb) <= 12 for mb in plan)
+    # a tie keeps the given order (a prompt's samples together); a sample past the budget runs alone
+    assert plan_padding_free(prompts, lengths, 100) == [[0, 1, 2, 3, 4, 5]]
+    assert plan_padding_free([[1]] * 3, [2, 50, 2], 10) == [[1], [0, 2]]
+    with pytest.raises(ValueError, match="max_tokens"):
+        plan_padding_free([[1]], [1], 0)

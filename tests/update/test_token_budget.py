@@ -12,10 +12,12 @@ from pasodoble.scale.layout import DistributedConfig, checkpointing_choice, role
 from pasodoble.update.micro_batches import plan_micro_batches
 from pasodoble.update.token_budget import (
     ACTIVATION_FLOOR_BYTES,
+    activation_target,
     auto_logprob_chunk_tokens,
     auto_micro_batch_tokens,
     host_memory_bytes,
     needs_checkpointing,
+    padding_free_target,
     token_activation_bytes,
 )
 from tests.roles.test_roles import make_role
@@ -250,3 +252,16 @@ def test_the_role_and_the_layout_resolve_auto_checkpointing_alike():
         )
     frozen = RoleConfig(model="m", micro_batch_size=past_host, gradient_checkpointing="auto", trainable=False)
     assert gradient_checkpointing(frozen, role.model) is False  # no backward
+
+
+def test_the_padding_free_budget_takes_half_the_device_less_the_state_and_nothing_more_on_a_cpu():
+    gb = 1e9
+    # Qwen3-0.6B-sized: 0.6B parameters x 16 bytes of state on a 141 GB device
+    state = 0.6e9 * 16
+    assert padding_free_target(state, 141 * gb) == pytest.approx(0.5 * 141 * gb - state)
+    assert padding_free_target(state, 141 * gb) > activation_target(state, 141 * gb)
+    # a state past half the device keeps the plain target; a CPU keeps the state's share
+    assert padding_free_target(100 * gb, 141 * gb) == activation_target(100 * gb, 141 * gb)
+    assert padding_free_target(state) == activation_target(state)
+    sizes = dict(hidden=1024, intermediate=3072, layers=28, state_bytes=state, device_bytes=141 * gb)
+    assert auto_micro_batch_tokens(**sizes, padding_free=True) > 2 * auto_micro_batch_tokens(**sizes)

@@ -51,12 +51,14 @@ class Sharding(Protocol):
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
-    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> torch.Tensor | float:
+        """The pre-clip gradient norm, a tensor on the gradients' device (read back once per update, by the Role)."""
         params = [p for p in model.parameters() if p.grad is not None]
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        return torch.nn.utils.clip_grad_norm_(params, max_norm) if params else 0.0
 
-    def step(self, model: torch.nn.Module, optimizer, scaler, max_norm: float) -> float:
-        """One optimizer step on the accumulated gradients; returns the pre-clip gradient norm."""
+    def step(self, model: torch.nn.Module, optimizer, scaler, max_norm: float) -> torch.Tensor | float:
+        """One optimizer step on the accumulated gradients; returns the pre-clip gradient norm (a tensor or a
+        float, as `clip_grad_norm` gives it)."""
         scaler.unscale_(optimizer)  # float16 only: clip the true gradient, not the scaled one
         grad_norm = self.clip_grad_norm(model, max_norm)
         scaler.step(optimizer)  # skips the step if a float16 gradient overflowed
