@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pasodoble.errors import ConfigError
 from pasodoble.runs.experiment import ExperimentConfig
 from pasodoble.runs.experiment_summary import summary, summary_markdown
 
@@ -108,3 +109,17 @@ def test_a_condition_may_run_at_fewer_seeds():
     pilot.arms = {"random_reward_verified": ["rewards.solver_reward=random"]}
     pilot.arm_seeds = {"random_reward_verified": [0]}  # as the SmolLM2 recipe has it, in a pilot of sft and B
     pilot.validate()
+
+
+def test_a_run_of_some_arms_is_valid_and_its_verdict_leaves_out_what_it_lacks():
+    # one process a core: `conditions=[uniform_true]` in one, `conditions=[verified]` in the other, same out_dir
+    part = config()
+    part.conditions = ["uniform_true"]
+    part.validate()
+    s = summary(part, [run("sft", 0, 40), run("uniform_true", 0, 46)])
+    assert "primary" not in s["verdict"] and "primary_vs_control" not in s["verdict"]
+    assert s["verdict"]["go_no_go"]["go"]  # the control's seed 0 against the start is there
+    with pytest.raises(ConfigError, match="primary_arm"):
+        ExperimentConfig(
+            conditions=["sft", "verified"], primary_arm="verfied"
+        ).validate()  # misspelt: an error
