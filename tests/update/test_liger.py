@@ -147,6 +147,20 @@ def test_a_liger_role_runs_padded_rows_on_every_device():
     assert not role.liger.compiled  # the loss math is compiled on CUDA only
 
 
+@needs_liger
+def test_a_dual_play_step_trains_both_roles_with_liger(tmp_path):
+    from tests.loop.test_dualplay import changed, make_loop, params
+
+    loop = make_loop(tmp_path, role_cfg={"loss_kernel": "liger"})
+    assert loop.proposer.liger is not None and loop.solver.liger is not None
+    p0, s0 = params(loop.proposer), params(loop.solver)
+    row = loop.online_step()
+    assert row["proposer/update/applied"] == row["solver/update/applied"] == 1.0
+    assert changed(p0, loop.proposer) and changed(s0, loop.solver)
+    assert 0.0 <= row["solver/update/clip_fraction"] <= 1.0 and row["solver/update/grad_norm"] > 0
+    assert not any("logprob_diff" in key for key in row)  # not measured, rather than logged as 0
+
+
 def test_asking_for_liger_where_it_is_not_installed_is_one_line(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(
