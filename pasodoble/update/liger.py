@@ -10,8 +10,8 @@ here (not importable), `require_liger(where)` and `refuse_ranks(where, world_siz
 `ConfigError` line naming the switch and the fix.
 
 Why: it is the well-kept library for the fused head; a role trains with it by one key, and
-`tests/update/test_liger.py` checks that one update with it gives the project's loss (`core.grpo.policy_loss`)
-and the same updated parameters. `bench/gpu_sections.py` runs it as the `liger` arm of the update section.
+`tests/update/test_liger.py` checks that updates with it give the project's loss (`core.grpo.policy_loss`), its
+statistics, gradients and updated parameters. `bench/gpu_sections.py` runs it as the `liger` arm of the update section.
 
 Where it departs, and what it needs:
 - Liger's chunked losses (`liger_kernel.chunked_loss`) are plain torch, and run on a CPU without Triton (the

@@ -13,6 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from pasodoble.config import validate_tree
 from pasodoble.errors import ConfigError
+from pasodoble.roles import adapters
+from pasodoble.roles.config import LoraConfig
 from pasodoble.roles.role import Role, RoleConfig, Sample, collate
 from pasodoble.rollout import Completion
 from pasodoble.scale.sharding import check_roles
@@ -51,7 +53,11 @@ def _role(arch: str, **overrides) -> tuple[Role, list[list[torch.Tensor]]]:
         # the same micro-batches on both sides: a statistic is a weighted mean of per-micro-batch means
         share_prompt_prefill=False,
     )  # fmt: skip
-    role = Role("solver", RoleConfig(**{**fields, **overrides}), _model(arch, tokenizer), tokenizer)
+    cfg = RoleConfig(**{**fields, **overrides})
+    model = _model(arch, tokenizer)
+    if cfg.lora is not None:  # the adapters train; the head (frozen) still goes to Liger
+        model = adapters.wrap_lora(model, "solver", cfg.lora)
+    role = Role("solver", cfg, model, tokenizer)
     grads: list[list[torch.Tensor]] = []
     role.optimizer.register_step_pre_hook(
         lambda opt, args, kwargs: grads.append([p.grad.clone() for p in role.model.parameters()])
@@ -107,6 +113,8 @@ def _updates(arch: str, steps: int = 2, **overrides):
         ("qwen2", {"loss_type": "grpo", "epsilon_high": 0.28}),
         ("qwen2", {"loss_type": "dapo", "beta": 0.04}),
         ("llama", {"loss_type": "dr_grpo", "beta": 0.04, "epsilon": 0.1}),
+        ("qwen2", {"loss_type": "dapo", "num_iterations": 2}),
+        ("qwen2", {"loss_type": "grpo", "lora": LoraConfig(rank=4)}),
     ],
 )
 def test_updates_with_liger_equal_the_project_s_loss(arch, settings):
