@@ -17,8 +17,8 @@ Where it departs, and what it needs:
 - Liger's chunked losses (`liger_kernel.chunked_loss`) are plain torch, and run on a CPU without Triton (the
   project's CPU tests install `liger-kernel` without its dependencies, see the Makefile); its Triton kernels are
   other modules, which the loss does not import. The loss math is `torch.compile`d on CUDA (Liger's and TRL's
-  default) and eager on a CPU, where compiling costs more than it saves at the tests' sizes. Its GPU speed against
-  the project's update has not been measured.
+  default) and eager on a CPU, where a compile's gain is unmeasured. Its GPU speed against the project's update has
+  not been measured.
 - Liger normalises each call as the project's `policy_loss` normalises a micro-batch (`grpo`: the mean of the
   sequence means; `dr_grpo`: rows x `max_completion_length`; `dapo`: the call's completion tokens), so a caller
   splitting a batch into micro-batches weights each loss by its share of the rows (of the tokens for `dapo`), as
