@@ -24,9 +24,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# liger-kernel goes in without its dependencies: Liger's chunked GRPO loss (`<role>.loss_kernel: liger`) is plain
+# torch and needs no Triton (its GPU kernels do, which the `liger` extra installs), so the CPU tests compare it with
+# the project's loss (tests/update/test_liger.py).
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt $(TORCH_PIP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt liger-kernel
 	touch $@
 
 install: $(VENV)/.installed

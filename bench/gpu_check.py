@@ -6,8 +6,8 @@ tokenizer of the same vocabulary; no hub, no dataset):
     the card's dense bf16 peak, /dev/shm's size;
   - `update`: one GRPO update at the bench shape (16 prompts x 8 samples, 128-token prompts, up to 256 completion
     tokens) in today's layout (`Role.update`), the padding-free layout where it exists, and TRL's plain padded loop
-    written out here (`gpu_sections.plain_update`), and that loop with Liger's fused GRPO loss (`liger`, where CUDA
-    and the liger extra are present): s/update, peak GB, MFU, `host_syncs_per_update` (profiler counts of
+    written out here (`gpu_sections.plain_update`), and that loop with Liger's fused GRPO loss (`liger`, where
+    liger-kernel is importable: CUDA, or a CPU with it installed without Triton): s/update, peak GB, MFU, `host_syncs_per_update` (profiler counts of
     `aten::_local_scalar_dense`, `aten::nonzero`, `aten::item`) and `op_calls_vs_plain` (aten calls over the plain
     loop's);
   - `weight_sync`: at 0.6B and 1.7B, the seconds of a sync into an in-process vLLM engine, direct from the trainer's

@@ -8,7 +8,8 @@ raises `Skip(reason)` where it cannot run here. Models are random-init from `gpu
 TRL itself), right-padded micro-batches of `micro_batch` sequences, one forward each, full logits in float32,
 log-softmax and gather, the clipped ratio against its own detached log-probs, a constant-normalised (Dr. GRPO) sum,
 backward, then gradient clipping and one AdamW step; no statistic read back to the host. `liger_update` is the
-same loop with Liger's fused linear GRPO loss (the `liger` arm; `{"skipped": reason}` without CUDA or the extra).
+same loop with Liger's fused linear GRPO loss (the `liger` arm; it runs on a CPU too, and writes
+`{"skipped": reason}` where liger-kernel is not importable).
 """
 
 from __future__ import annotations
@@ -143,34 +144,26 @@ def plain_update(model, samples, advantages, *, pad_id: int, micro_batch: int, n
 
 
 def liger_update(model, samples, advantages, *, pad_id: int, micro_batch: int, new_tokens: int, dtype: str):
-    """`plain_update`'s loop with Liger's fused linear GRPO loss (`pasodoble.update.liger`) in place of the full
-    logits: the decoder's last hidden states and the LM head's weight go to Liger, as TRL's `compute_liger_loss`
-    passes them; each micro-batch's Dr. GRPO loss is scaled by its share of the batch's rows."""
-    from pasodoble.update.liger import grpo_loss
+    """`plain_update`'s loop with Liger's fused linear GRPO loss (`pasodoble.update.liger`, the Role's
+    `loss_kernel: liger`) in place of the full logits: the decoder's last hidden states and the LM head's weight go
+    to Liger, as TRL's `compute_liger_loss` passes them; each micro-batch's Dr. GRPO loss is scaled by its share of
+    the batch's rows. The loss math is compiled on CUDA, eager on a CPU, as the Role runs it."""
+    from pasodoble.update.liger import fused_policy_loss, grpo_loss
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     device = next(model.parameters()).device
     compute = precision.DTYPES[dtype]
     loss_fn = grpo_loss(
-        beta=0.0, epsilon=0.2, epsilon_high=None, loss_type="dr_grpo", max_completion_length=new_tokens
-    )
-    head = model.get_output_embeddings()
+        beta=0.0, epsilon=0.2, epsilon_high=None, loss_type="dr_grpo", max_completion_length=new_tokens,
+        compiled=device.type == "cuda",
+    )  # fmt: skip
 
     def run() -> None:
         for lo in range(0, len(samples), micro_batch):
             batch = {k: v.to(device) for k, v in collate(samples[lo : lo + micro_batch], pad_id).items()}
-            adv = torch.tensor(advantages[lo : lo + micro_batch], device=device)
-            ids = batch["input_ids"]
+            batch["advantages"] = adv = torch.tensor(advantages[lo : lo + micro_batch], device=device)
             with precision.autocast(device, compute):
-                hidden = model.model(input_ids=ids, attention_mask=batch["attention_mask"]).last_hidden_state
-                loss, _ = loss_fn(
-                    _input=hidden[:, :-1],
-                    lin_weight=head.weight,
-                    selected_token_ids=ids[:, 1:],
-                    attention_mask=batch["completion_mask"][:, 1:],
-                    advantages=adv,
-                    bias=head.bias,
-                )
+                loss, _ = fused_policy_loss(loss_fn, model, batch)
             (loss * len(adv) / len(samples)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -298,11 +291,12 @@ def section_update(ctx: dict) -> dict:
 
 
 def liger_arm(ctx: dict, path: Path, samples, advantages, pad_id: int, tokens: int, params: int) -> dict:
-    """The plain loop with Liger's fused loss (`liger_update`), or `{"skipped": reason}` where Liger cannot run."""
+    """The plain loop with Liger's fused loss (`liger_update`), or `{"skipped": reason}` where liger-kernel is not
+    importable."""
     from pasodoble.update.liger import liger_unavailable
 
     shape, device = ctx["shape"], ctx["device"]
-    reason = liger_unavailable(device)
+    reason = liger_unavailable()
     if reason is not None:
         return {"skipped": reason}
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)

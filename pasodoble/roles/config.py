@@ -18,6 +18,7 @@ from pasodoble.core.lr_schedules import SCHEDULES
 from pasodoble.errors import ConfigError
 from pasodoble.rollout.settings import VLLMConfig, check_engine_name, resolve_engine, validate_engine
 from pasodoble.update.dtype_names import DTYPE_NAMES
+from pasodoble.update.liger import LOSS_KERNELS, require_liger
 
 LOSS_TYPES = ("dr_grpo", "grpo", "dapo")
 LR_SCHEDULERS = SCHEDULES
@@ -49,6 +50,9 @@ class RoleConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float | None = 1.0  # gradient clipping norm (None: off)
     loss_type: str = "dr_grpo"  # "dr_grpo" | "grpo" | "dapo"
+    # who computes the GRPO loss: "pasodoble" (core/grpo.py) | "liger" (Liger's fused linear GRPO loss, the liger
+    # extra; update/liger.py)
+    loss_kernel: str = "pasodoble"
     num_iterations: int = 1  # mu: optimizer steps per batch, each ratio against the generating policy
     epsilon: float = 0.2  # lower clip range of the importance ratio
     epsilon_high: float | None = None  # upper clip range (None: same as epsilon)
@@ -88,6 +92,7 @@ class RoleConfig:
             raise ConfigError("max_prompt_length", "prompt and completion lengths must be >= 1")
         if self.loss_type not in LOSS_TYPES:
             raise ConfigError("loss_type", f"unknown {self.loss_type!r}; use one of {', '.join(LOSS_TYPES)}")
+        self._validate_loss_kernel()
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ConfigError("lr_scheduler", f"unknown {self.lr_scheduler!r}; use one of {LR_SCHEDULERS}")
         if self.dtype not in DTYPE_NAMES:
@@ -149,6 +154,21 @@ class RoleConfig:
             lora_rank=self.lora.rank if self.lora else None,
             on_cpu=not cuda,
         )
+
+    def _validate_loss_kernel(self) -> None:
+        if self.loss_kernel not in LOSS_KERNELS:
+            raise ConfigError(
+                "loss_kernel", f"unknown {self.loss_kernel!r}; use one of {', '.join(LOSS_KERNELS)}"
+            )
+        if self.loss_kernel != "liger":
+            return
+        if self.tis_cap is not None:
+            raise ConfigError(
+                "tis_cap",
+                "weights each token by the trainer's log-probs, which Liger's fused loss (loss_kernel: liger) does "
+                "not return; set tis_cap: null or loss_kernel: pasodoble",
+            )
+        require_liger("loss_kernel")
 
     def _validate_optimizer(self) -> None:
         if self.warmup_steps < 0:

@@ -20,7 +20,9 @@ Departures from the reference code:
   live module) it is taken against the detached log-probs of the update's own forward, which are the generating
   policy's; the engine then skips its re-scoring pass (docs/PERFORMANCE.md).
 - Micro-batches are weighted so that the accumulated gradient equals the full-batch loss of `loss_type`
-  (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens).
+  (dr_grpo: sum / (B * max_completion_length); grpo: mean of sequence means; dapo: sum / all tokens), whichever
+  computes it: the project's `core.grpo.policy_loss`, or Liger's fused linear GRPO loss on the last hidden states
+  (`loss_kernel: liger`, `update.liger`: padded micro-batches, one process, no log-prob gap statistics).
 - `dtype` is the compute dtype: a trainable role keeps float32 master weights and AdamW states and autocasts its
   forward passes to `dtype` (`pasodoble.update.precision`): AdamW stepping bfloat16 weights directly rounds lr-1e-6
   updates away.
@@ -52,11 +54,11 @@ from pasodoble.rollout.placement import Placement
 from pasodoble.scale.data_parallel import GlobalBatch
 from pasodoble.scale.sharding.base import Sharding
 from pasodoble.scale.sharding.unsharded import Unsharded
-from pasodoble.update import precision
+from pasodoble.update import liger, precision
 from pasodoble.update.chunked_logprobs import inner_model, supports_chunking
 from pasodoble.update.embedding_grad import rows_into_grad
 from pasodoble.update.fused_head import reuse_head_casts
-from pasodoble.update.logprobs import logprobs
+from pasodoble.update.logprobs import logprobs, scored_temperature
 from pasodoble.update.micro_batches import (
     attention_entry_weight,
     layout_cost,
@@ -240,6 +242,7 @@ class Role:
         # weights (`Completion.policy_version`), those weights ARE the generating policy, so the ratio is taken
         # against their detached log-probs (exactly 1) and the engine need not re-score in the loss's numerics.
         self.ratio_on_current = cfg.num_iterations == 1 and not self.engine.copies_weights
+        self.liger = self._liger_loss() if cfg.loss_kernel == "liger" and cfg.trainable else None
         self.scaler = precision.grad_scaler(next(model.parameters()).device, self.compute_dtype)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
@@ -294,6 +297,8 @@ class Role:
         padding-free."""
         if not self.cfg.trainable or not isinstance(self.sharding, Unsharded) or self._same_numerics():
             return False
+        if self.liger is not None:  # Liger's loss takes padded rows, one advantage each
+            return False
         if not can_share_prompts(self.model):  # a plain linear head, full attention in every layer
             return False
         attention = attention_for(next(self.model.parameters()).device)
@@ -310,6 +315,22 @@ class Role:
                 self.cfg, self.model, self.gradient_checkpointing, padding_free=True
             )
         return self.padding_free
+
+    def _liger_loss(self):
+        """Liger's fused GRPO loss with the role's settings (`update.liger`), on one process only."""
+        # a run refuses it before loading (`scale.sharding.check_roles`); this guards a Role built in code
+        if not isinstance(self.sharding, Unsharded):
+            raise ValueError(f"{self.name}: Liger's fused loss (loss_kernel: liger) runs unsharded only")
+        cfg = self.cfg
+        return liger.grpo_loss(
+            beta=cfg.beta,
+            epsilon=cfg.epsilon,
+            epsilon_high=cfg.epsilon_high,
+            loss_type=cfg.loss_type,
+            max_completion_length=cfg.max_completion_length,
+            temperature=scored_temperature(cfg.temperature),
+            compiled=next(self.model.parameters()).is_cuda,  # Liger's default on CUDA; eager on a CPU
+        )
 
     def _build_optimizer(self, total_updates: int | None) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -423,8 +444,10 @@ class Role:
                             )
                         if it == 0:
                             first_pass.append(logps)
-                            chunk_gap = stats.pop("logprob_diff_max")
-                            if weight > 0:  # a zero-weight filler sample has no engine log-probs to compare
+                            # None: Liger's loss measures no gap; a zero-weight filler sample has no engine
+                            # log-probs to compare
+                            chunk_gap = stats.pop("logprob_diff_max", None)
+                            if chunk_gap is not None and weight > 0:
                                 gap_max = torch.maximum(torch.as_tensor(gap_max), chunk_gap.double())
                         self.sharding.backward(self.scaler.scale(loss * (weight * scale)))
                     for key, value in {"loss": loss.detach(), **stats}.items():
@@ -435,8 +458,10 @@ class Role:
             self.updates += 1
             if it + 1 < passes:
                 self.sharding.refresh(self.train_model)  # the next pass runs on the stepped weights
+        if "logprob_diff_mean" in sums:
+            sums["logprob_diff_max"] = gap_max
         return {
-            **read_once({**sums, "logprob_diff_max": gap_max, "grad_norm": grad_norm}),
+            **read_once({**sums, "grad_norm": grad_norm}),
             "lr": self.scheduler.get_last_lr()[0] if self.scheduler else 0.0,
         }
 
@@ -518,7 +543,8 @@ class Role:
         *,
         packed: bool = False,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """Loss, stats (0-dim tensors on the device, read once per update) and the detached log-probs of this pass;
+        """Loss, stats (0-dim tensors on the device, read once per update) and the detached log-probs of this pass
+        (None under Liger's loss, `loss_kernel: liger`, which computes the loss from the hidden states);
         `first_logps` is None on the first pass (the log-prob gap to the engine is measured there) and that pass's
         log-probs afterwards (for TIS); `packed`: the micro-batch runs packed, each prompt once
         (`micro_batch_layout`)."""
@@ -532,11 +558,21 @@ class Role:
             )
         device = next(self.model.parameters()).device
         batch = to_device(batch, device)
-        logps = self._token_logprobs(self.train_model, batch, samples, packed=packed)
         ref_logps = None
         if self.reference is not None:
             with torch.no_grad():
                 ref_logps = self._token_logprobs(self.reference, batch, samples, packed=packed)
+        on_current = self.ratio_on_current and all(
+            s.completion.policy_version == self.updates for s in samples
+        )
+        if self.liger is not None:  # the one other loss: Liger's, which returns no per-token log-probs
+            old_logps = None if on_current else batch["old_logps"]
+            with rows_into_grad(self.train_model):  # unsharded (`_liger_loss`)
+                loss, stats = liger.fused_policy_loss(
+                    self.liger, self.train_model, batch, old_logps=old_logps, ref_logps=ref_logps
+                )
+            return loss, stats, None
+        logps = self._token_logprobs(self.train_model, batch, samples, packed=packed)
         mask, engine_logps = batch["completion_mask"], batch["old_logps"]
         behaviour = logps.detach() if first_logps is None else first_logps
         gap = {}
@@ -545,7 +581,7 @@ class Role:
                 behaviour, engine_logps, mask
             )
         old_logps, token_weights = engine_logps, None
-        if self.ratio_on_current and all(s.completion.policy_version == self.updates for s in samples):
+        if on_current:
             old_logps = behaviour
         if (
             self.cfg.tis_cap is not None
@@ -577,7 +613,12 @@ class Role:
         return self._may_share() and can_pack(model)
 
     def _may_share(self) -> bool:
-        return self.cfg.share_prompt_prefill and not self._same_numerics() and self.train_model is self.model
+        return (
+            self.cfg.share_prompt_prefill
+            and self.liger is None  # Liger's loss takes padded rows, one advantage each
+            and not self._same_numerics()
+            and self.train_model is self.model
+        )
 
     def _same_numerics(self) -> bool:
         """An HF engine that re-scores (num_iterations > 1) does so through the plain path, and the later passes'

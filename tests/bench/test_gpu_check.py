@@ -94,7 +94,11 @@ def test_the_update_section_compares_every_arm(tmp_path):
     project, flat, plain = (out["arms"][k] for k in ("project", "padding_free", "plain"))
     assert plain["op_calls_vs_plain"] == 1.0 and project["op_calls_vs_plain"] > 0
     assert project["host_syncs_per_update"] >= 0 and project["s_per_update"] > 0 and 0 < project["mfu"] < 1
-    assert out["arms"]["liger"] == {"skipped": liger_unavailable("cpu")}  # Liger is CUDA only
+    liger = out["arms"]["liger"]
+    if liger_unavailable() is None:  # Liger's chunked loss is plain torch: it runs on a CPU without Triton
+        assert liger["s_per_update"] > 0 and liger["op_calls_vs_plain"] > 0 and liger["micro_batches"] >= 1
+    else:
+        assert liger == {"skipped": liger_unavailable()}
     # the padding-free arm at the quick shape: one micro-batch, at most 2 reads back, fewer operators than plain
     assert flat["layout"] == "padding_free" and flat["attention"] == "sdpa" and flat["micro_batches"] == 1
     assert flat["host_syncs_per_update"] <= 2 and flat["op_calls_vs_plain"] <= 1.0

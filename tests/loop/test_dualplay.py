@@ -59,9 +59,13 @@ def make_role(name: str, script, *, seed: int, n: int, **cfg) -> Role:
     return Role(name, role_cfg, model, tokenizer, engine=ScriptedEngine(model, tokenizer, script))
 
 
-def make_loop(tmp_path, *, solver_table=CORRECT_OF_4, schedule=None, rewards=None, **kwargs) -> DualPlay:
-    proposer = make_role("proposer", proposer_script, seed=1, n=4)
-    solver = make_role("solver", lambda p, j: solver_script(p, j, solver_table), seed=2, n=4)
+def make_loop(
+    tmp_path, *, solver_table=CORRECT_OF_4, schedule=None, rewards=None, role_cfg=None, **kwargs
+) -> DualPlay:
+    """`role_cfg`: RoleConfig fields both roles take."""
+    role_cfg = role_cfg or {}
+    proposer = make_role("proposer", proposer_script, seed=1, n=4, **role_cfg)
+    solver = make_role("solver", lambda p, j: solver_script(p, j, solver_table), seed=2, n=4, **role_cfg)
     sampler = PassageSampler(
         KnowledgeConfig(), passages=[Passage("p0", "one plus one is two, said the book")]
     )

@@ -12,10 +12,14 @@ from pasodoble.scale.sharding.deepspeed import DeepSpeedZero
 from pasodoble.scale.sharding.deepspeed import check_roles as check_deepspeed
 from pasodoble.scale.sharding.fsdp2 import FullyShard
 from pasodoble.scale.sharding.unsharded import Unsharded
+from pasodoble.update.liger import refuse_ranks
 
 
 def check_roles(backend: str, world_size: int, roles: dict) -> None:
     """Refuse, before any model loads, the settings the backend on several ranks does not train with yet."""
+    for name, cfg in roles.items():
+        if cfg.trainable and cfg.loss_kernel == "liger":
+            refuse_ranks(f"{name}.loss_kernel", world_size)
     if backend == "deepspeed":
         return check_deepspeed(backend, world_size, roles)
     if backend != "fsdp2" or world_size <= 1:
