@@ -236,7 +236,8 @@ COMMANDS: dict[str, Run | Skip] = {
     "vllm.entrypoints.openai.api_server --model out/sft --served-model-name base --host 127.0.0.1 --port 8000 "
     "--dtype bfloat16 --max-model-len 7424 --gpu-memory-utilization 0.9 --logprobs-mode processed_logprobs "
     "--worker-extension-cls pasodoble.rollout.vllm_worker.SyncExtension "
-    "--middleware pasodoble.rollout.server_auth.TokenGuard --enable-prefix-caching": Skip(
+    "--middleware pasodoble.rollout.server_auth.TokenGuard --enable-prefix-caching "
+    '--weight-transfer-config {"backend": "nccl"}': Skip(
         "a GPU of its own and a real model; pasodoble serve starts the same server in the vllm tests"
     ),
     "CUDA_VISIBLE_DEVICES=0 pasodoble train --config recipes/qwen3-1.7b-online.yaml proposer.model=out/sft "

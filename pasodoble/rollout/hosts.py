@@ -2,12 +2,13 @@
 
 Used by the server that starts a process (`rollout/server.py`), by `pasodoble serve` (`check_bind`: a host other
 machines reach only when allowed) and by the placement that decides where it runs (`rollout/placement.py`); pure
-functions of their arguments and the environment.
+functions of their arguments and the environment, but `free_port` and `local_address`, which ask the network stack.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 
 from pasodoble.errors import UserError
@@ -49,3 +50,16 @@ def check_bind(host: str, allow_remote: bool, flag: str = "vllm.allow_remote") -
         f"warning: the vLLM server listens on {host or 'all interfaces'}: other machines can reach it; its token "
         "travels unencrypted over HTTP, so use it on a trusted network only"
     )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def local_address(towards: str) -> str:
+    """This machine's address on the interface that reaches `towards` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(towards), 9))
+        return s.getsockname()[0]

@@ -172,6 +172,7 @@ class Placement:
             after_sync=shared.after_sync,
             token=shared.token,
             shm=shm,
+            dtype=role_cfg.dtype,
         )
 
     def _wait(self, role_cfg) -> dict:

@@ -33,6 +33,12 @@ def register(subparsers) -> None:
     p.add_argument("--max-lora-rank", type=int, default=16, help="largest LoRA rank accepted")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of GPU memory for vLLM")
     p.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs the engine spans")
+    p.add_argument(
+        "--weight-sync",
+        choices=("auto", "nccl", "gloo", "shm"),
+        default="auto",
+        help="how trainers send weights (vllm.weight_sync; auto: nccl on a GPU, shm on a CPU)",
+    )
     p.set_defaults(func=run_serve_cmd)
 
 
@@ -56,11 +62,13 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         server_port=args.port,
         server_host=args.host,
         allow_remote=args.allow_remote,
+        weight_sync=args.weight_sync,
     )
     check_bind(args.host, args.allow_remote, flag="--allow-remote")
     cfg.validate()
-    # sleep_mode, the one engine check that depends on the device, stays unset here: no torch to find a GPU
-    validate_engine("vllm", cfg, model_dir=args.model)
+    # sleep_mode stays unset here, and torch is imported to find a GPU only for the one flag that needs one (nccl)
+    on_cpu = not _cuda() if args.weight_sync == "nccl" else True
+    validate_engine("vllm_server", cfg, model_dir=args.model, on_cpu=on_cpu)
     out = claim_folder(
         Path(args.out), "serve", "--out"
     )  # its token and log, never into another command's run
@@ -94,3 +102,9 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
     raise EngineUnavailable(
         f"the vLLM server exited with code {server.process.returncode}; log {server.log_path}"
     )
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

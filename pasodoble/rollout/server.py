@@ -8,9 +8,12 @@ What:
   lines); logs into the run folder; `stop()` ends its process group. A run stops the server it started.
 - `VLLMServerEngine`: `RolloutEngine` over HTTP. `/v1/completions` with token-id prompts (one request per prompt,
   with that prompt's seed, sent concurrently), `logprobs=0` and `return_token_ids`; weight sync through the
-  server's own endpoints: `/collective_rpc` -> `pasodoble_reload(folder)` for full models (safetensors under
-  /dev/shm, so the server must run on this machine to share it), `/v1/load_lora_adapter` under a new name per
-  version + `/v1/unload_lora_adapter` for adapters, then `/reset_prefix_cache`.
+  server's own endpoints, full models by `vllm.weight_sync` (`settings.engine_sync`): `nccl` (the default on a GPU)
+  or `gloo` over vLLM's weight-transfer routes (`rollout.transfer`: tensors broadcast from this process, no file, so
+  the server may run on another node; `start` passes `--weight-transfer-config`), or `shm` (the CPU default):
+  `/collective_rpc` -> `pasodoble_reload(folder)` from safetensors under /dev/shm (so the server must run on this
+  machine); adapters by `/v1/load_lora_adapter` under a new name per version + `/v1/unload_lora_adapter`; then
+  `/reset_prefix_cache`.
 - On several ranks `rollout.placement` decides who starts a server and who syncs it: with
   `distributed.rollout=dedicated` rank 0 starts one per role on GPUs of their own (`devices`) and every rank
   shares it, rank 0 pushing the weights and the others waiting (`owner`, `after_sync`).
@@ -25,13 +28,13 @@ every route behind the token (`serve` writes it to OUT/token; the client of a `s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,7 +46,7 @@ from pathlib import Path
 
 from pasodoble.errors import UserError
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.hosts import advertised_host, bind_host, check_bind, device_list
+from pasodoble.rollout.hosts import advertised_host, bind_host, check_bind, device_list, free_port
 from pasodoble.rollout.server_auth import (
     CHALLENGE_HEADER,
     MIDDLEWARE,
@@ -53,7 +56,7 @@ from pasodoble.rollout.server_auth import (
     new_token,
     proof_refusal,
 )
-from pasodoble.rollout.settings import VLLMConfig
+from pasodoble.rollout.settings import TRANSFER_BACKENDS, VLLMConfig, engine_dtype, engine_sync
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
 from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.weights import write_weights
@@ -75,12 +78,6 @@ class EngineUnavailable(UserError):
     """The vLLM server stopped answering; the run cannot go on (resume it from its last checkpoint)."""
 
     exit_code = 3
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -133,7 +130,7 @@ class VLLMServer:
             "--served-model-name", SERVED_NAME,
             "--host", host,
             "--port", str(port),
-            "--dtype", cfg.dtype if cfg.dtype != "auto" else dtype,
+            "--dtype", engine_dtype(cfg, dtype),
             "--max-model-len", str(cfg.max_model_len or max_model_len),
             "--gpu-memory-utilization", str(cfg.gpu_memory_utilization),
             "--tensor-parallel-size", str(cfg.tensor_parallel_size),
@@ -145,6 +142,9 @@ class VLLMServer:
         if cfg.enforce_eager if cfg.enforce_eager is not None else on_cpu:
             args.append("--enforce-eager")
         args.append("--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching")
+        sync = engine_sync(cfg, "vllm_server", cuda=not on_cpu)
+        if sync in TRANSFER_BACKENDS:
+            args += ["--weight-transfer-config", json.dumps({"backend": TRANSFER_BACKENDS[sync]})]
         if adapters:
             args += [
                 "--enable-lora",
@@ -297,8 +297,10 @@ class VLLMServerEngine(ServesAdapters):
         after_sync=None,
         token: str | None = None,
         shm: Path | None = None,
+        dtype: str = "float32",
     ):
-        """`token`: the server's (None: `VLLM_API_KEY` if set); `shm`: the folder weight copies go to (None: new)."""
+        """`token`: the server's (None: `VLLM_API_KEY` if set); `shm`: the folder weight copies go to (None: new);
+        `dtype`: the role's (the engine's unless `vllm.dtype` names one)."""
         self.url, self.tokenizer, self.cfg, self.server = url.rstrip("/"), tokenizer, cfg, server
         # A server shared by several ranks (`rollout.placement`): the owner pushes weights, every rank then waits.
         self.owner, self.after_sync = owner, after_sync
@@ -306,6 +308,9 @@ class VLLMServerEngine(ServesAdapters):
         self._shm = shm or make_shm_dir("server")
         self._versions = itertools.count(1)
         self._lora: dict[str, str] = {}  # adapter -> served LoRA name of its current version
+        self.sync = engine_sync(cfg, "vllm_server", cuda=_cuda())
+        self.dtype = engine_dtype(cfg, dtype)
+        self._transfer = None  # `rollout.transfer.Transfer`, opened by the first sync that uses it
 
     # ------------------------------------------------------------------ HTTP
     def _post(self, path: str, body: dict, timeout: float | None = None) -> dict:
@@ -364,21 +369,39 @@ class VLLMServerEngine(ServesAdapters):
 
     # ------------------------------------------------------------------ weight sync
     def update_weights(self, model) -> None:
-        folder = self._shm / f"weights-{next(self._versions)}"
+        """Full weights to the server: over vLLM's weight transfer (`nccl`, `gloo`) or through /dev/shm (`shm`)."""
+        version = next(self._versions)  # every rank counts versions alike (`sync_adapter`)
         if self.owner:
-            write_weights(model, folder)
-            try:
-                body = {
-                    "method": "pasodoble_reload",
-                    "args": [str(folder)],
-                    "timeout": self.cfg.sync_timeout_s,
-                }
-                self._post("/collective_rpc", body, timeout=self.cfg.sync_timeout_s + 30)
-                self._post("/reset_prefix_cache", {})
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
+            if self.sync in TRANSFER_BACKENDS:
+                self._send(model)
+            else:
+                self._reload_through_shm(model, self._shm / f"weights-{version}")
+            self._post("/reset_prefix_cache", {})
         if self.after_sync is not None:
             self.after_sync()
+
+    def _send(self, model) -> None:
+        if self._transfer is None:
+            from pasodoble.rollout.transfer import Transfer
+            from pasodoble.update.precision import DTYPES
+
+            self._transfer = Transfer(
+                TRANSFER_BACKENDS[self.sync],
+                self.url,
+                self._post,
+                workers=self.cfg.tensor_parallel_size,
+                dtype=DTYPES[self.dtype],
+                timeout_s=self.cfg.sync_timeout_s,
+            )
+        self._transfer.send(model)
+
+    def _reload_through_shm(self, model, folder: Path) -> None:
+        write_weights(model, folder)
+        try:
+            body = {"method": "pasodoble_reload", "args": [str(folder)], "timeout": self.cfg.sync_timeout_s}
+            self._post("/collective_rpc", body, timeout=self.cfg.sync_timeout_s + 30)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def sync_adapter(self, name: str, adapter_dir: str | Path) -> None:
         version = next(self._versions)  # every rank counts versions alike, so all know the served name
@@ -396,8 +419,13 @@ class VLLMServerEngine(ServesAdapters):
             self.after_sync()
 
     def close(self) -> None:
-        """Remove the weights folder and stop the server this rank started (idempotent)."""
+        """Remove the weights folder, release the weight transfer and stop the server this rank started (idempotent).
+        A server that is gone already has no transfer left to release."""
         shutil.rmtree(self._shm, ignore_errors=True)
+        transfer, self._transfer = self._transfer, None
+        if transfer is not None:
+            with contextlib.suppress(EngineUnavailable):
+                transfer.close()
         server, self.server = self.server, None
         if server is not None:
             server.stop()

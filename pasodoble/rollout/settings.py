@@ -10,13 +10,15 @@ Defaults work on one GPU shared with training (30% of its memory for vLLM, aslee
 `validate_engine(role_cfg, model_dir)` turns each bad setting into one line naming the field and the fix: vLLM not
 importable, a memory share out of (0, 1], a tensor-parallel size that does not divide the model's attention heads
 (read from its config.json), a LoRA rank above `max_lora_rank` (which would kill the whole engine), a head size
-the CPU build cannot run (unless the server is given by URL: it runs elsewhere), sleep mode on a CPU.
+the CPU build cannot run (unless the server is given by URL: it runs elsewhere), sleep mode on a CPU, a `weight_sync`
+the engine or the machine cannot use (`check_sync`: nccl without CUDA, shm to a server on another machine).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,10 @@ from pasodoble.rollout.server_auth import is_loopback
 
 ENGINES = ("auto", "hf", "vllm", "vllm_server")
 PLACEMENTS = ("colocated", "dedicated")  # distributed.rollout: where rollouts are generated (`placement`)
-WEIGHT_SYNCS = ("auto", "direct", "shm")
+WEIGHT_SYNCS = ("auto", "direct", "shm", "nccl", "gloo")
+# vLLM weight-transfer backends of the `weight_sync` choices that use one (`rollout.transfer`); `gloo` is the
+# project's own (`rollout.gloo_transfer`), registered inside the server by its worker extension
+TRANSFER_BACKENDS = {"nccl": "nccl", "gloo": "pasodoble_gloo"}
 LONG_COMPLETION_TOKENS = 1024  # from here on, `hf` on a GPU warns (generation dominates the step)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32 CPU attention kernels
 INSTALL_HINT = "install it with `make vllm-env` (CPU build) or `pip install vllm` (GPU), or use engine=hf"
@@ -44,8 +49,7 @@ class VLLMConfig:
     )
     max_lora_rank: int = 16  # largest LoRA rank the engine accepts (LoRA roles)
     sync_timeout_s: float = 300.0  # a weight sync slower than this is an error
-    # in-process weight sync: "direct" (the trainer's tensors, engine core in this process), "shm" (safetensors
-    # under /dev/shm, reloaded by a child engine core), "auto" (direct on a GPU with tensor_parallel_size 1, else shm)
+    # how weights reach the engine (`engine_sync`): "direct", "shm", "nccl", "gloo" or "auto" (see docs/ROLLOUTS.md)
     weight_sync: str = "auto"
     cpu_kvcache_space_gb: int = 1  # CPU build: KV-cache memory per engine (VLLM_CPU_KVCACHE_SPACE)
     cpu_threads_bind: str | None = None  # CPU build: cores of the engine (None: engine k on core k mod cores)
@@ -107,11 +111,56 @@ def sleeps(cfg: VLLMConfig, *, cuda: bool) -> bool:
 
 
 def direct_sync(cfg: VLLMConfig, *, cuda: bool) -> bool:
-    """Whether an in-process engine takes the trainer's tensors directly (`weight_sync`; see `VLLMConfig`). On a CPU
-    `auto` keeps the child engine core: in this process its thread binding would pin the trainer's threads too."""
-    if cfg.weight_sync == "auto":
-        return cuda and cfg.tensor_parallel_size == 1
-    return cfg.weight_sync == "direct"
+    """Whether an in-process engine takes the trainer's tensors directly (`engine_sync(..., "vllm")`)."""
+    return engine_sync(cfg, "vllm", cuda=cuda) == "direct"
+
+
+def engine_sync(cfg: VLLMConfig, engine: str, *, cuda: bool) -> str:
+    """How weights reach `engine` (`vllm` or `vllm_server`): `weight_sync`, with `auto` resolved here.
+
+    In process, `auto` is `direct` on a GPU with one worker, else `shm`: on a CPU the child engine core stays (in this
+    process its thread binding would pin the trainer's threads too). A server gets `nccl` on a GPU (no /dev/shm, so it
+    may run on another node) and `shm` on a CPU; `gloo` (vLLM's weight-transfer protocol over a gloo group) is asked
+    for by name."""
+    if cfg.weight_sync != "auto":
+        return cfg.weight_sync
+    if engine == "vllm_server":
+        return "nccl" if cuda else "shm"
+    return "direct" if cuda and cfg.tensor_parallel_size == 1 else "shm"
+
+
+def check_sync(cfg: VLLMConfig, engine: str, *, cuda: bool) -> None:
+    """A `ConfigError` for a `weight_sync` that `engine` cannot use on this machine."""
+    sync = engine_sync(cfg, engine, cuda=cuda)
+    if engine == "vllm" and sync in TRANSFER_BACKENDS:
+        raise ConfigError(
+            "vllm.weight_sync",
+            f"{sync} is for engine=vllm_server; an in-process engine takes direct, shm or auto",
+        )
+    if engine == "vllm_server" and sync == "direct":
+        raise ConfigError(
+            "vllm.weight_sync", "direct is for engine=vllm; a server takes nccl, gloo, shm or auto"
+        )
+    if sync == "nccl" and not cuda:
+        raise ConfigError(
+            "vllm.weight_sync", "nccl needs a CUDA device in this process; use shm or gloo on a CPU"
+        )
+    if sync in TRANSFER_BACKENDS and not vllm_available():
+        raise ConfigError(
+            "vllm.weight_sync",
+            f"{sync} sends weights with vLLM's transfer engine, so this process needs vllm; {INSTALL_HINT}",
+        )
+    url_host = urllib.parse.urlsplit(cfg.server_url).hostname if cfg.server_url else None
+    if engine == "vllm_server" and sync == "shm" and url_host is not None and not is_loopback(url_host):
+        raise ConfigError(
+            "vllm.weight_sync",
+            f"shm needs the server on this machine, but vllm.server_url is on {url_host}; use nccl (GPU) or gloo",
+        )
+
+
+def engine_dtype(cfg: VLLMConfig, dtype: str) -> str:
+    """The engine's dtype: `vllm.dtype`, or the role's `dtype` when that is `auto`."""
+    return cfg.dtype if cfg.dtype != "auto" else dtype
 
 
 def hf_on_gpu_warning(engine: str, *, cuda: bool, max_completion_length: int, role: str) -> str | None:
@@ -167,6 +216,7 @@ def validate_engine(
             "lora.rank",
             f"rank {lora_rank} is above vllm.max_lora_rank={cfg.max_lora_rank}; raise max_lora_rank or lower rank",
         )
+    check_sync(cfg, engine, cuda=not on_cpu)
     if cfg.sleep_mode is True and on_cpu:
         raise ConfigError("vllm.sleep_mode", "sleep mode is not supported on a CPU; set it to false")
     config = _model_config(model_dir)

@@ -22,7 +22,7 @@ Departures and limits: with `top_p < 1` or `top_k`, vLLM's processed log-probs a
 tokens while the loss scores the full softmax; `rollout/logprob_diff/*` shows that gap. Sleep mode (on by default on
 a GPU, `rollout.vllm_sleep`): the engine sleeps from its start; a sync wakes the weights only, a rollout wakes the KV
 cache too and puts everything back to sleep when it ends. Several workers (tensor parallel) sync through /dev/shm;
-vLLM's NCCL/IPC weight-transfer engines are not wired in yet.
+vLLM's weight-transfer engines serve the server mode only (`rollout.transfer`).
 
 Run: `VLLMEngine(VLLMConfig(), "path/to/model", tokenizer, max_model_len=2048)`; tests in
 `tests/rollout/test_vllm_engine.py` (marker `vllm`, needs `make vllm-env`).
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from pasodoble.rollout.base import Completion, SamplingParams
-from pasodoble.rollout.settings import VLLMConfig, direct_sync, sleeps
+from pasodoble.rollout.settings import VLLMConfig, direct_sync, engine_dtype, sleeps
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, make_shm_dir, shm_root
 from pasodoble.rollout.vllm_common import WORKER_EXTENSION, ServesAdapters, make_completion, vllm_sampling
 from pasodoble.rollout.vllm_sleep import SleepCycle
@@ -87,7 +87,7 @@ class VLLMEngine(ServesAdapters):
         kwargs = {}
         if adapters:
             kwargs.update(enable_lora=True, max_loras=max(len(adapters), 1), max_lora_rank=max_lora_rank)
-        self.dtype = cfg.dtype if cfg.dtype != "auto" else dtype
+        self.dtype = engine_dtype(cfg, dtype)
         self.direct = direct_sync(cfg, cuda=not self.on_cpu)
         with engine_core_here(self.direct):
             self.llm = LLM(

@@ -12,6 +12,11 @@ and then refreshes a tied output head: no checkpoint weight is named after it, s
 re-processes it, and the CPU build's packed copy of the head (`cpu_linear`) would keep the old embedding (measured:
 log-probs off by 8-33 nats after an embedding change). The head is re-tied to the embedding and re-packed.
 
+A server started with `--weight-transfer-config` receives weights over vLLM's weight-transfer engines instead
+(`rollout.transfer`); importing this module registers the project's gloo backend there (`rollout.gloo_transfer`,
+before the worker loads its model and builds its transfer engine), and `pasodoble_retie_head` re-ties the head after
+such an update.
+
 The reload loads only from the run's own weights folder (`PASODOBLE_WEIGHTS_ROOT`, set by whoever starts the
 engine; `rollout.shm.weights_folder_refusal`): a caller cannot point the server at weights of its choosing.
 
@@ -22,7 +27,10 @@ from __future__ import annotations
 
 import os
 
+from pasodoble.rollout import gloo_transfer
 from pasodoble.rollout.shm import WEIGHTS_ROOT_ENV, weights_folder_refusal
+
+gloo_transfer.register()
 
 
 class SyncExtension:
@@ -33,7 +41,7 @@ class SyncExtension:
         if refusal is not None:
             raise PermissionError(f"pasodoble_reload refused {path!r}: {refusal}")
         self.reload_weights(weights_path=path)
-        self._pasodoble_retie_head()
+        self.pasodoble_retie_head()
         return "ok"
 
     def pasodoble_load(self, weights) -> str:
@@ -41,10 +49,11 @@ class SyncExtension:
         process gets here with the tensors themselves (`VLLMEngine` with `weight_sync: direct`); they are never
         serialised."""
         self.reload_weights(weights_iterator=iter(weights))
-        self._pasodoble_retie_head()
+        self.pasodoble_retie_head()
         return "ok"
 
-    def _pasodoble_retie_head(self) -> None:
+    def pasodoble_retie_head(self) -> str:
+        """Re-tie (and re-pack) a tied output head to the embedding, after any load (see module docstring)."""
         model = self.model_runner.get_model()
         head = getattr(model, "lm_head", None)
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
@@ -55,3 +64,4 @@ class SyncExtension:
             method = getattr(head, "quant_method", None)
             if method is not None:  # the CPU build packs the head's weight for its GEMM: pack the new one
                 method.process_weights_after_loading(head)
+        return "ok"

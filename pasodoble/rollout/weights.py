@@ -6,7 +6,8 @@ storage; vLLM re-ties the head itself). `FullWeights(model, state_dict)` is a sh
 weights its sharding backend gathered (`scale.sharding.fsdp2.FullyShard.sync_engine`), so an engine reads it like a module.
 
 `cast_tensors(model, dtype)` is the same tensors as a lazy stream of (name, tensor) pairs in the engine's dtype, for
-an engine that loads them directly (`rollout.vllm`, in process: no file at all).
+an engine that loads them directly (`rollout.vllm`, in process: no file at all) or receives them over vLLM's weight
+transfer (`rollout.transfer`, server mode).
 
 Why not `save_pretrained`: transformers writes nothing on ranks other than 0 once torch.distributed is initialised
 (`should_save_on_this_rank`), silently; every rank of a colocated layout syncs its own engine, so each must write.
@@ -55,8 +56,16 @@ def unique_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, tensor
 
 
-def cast_tensors(model, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """`unique_tensors` cast to `dtype` one tensor at a time, as the consumer asks for them: a direct load holds at
-    most the tensors of the layer it is loading in the engine's dtype, never a second copy of the model."""
+def sent_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
+    """The dtype `tensor` reaches an engine in: floating tensors in the engine's `dtype`, the rest as they are."""
+    return dtype if tensor.is_floating_point() else tensor.dtype
+
+
+def cast_tensors(
+    model, dtype: torch.dtype, device: torch.device | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`unique_tensors` cast to `dtype` (`sent_dtype`) and moved to `device` (None: where they are) one tensor at a
+    time, as the consumer asks for them: a load holds at most the tensors of the layer it is loading in the engine's
+    dtype, never a second copy of the model."""
     for name, tensor in unique_tensors(model):
-        yield name, tensor.to(dtype) if tensor.is_floating_point() else tensor
+        yield name, tensor.to(device=device, dtype=sent_dtype(tensor, dtype))

@@ -118,6 +118,7 @@ def _run(*args: str) -> tuple[int, str, str, list[str]]:
         ),
         (("serve", "--model", "m", "--host", "0.0.0.0"), 2, "set --allow-remote to accept that"),
         (("serve", "--model", "m", "--gpu-memory-utilization", "2"), 2, "gpu_memory_utilization: must be in"),
+        (("serve", "--model", "m", "--weight-sync", "direct"), 2, "--weight-sync: invalid choice: 'direct'"),
     ],
 )
 def test_answers_before_torch_is_imported(args, code, shows):

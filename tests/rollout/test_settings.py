@@ -88,3 +88,77 @@ def test_weight_sync_and_logprob_gap_metrics():
         and totals["rollout/logprob_diff/max"] == 0.3
     )
     assert rollout_totals({}) == {}
+
+
+def test_weight_sync_auto_resolves_by_engine_and_device():
+    auto, tp2 = VLLMConfig(), VLLMConfig(tensor_parallel_size=2)
+    assert settings.engine_sync(auto, "vllm_server", cuda=True) == "nccl"  # no /dev/shm: any node
+    assert settings.engine_sync(auto, "vllm_server", cuda=False) == "shm"  # the CPU fallback
+    assert settings.engine_sync(auto, "vllm", cuda=True) == "direct"
+    assert settings.engine_sync(tp2, "vllm", cuda=True) == "shm"
+    assert settings.engine_sync(auto, "vllm", cuda=False) == "shm"
+    assert settings.engine_sync(VLLMConfig(weight_sync="gloo"), "vllm_server", cuda=True) == "gloo"
+    assert settings.direct_sync(auto, cuda=True) and not settings.direct_sync(auto, cuda=False)
+
+
+@pytest.mark.parametrize(
+    ("engine", "overrides", "on_cpu", "match"),
+    [
+        ("vllm_server", {"weight_sync": "nccl"}, True, "nccl needs a CUDA device"),
+        ("vllm_server", {"weight_sync": "direct"}, False, "direct is for engine=vllm"),
+        ("vllm", {"weight_sync": "nccl"}, False, "nccl is for engine=vllm_server"),
+        ("vllm", {"weight_sync": "gloo"}, True, "gloo is for engine=vllm_server"),
+        (
+            "vllm_server",
+            {"weight_sync": "shm", "server_url": "http://10.1.2.3:8000"},
+            True,
+            "shm needs the server on this machine.*10.1.2.3",
+        ),
+    ],
+)
+def test_a_weight_sync_the_engine_cannot_use_is_one_config_error(with_vllm, engine, overrides, on_cpu, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        validate_engine(engine, VLLMConfig(**overrides), on_cpu=on_cpu)
+    assert e.value.where == "vllm.weight_sync"
+
+
+def test_the_possible_weight_syncs_pass(with_vllm):
+    validate_engine("vllm_server", VLLMConfig(weight_sync="gloo"), on_cpu=True)
+    validate_engine(
+        "vllm_server", VLLMConfig(weight_sync="nccl", server_url="http://10.1.2.3:8000"), on_cpu=False
+    )
+    validate_engine(
+        "vllm_server", VLLMConfig(weight_sync="shm", server_url="http://127.0.0.1:8000"), on_cpu=True
+    )
+    validate_engine("vllm", VLLMConfig(weight_sync="direct"), on_cpu=False)
+
+
+def test_a_transfer_without_vllm_in_the_trainer_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(settings, "vllm_available", lambda: False)
+    given = VLLMConfig(weight_sync="gloo", server_url="http://127.0.0.1:8000")  # a given server needs no vllm
+    with pytest.raises(ConfigError, match="gloo sends weights with vLLM's transfer engine.*make vllm-env"):
+        validate_engine("vllm_server", given, on_cpu=True)
+    validate_engine(
+        "vllm_server", VLLMConfig(server_url="http://127.0.0.1:8000"), on_cpu=True
+    )  # shm: no vllm
+
+
+def test_cli_nccl_on_a_cpu_is_one_line_exit_2(capsys, with_vllm):
+    import torch
+
+    from pasodoble.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("nccl is possible where CUDA is visible")
+
+    code = main(
+        [
+            "train",
+            "--config",
+            "recipes/tiny-online.yaml",
+            "solver.engine=vllm_server",
+            "solver.vllm.weight_sync=nccl",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "solver.vllm.weight_sync" in err and "CUDA" in err

@@ -114,6 +114,10 @@ def test_dev_routes_and_lora_loads_are_refused_without_the_runs_token(served, tm
         ("/v1/load_lora_adapter", {"lora_name": "solver-v2", "lora_path": str(adapter)}),
         ("/reset_prefix_cache", {}),
         ("/v1/completions", {"model": "base", "prompt": [1, 2], "max_tokens": 2}),
+        ("/init_weight_transfer_engine", {"init_info": {"master_address": "127.0.0.1", "master_port": 1}}),
+        ("/start_weight_update", {}),
+        ("/update_weights", {"update_info": {"names": [], "dtype_names": [], "shapes": []}}),
+        ("/finish_weight_update", {}),
     ]
     for path, body in calls:
         for token in (None, "wrong", server.token + "x"):
