@@ -60,7 +60,7 @@ def test_sleep_mode_asked_for_on_a_cpu_is_one_config_error():
     settings.validate_engine("hf", VLLMConfig(sleep_mode=True), on_cpu=True)  # the HF engine ignores it
     with pytest.raises(ConfigError, match="sleep mode is not supported on a CPU"):
         settings.validate_engine(
-            "vllm_server", VLLMConfig(sleep_mode=True, server_url="http://h:1"), on_cpu=True
+            "vllm_server", VLLMConfig(sleep_mode=True, server_url="http://127.0.0.1:1"), on_cpu=True
         )
 
 
