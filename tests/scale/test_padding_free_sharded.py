@@ -47,10 +47,10 @@ def launch(backends: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    ran = launch(["ddp", "fsdp2"])
+    out = launch(["ddp", "fsdp2"])
     if importlib.util.find_spec("deepspeed") is not None:
-        ran.update(launch(DEEPSPEED))
-    return ran
+        out.update(launch(DEEPSPEED))
+    return out
 
 
 @pytest.fixture(params=["ddp", "fsdp2", *DEEPSPEED])
