@@ -289,13 +289,15 @@ class Role:
         return cls(name, cfg, model, tokenizer, **kwargs)
 
     def use_padding_free(self) -> bool:
-        """Run the update padding-free (`update.padding_free`) where the role allows it (trainable, unsharded, a
-        model that can): its forwards attend through `padding_free.attention_for` the device (FlashAttention when
-        installed, else FlexAttention on CUDA; SDPA on a CPU; generation keeps the model's own) and a null
-        `micro_batch_tokens` resolves to the padding-free budget. The Role calls it on CUDA; a CPU keeps its
-        measured layouts unless a caller asks (the GPU check's CPU run). Returns whether the update now runs
-        padding-free."""
-        if not self.cfg.trainable or not isinstance(self.sharding, Unsharded) or self._same_numerics():
+        """Run the update padding-free (`update.padding_free`) where the role allows it (trainable, a model that
+        can): its forwards attend through `padding_free.attention_for` the device (FlashAttention when installed,
+        else FlexAttention on CUDA; SDPA on a CPU; generation keeps the model's own) and a null
+        `micro_batch_tokens` resolves to the padding-free budget. On every sharding backend: the forward runs
+        through the wrapper (DDP, a DeepSpeed engine; FSDP2 shards the module itself), so each rank reduces and
+        accumulates its gradients as on the padded path; under ZeRO-3 the LM head stays inside the forward
+        (`Sharding.head_outside_forward`). The Role calls it on CUDA; a CPU keeps its measured layouts unless a
+        caller asks (the GPU check's CPU run). Returns whether the update now runs padding-free."""
+        if not self.cfg.trainable or self._same_numerics():
             return False
         if self.liger is not None:  # Liger's loss takes padded rows, one advantage each
             return False
@@ -664,6 +666,7 @@ class Role:
                 completions=[s.completion.token_ids for s in samples],
                 pad_id=self.tokenizer.pad_token_id,
                 flat=batch.get("flat"),
+                head_outside_forward=self.sharding.head_outside_forward,
             )
 
     def full_state(self, *, all_ranks: bool = False) -> dict | None:

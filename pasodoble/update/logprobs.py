@@ -50,10 +50,13 @@ def logprobs(
     completions: Sequence[Sequence[int]] | None = None,
     pad_id: int | None = None,
     flat: dict | None = None,
+    head_outside_forward: bool = True,
     return_entropy: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """(B, T) log-probs of `input_ids` (see module); `chunk_tokens`: LM-head tokens a chunk (None: the batch's).
-    With `return_entropy` ("full" and "chunked"), also the (B, T) entropies of those next-token distributions."""
+    `head_outside_forward` ("padding_free"): False keeps the LM head inside the forward (ZeRO-3,
+    `Sharding.head_outside_forward`). With `return_entropy` ("full" and "chunked"), also the (B, T) entropies of
+    those next-token distributions."""
     temperature = scored_temperature(temperature)
     if layout == "padding_free":
         if (flat is None and (prompts is None or completions is None)) or return_entropy:
@@ -65,6 +68,7 @@ def logprobs(
         return padding_free_logprobs(
             model, flat, *input_ids.shape, temperature=temperature,
             chunk_tokens=chunk_tokens or max(flat["target"].shape[0], 1),
+            head_outside_forward=head_outside_forward,
         )  # fmt: skip
     if layout in ("shared_prefix", "packed"):
         if prompts is None or completions is None or return_entropy:

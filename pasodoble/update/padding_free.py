@@ -126,9 +126,13 @@ def padding_free_logprobs(
     *,
     temperature: float = 1.0,
     chunk_tokens: int = CHUNK_TOKENS,
+    head_outside_forward: bool = True,
 ) -> torch.Tensor:
     """(batch_size, width) log-probs of the samples `flat` holds (`flatten`, its tensors on the model's device), at
-    the plain layout's positions; `temperature` as scored (`update.logprobs`)."""
+    the plain layout's positions; `temperature` as scored (`update.logprobs`). `model` may be a data-parallel
+    wrapper (DDP, a DeepSpeed engine): the forward runs through it, so its gradient hooks stay, and the head is its
+    inner model's. `head_outside_forward=False` (`Sharding.head_outside_forward`: ZeRO-3, whose head weight is a
+    partition outside the forward) keeps the head in the forward and scores the row's whole (N, V) logits."""
     config = inner_model(model).config
     if config._attn_implementation not in PACKED_AWARE:  # it would attend across the samples of the row
         raise ValueError(
@@ -143,10 +147,12 @@ def padding_free_logprobs(
         varlen = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=flat["max_length"])
         varlen["max_length_k"] = flat["max_length"]
     head = inner_model(model).get_output_embeddings()
-    with head_skipped(head):
-        hidden = model(
-            input_ids=flat["input_ids"], position_ids=flat["position_ids"], use_cache=False, **varlen
-        ).logits[0]  # (N, H): the head is skipped
+    inputs = dict(input_ids=flat["input_ids"], position_ids=flat["position_ids"], use_cache=False, **varlen)
+    if not head_outside_forward:  # (N, V) logits from the forward; the "head" left to apply is the identity
+        hidden, head = model(**inputs).logits[0], torch.nn.Identity()
+    else:
+        with head_skipped(head):
+            hidden = model(**inputs).logits[0]  # (N, H): the head is skipped
     targets = flat["target"]
     scored = score_states(
         head,

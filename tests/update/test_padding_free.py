@@ -50,8 +50,12 @@ def test_flatten_restarts_positions_per_sample_and_indexes_the_plain_layout():
         flatten([[]], [[1]], width=2)
 
 
-@pytest.mark.parametrize(("kind", "attention", "chunk"), [("qwen2", "sdpa", 3), ("llama", "eager", 2048)])
-def test_logprobs_and_gradients_equal_the_padded_reference(kind, attention, chunk):
+@pytest.mark.parametrize(
+    ("kind", "attention", "chunk", "head_outside"),
+    [("qwen2", "sdpa", 3, True), ("llama", "eager", 2048, True), ("qwen2", "sdpa", 3, False)],
+)
+def test_logprobs_and_gradients_equal_the_padded_reference(kind, attention, chunk, head_outside):
+    # head_outside=False: the head inside the forward, scoring the row's whole logits (ZeRO-3's partitioned head)
     model = _model(kind, attention)
     ids, mask, completion = _padded(PROMPTS, COMPLETIONS)
     weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))
@@ -63,8 +67,9 @@ def test_logprobs_and_gradients_equal_the_padded_reference(kind, attention, chun
         else:
             flat = flatten(PROMPTS, COMPLETIONS, ids.shape[1])
             logps = padding_free_logprobs(
-                model, flat, len(PROMPTS), ids.shape[1], temperature=0.7, chunk_tokens=chunk
-            )
+                model, flat, len(PROMPTS), ids.shape[1], temperature=0.7, chunk_tokens=chunk,
+                head_outside_forward=head_outside,
+            )  # fmt: skip
         (logps * weights).sum().backward()
         out[name] = (logps.detach(), [p.grad.clone() for p in model.parameters()])
     (ref, ref_grads), (got, grads) = out["padded"], out["padding_free"]
