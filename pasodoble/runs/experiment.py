@@ -34,17 +34,20 @@ Run: `pasodoble experiment recipes/tiny-ablation.yaml [steps=10 seeds=[0]]`. Fin
 are reused, so a killed experiment continues where it stopped; a finished run whose evaluation settings differ
 from the config's (`eval_limit`, `eval_samples`, ...) is evaluated again from its final weights, not retrained.
 With `checkpoint_every` set, an unfinished run whose saved config equals its config now resumes from its newest
-checkpoint (as `pasodoble train --resume`, which repeats an uninterrupted run); otherwise it starts over.
+checkpoint (as `pasodoble train --resume`, which repeats an uninterrupted run); otherwise it starts over. An
+evaluation stopped part way keeps the problems it finished when the weights and settings are the same
+(`fresh_or_resumed`; `evals.runner` regenerates an unfinished chunk whole, so the answers equal an uninterrupted run's).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pasodoble.config import load_config, save_config, to_dict
@@ -216,6 +219,31 @@ def evaluation_problems(train, cfg: ExperimentConfig) -> list:
     return held_out_problems(train.world.seed, cfg.eval_limit or train.world.tier_size)
 
 
+def weights_digest(model_dir: Path) -> str:
+    """sha256 over the model folder's weight files (names and bytes): which weights an answers file belongs to."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(model_dir).glob("*.safetensors")) + sorted(Path(model_dir).glob("*.bin")):
+        digest.update(path.name.encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def fresh_or_resumed(samples: Path, identity: dict) -> None:
+    """Keep `samples` for `evaluate` to resume (an evaluation stopped part way, say at the end of a session) only
+    when its stamp (`<name>.identity.json`: the weights' digest and every setting) equals `identity`; otherwise
+    the answers are of other weights or settings: delete them, and stamp the new ones."""
+    stamp = samples.with_suffix(".identity.json")
+    try:
+        same = json.loads(stamp.read_text()) == json.loads(json.dumps(identity))
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        samples.unlink(missing_ok=True)
+        write_json_atomic(stamp, identity)
+
+
 def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig, samples_dir: Path) -> dict:
     """Accuracy per held-out tier of the Solver in `model_dir` (prompted with the training template).
 
@@ -230,6 +258,7 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig, samples_dir: 
     from pasodoble.rollout import HFEngine
 
     problems = evaluation_problems(train, cfg)
+    weights = weights_digest(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, batch_size=256)
     protocols = {"greedy": (1, 0.0)}
@@ -250,7 +279,9 @@ def evaluate_solver(train, model_dir: Path, cfg: ExperimentConfig, samples_dir: 
                 chunk_size=max(1, 256 // samples),
             )
             path = samples_dir / f"{name}.jsonl"
-            path.unlink(missing_ok=True)  # answers of other weights or settings must not be resumed
+            fresh_or_resumed(
+                path, {"weights": weights, "settings": asdict(settings), "eval": eval_settings(cfg)}
+            )
             report = evaluate(
                 engine, tokenizer, problems, settings, grader, samples_path=path, progress=False
             )

@@ -293,3 +293,41 @@ def test_tiny_experiment_end_to_end(tmp_path):
     assert (out / "runs" / "online-s0" / "metrics.jsonl").read_bytes() == metrics
     assert all(run["eval"]["limit"] == 3 for run in rerun.values())
     assert rerun["online"]["train_s"] == next(r for r in runs if r["condition"] == "online")["train_s"]
+
+
+def test_a_stopped_evaluation_resumes_only_for_the_same_weights(tiny_lm, tmp_path, monkeypatch):
+    import shutil
+
+    import torch
+
+    import pasodoble.evals.runner as runner
+    from pasodoble.runs.experiment import evaluate_solver
+
+    model, _, path = tiny_lm
+    cfg = ExperimentConfig(out_dir=str(tmp_path), eval_seed=1, eval_sizes={"t1": 5, "t3": 5})
+    cfg.eval_max_new_tokens, cfg.eval_samples = 3, 0  # greedy only
+    train = train_config(cfg, "sft", 0)
+    todo: list[int] = []
+    real = runner._run_chunk
+
+    def counted(engine, tokenizer, chunk, start, left, *args):
+        todo.append(len(left))
+        return real(engine, tokenizer, chunk, start, left, *args)
+
+    monkeypatch.setattr(runner, "_run_chunk", counted)
+    out = tmp_path / "eval"
+    first = evaluate_solver(train, path, cfg, out)
+    lines = (out / "greedy.jsonl").read_text().splitlines()
+    assert todo == [10] and len(lines) == 10
+    (out / "greedy.jsonl").write_text("\n".join(lines[:6]) + "\n")  # stopped after 6 problems
+    again = evaluate_solver(train, path, cfg, out)
+    assert todo == [10, 4] and again["scores"] == first["scores"]  # only the 4 left were written
+    other = tmp_path / "other"
+    shutil.copytree(path, other)
+    changed = type(model).from_pretrained(other)
+    with torch.no_grad():
+        next(changed.parameters()).add_(1.0)
+    changed.save_pretrained(other)
+    (out / "greedy.jsonl").write_text("\n".join(lines[:6]) + "\n")
+    evaluate_solver(train, other, cfg, out)
+    assert todo == [10, 4, 10]  # other weights: none of the old answers is kept
